@@ -1,0 +1,40 @@
+"""Differentially private clustering estimators for scikit-learn.
+
+Subpackages and modules
+-----------------------
+accountant
+    :class:`BudgetAccountant`, the shared privacy ledger.
+mechanisms
+    Laplace, Gaussian (analytic calibration), exponential mechanism, zCDP and
+    subsampling; pure functions returning a value and a privacy event.
+exceptions
+    Errors and warnings.
+utils
+    Randomness and parameter validation helpers.
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+from skdpcluster.accountant import BudgetAccountant
+from skdpcluster.exceptions import (
+    BudgetExceededError,
+    InsufficientDataError,
+    NotSeparatedWarning,
+    PrivacyLeakWarning,
+    UnprovenPrivacyWarning,
+)
+
+try:
+    __version__ = version("skdpcluster")
+except PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0+unknown"
+
+__all__ = [
+    "BudgetAccountant",
+    "BudgetExceededError",
+    "InsufficientDataError",
+    "NotSeparatedWarning",
+    "PrivacyLeakWarning",
+    "UnprovenPrivacyWarning",
+    "__version__",
+]

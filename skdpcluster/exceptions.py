@@ -1,0 +1,51 @@
+"""Exceptions and warnings raised by skdpcluster."""
+
+__all__ = [
+    "BudgetExceededError",
+    "InsufficientDataError",
+    "NotSeparatedWarning",
+    "PrivacyLeakWarning",
+    "UnprovenPrivacyWarning",
+]
+
+
+class BudgetExceededError(ValueError):
+    """A spend would take a :class:`~skdpcluster.BudgetAccountant` past its ceiling.
+
+    Raised by :meth:`BudgetAccountant.check` and :meth:`BudgetAccountant.spend`
+    *before* anything is recorded, so the ledger is unchanged. Subclasses
+    :class:`ValueError` so that ordinary ``except ValueError`` clauses catch it.
+    """
+
+
+class InsufficientDataError(ValueError):
+    """Too few rows (or tuples) for the requested privacy parameters.
+
+    The number of rows is treated as public, so this is raised before any
+    randomness is drawn or budget is spent. The message says how many are
+    needed.
+    """
+
+
+class PrivacyLeakWarning(UserWarning):
+    """A public parameter was derived from the private data.
+
+    For example ``data_radius=None`` computes the bound from the data; the
+    resulting fit is *not* differentially private with respect to that bound.
+    """
+
+
+class NotSeparatedWarning(UserWarning):
+    """The private "easy instance" test failed: the data is not well separated.
+
+    This is an expected, private outcome (the released ``status_`` says so); the
+    estimator then behaves as its ``on_failure`` parameter says.
+    """
+
+
+class UnprovenPrivacyWarning(UserWarning):
+    """A reproduction mode of a paper was selected whose privacy is not proven.
+
+    Such modes exist only to reproduce published experiments; the defaults are
+    the provably private variants.
+    """

@@ -1,0 +1,494 @@
+r"""Differential-privacy mechanisms and calibrations.
+
+Every noisy release of skdpcluster goes through a function of this module. The
+functions are pure: they take the true value, the privacy parameters and a
+:class:`numpy.random.Generator`, and return the noisy value together with a
+:class:`PrivacyEvent` that records what was spent. They never touch an
+accountant; estimators collect the events and commit them.
+
+Calibrations that no library provides are written here by hand and cite the
+exact result they implement:
+
+* Laplace mechanism (Dwork, McSherry, Nissim, Smith 2006; Cohen et al. 2021,
+  Theorem 2.6).
+* Gaussian mechanism, classical calibration (Dwork & Roth 2014, Theorem A.1;
+  Cohen et al. 2021, Theorem 2.8), valid for ``epsilon < 1`` only.
+* Gaussian mechanism, analytic calibration (Balle & Wang 2018, Theorem 8),
+  valid for every ``epsilon > 0``.
+* Exponential mechanism (McSherry & Talwar 2007), sampled with the Gumbel-max
+  trick in log space.
+* zCDP conversions (Bun & Steinke 2016, Propositions 1.3 and 1.4).
+* Amplification by subsampling without replacement under replace-one
+  neighbours (Balle, Barthe & Gaboardi 2018, Theorem 10), and the bound of
+  Beimel, Kasiviswanathan & Nissim 2010 used by Cohen et al. (Lemma 2.10).
+
+A caveat shared by every floating-point implementation: textbook samplers of
+continuous noise on doubles are vulnerable to the attacks of Mironov (2012).
+The guarantees here are those of the idealised real-valued mechanisms.
+"""
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from numbers import Integral
+
+import numpy as np
+from scipy import optimize, special
+
+from skdpcluster.utils._validation import check_epsilon_delta
+
+__all__ = [
+    "PrivacyEvent",
+    "analytic_gaussian_sigma",
+    "classical_gaussian_sigma",
+    "exponential_mechanism",
+    "gaussian_mechanism",
+    "gaussian_sigma",
+    "laplace_mechanism",
+    "subsampled_epsilon_delta",
+    "zcdp_gaussian_mechanism",
+    "zcdp_rho_for_dp",
+    "zcdp_to_dp",
+]
+
+
+@dataclass(frozen=True)
+class PrivacyEvent:
+    """One noisy release, as recorded in a ledger.
+
+    An event prices **one** use of a mechanism; ``count`` says how many
+    identical uses it stands for, and composition is applied by the generic
+    code of :meth:`cost` and :class:`~skdpcluster.BudgetAccountant`, never by
+    the mechanism.
+
+    Parameters
+    ----------
+    mechanism : str
+        ``"laplace"``, ``"gaussian"``, ``"exponential"``, ``"zcdp_gaussian"``,
+        ``"subsampled"``, or an algorithm-level name (for example
+        ``"ktuple_test_conditioning"``) for costs that come from a theorem
+        rather than a single noise draw.
+    epsilon, delta : float
+        The (epsilon, delta) of one use under the stated ``neighbouring``
+        relation.
+    sensitivity : float or None
+        The sensitivity the noise was calibrated to (L1 for Laplace, L2 for
+        Gaussian, score sensitivity for the exponential mechanism).
+    scale : float or None
+        The noise scale: Laplace ``b``, Gaussian ``sigma``.
+    count : int
+        Number of identical uses this event stands for.
+    rho : float or None
+        zCDP parameter of one use, when the mechanism has one.
+    label : str
+        What the release was (for example ``"partition_test/ell_counts"``).
+    neighbouring : str
+        ``"replace_one"`` or ``"add_remove"``.
+    details : dict
+        Extra public metadata (for example the subsampling rate).
+    """
+
+    mechanism: str
+    epsilon: float
+    delta: float = 0.0
+    sensitivity: float | None = None
+    scale: float | None = None
+    count: int = 1
+    rho: float | None = None
+    label: str = ""
+    neighbouring: str = "replace_one"
+    details: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self):
+        if not (self.epsilon >= 0 and self.delta >= 0):
+            raise ValueError(
+                f"a privacy event needs epsilon >= 0 and delta >= 0, got "
+                f"epsilon={self.epsilon!r}, delta={self.delta!r}."
+            )
+        if not isinstance(self.count, Integral) or self.count < 1:
+            raise ValueError(f"count must be an integer >= 1, got count={self.count!r}.")
+
+    def cost(self):
+        """Return the basic-composition cost ``(count * epsilon, count * delta)``."""
+        return self.count * self.epsilon, self.count * self.delta
+
+    def with_label(self, label):
+        """Return a copy with ``label`` set."""
+        return replace(self, label=label)
+
+    def to_dict(self):
+        """Return a JSON-serialisable dict."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data):
+        """Rebuild an event from :meth:`to_dict` output."""
+        return cls(**data)
+
+
+def _check_sensitivity(sensitivity):
+    if not (np.isfinite(sensitivity) and sensitivity >= 0):
+        raise ValueError(f"sensitivity must be finite and >= 0, got sensitivity={sensitivity!r}.")
+    return float(sensitivity)
+
+
+# ---------------------------------------------------------------------------
+# Laplace
+# ---------------------------------------------------------------------------
+
+
+def laplace_mechanism(value, *, sensitivity, epsilon, rng, label="", neighbouring="replace_one"):
+    r"""Release ``value + Lap(sensitivity / epsilon)`` element-wise.
+
+    Theorem 2.6 of Cohen et al. (2021): if :math:`\|f(S) - f(S')\|_1 \le
+    \Delta` for all neighbours, then :math:`f(S) + \mathrm{Lap}(\Delta/\varepsilon)`
+    (independent noise per coordinate) is :math:`\varepsilon`-DP.
+
+    Parameters
+    ----------
+    value : float or array-like
+        The true value; for an array, ``sensitivity`` is the L1 sensitivity of
+        the whole array.
+    sensitivity : float
+        L1 sensitivity of ``value``.
+    epsilon : float
+        Privacy parameter, > 0.
+    rng : numpy.random.Generator
+    label, neighbouring : str
+        Copied into the event.
+
+    Returns
+    -------
+    noisy : float or ndarray
+    event : PrivacyEvent
+    """
+    epsilon, _ = check_epsilon_delta(epsilon, 0.0)
+    sensitivity = _check_sensitivity(sensitivity)
+    scale = sensitivity / epsilon
+    value = np.asarray(value, dtype=float)
+    noisy = value + rng.laplace(0.0, scale, size=value.shape) if scale > 0 else value.copy()
+    event = PrivacyEvent(
+        "laplace", epsilon, 0.0, sensitivity, scale, label=label, neighbouring=neighbouring
+    )
+    return (noisy.item() if noisy.ndim == 0 else noisy), event
+
+
+# ---------------------------------------------------------------------------
+# Gaussian
+# ---------------------------------------------------------------------------
+
+
+def classical_gaussian_sigma(sensitivity, epsilon, delta):
+    r"""Classical Gaussian calibration :math:`\sigma = (\Delta/\varepsilon)\sqrt{2\log(1.25/\delta)}`.
+
+    Dwork & Roth (2014), Theorem A.1; Cohen et al. (2021), Theorem 2.8. The
+    proof needs :math:`\varepsilon < 1`; larger values raise ``ValueError``
+    (use :func:`analytic_gaussian_sigma`, valid for every epsilon).
+
+    Returns
+    -------
+    float
+    """
+    epsilon, delta = check_epsilon_delta(epsilon, delta, allow_zero_delta=False)
+    sensitivity = _check_sensitivity(sensitivity)
+    if epsilon >= 1:
+        raise ValueError(
+            f"the classical Gaussian calibration is proven only for epsilon < 1, got "
+            f"epsilon={epsilon!r}; use calibration='analytic' (Balle & Wang 2018) instead."
+        )
+    return sensitivity / epsilon * math.sqrt(2.0 * math.log(1.25 / delta))
+
+
+def _log_gaussian_delta(sigma, sensitivity, epsilon):
+    r"""Log of the exact delta of the Gaussian mechanism at ``sigma``.
+
+    Balle & Wang (2018), Theorem 8: the mechanism with noise
+    :math:`N(0, \sigma^2)` and L2 sensitivity :math:`\Delta` is
+    :math:`(\varepsilon, \delta)`-DP iff
+
+    .. math::
+
+        \delta \ge \Phi\left(\frac{\Delta}{2\sigma} - \frac{\varepsilon\sigma}{\Delta}\right)
+          - e^{\varepsilon}\,\Phi\left(-\frac{\Delta}{2\sigma} - \frac{\varepsilon\sigma}{\Delta}\right).
+
+    Evaluated in log space with :func:`scipy.special.log_ndtr` so that deltas
+    down to about 1e-300 are exact.
+    """
+    u = sensitivity / (2.0 * sigma)
+    v = epsilon * sigma / sensitivity
+    log_a = special.log_ndtr(u - v)
+    log_b = special.log_ndtr(-u - v)
+    return log_a + np.log1p(-np.exp(epsilon + log_b - log_a))
+
+
+def analytic_gaussian_sigma(sensitivity, epsilon, delta):
+    r"""Smallest :math:`\sigma` making the Gaussian mechanism :math:`(\varepsilon, \delta)`-DP.
+
+    The analytic Gaussian mechanism of Balle & Wang (2018), Theorem 8 and
+    Algorithm 1: solve :math:`\delta(\sigma) = \delta` exactly (see
+    :func:`_log_gaussian_delta`) by Brent's method on :math:`\log\sigma`.
+    Valid for every ``epsilon > 0`` and always at most the classical
+    calibration.
+
+    Parameters
+    ----------
+    sensitivity : float
+        L2 sensitivity.
+    epsilon : float
+        > 0.
+    delta : float
+        In (0, 1).
+
+    Returns
+    -------
+    float
+    """
+    epsilon, delta = check_epsilon_delta(epsilon, delta, allow_zero_delta=False)
+    sensitivity = _check_sensitivity(sensitivity)
+    if sensitivity == 0:
+        return 0.0
+    target = math.log(delta)
+
+    def excess(log_sigma):
+        return _log_gaussian_delta(math.exp(log_sigma), sensitivity, epsilon) - target
+
+    # delta(sigma) decreases from 1 (sigma -> 0) to 0 (sigma -> inf); bracket in log-space.
+    lo = math.log(sensitivity) - 10.0
+    while excess(lo) < 0:
+        lo -= 10.0
+    hi = math.log(sensitivity) + 1.0
+    while excess(hi) > 0:
+        hi += 2.0
+    log_sigma = optimize.brentq(excess, lo, hi, xtol=1e-14, rtol=1e-13, maxiter=500)
+    # Round up by a hair so that the returned sigma is never below the exact root.
+    return math.exp(log_sigma) * (1.0 + 1e-12)
+
+
+_GAUSSIAN_CALIBRATIONS = {
+    "analytic": analytic_gaussian_sigma,
+    "classical": classical_gaussian_sigma,
+}
+
+
+def gaussian_sigma(sensitivity, epsilon, delta, calibration="analytic"):
+    """Noise scale of the Gaussian mechanism for ``calibration`` in {"analytic", "classical"}."""
+    try:
+        calibrate = _GAUSSIAN_CALIBRATIONS[calibration]
+    except KeyError:
+        raise ValueError(
+            f"calibration must be one of {sorted(_GAUSSIAN_CALIBRATIONS)}, got {calibration!r}."
+        ) from None
+    return calibrate(sensitivity, epsilon, delta)
+
+
+def gaussian_mechanism(
+    value,
+    *,
+    sensitivity,
+    epsilon,
+    delta,
+    rng,
+    calibration="analytic",
+    label="",
+    neighbouring="replace_one",
+):
+    r"""Release ``value + N(0, sigma^2 I)`` with sigma calibrated to (epsilon, delta).
+
+    Parameters
+    ----------
+    value : float or array-like
+        The true value; ``sensitivity`` is the L2 sensitivity of the whole
+        array.
+    sensitivity : float
+        L2 sensitivity.
+    epsilon, delta : float
+        Target privacy.
+    rng : numpy.random.Generator
+    calibration : {"analytic", "classical"}, default="analytic"
+        Balle & Wang (2018) exact calibration (any epsilon), or the classical
+        bound (epsilon < 1 only).
+
+    Returns
+    -------
+    noisy : float or ndarray
+    event : PrivacyEvent
+    """
+    sigma = gaussian_sigma(sensitivity, epsilon, delta, calibration)
+    value = np.asarray(value, dtype=float)
+    noisy = value + rng.normal(0.0, sigma, size=value.shape) if sigma > 0 else value.copy()
+    event = PrivacyEvent(
+        "gaussian",
+        float(epsilon),
+        float(delta),
+        float(sensitivity),
+        sigma,
+        label=label,
+        neighbouring=neighbouring,
+        details={"calibration": calibration},
+    )
+    return (noisy.item() if noisy.ndim == 0 else noisy), event
+
+
+# ---------------------------------------------------------------------------
+# zCDP
+# ---------------------------------------------------------------------------
+
+
+def zcdp_to_dp(rho, delta):
+    r"""Epsilon of :math:`(\varepsilon, \delta)`-DP implied by :math:`\rho`-zCDP.
+
+    Bun & Steinke (2016), Proposition 1.3:
+    :math:`\varepsilon = \rho + 2\sqrt{\rho \log(1/\delta)}`.
+    """
+    if not (rho >= 0 and np.isfinite(rho)):
+        raise ValueError(f"rho must be finite and >= 0, got rho={rho!r}.")
+    _, delta = check_epsilon_delta(1.0, delta, allow_zero_delta=False)
+    return rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))
+
+
+def zcdp_rho_for_dp(epsilon, delta):
+    r"""Largest :math:`\rho` whose zCDP guarantee implies :math:`(\varepsilon, \delta)`-DP.
+
+    The inverse of :func:`zcdp_to_dp`:
+    :math:`\rho = (\sqrt{\log(1/\delta) + \varepsilon} - \sqrt{\log(1/\delta)})^2`.
+    """
+    epsilon, delta = check_epsilon_delta(epsilon, delta, allow_zero_delta=False)
+    log_inv = math.log(1.0 / delta)
+    # Written as eps^2 / (sqrt(L + eps) + sqrt(L))^2 to avoid cancellation.
+    return epsilon**2 / (math.sqrt(log_inv + epsilon) + math.sqrt(log_inv)) ** 2
+
+
+def zcdp_gaussian_mechanism(value, *, sensitivity, rho, rng, label="", neighbouring="replace_one"):
+    r"""Release ``value + N(0, sigma^2 I)`` with :math:`\sigma = \Delta/\sqrt{2\rho}`.
+
+    Bun & Steinke (2016), Proposition 1.6: this is :math:`\rho`-zCDP. The
+    event records ``rho`` and ``epsilon = delta = 0``: its (epsilon, delta)
+    cost is decided by the caller's zCDP composition and conversion.
+    """
+    if not (rho > 0 and np.isfinite(rho)):
+        raise ValueError(f"rho must be finite and > 0, got rho={rho!r}.")
+    sensitivity = _check_sensitivity(sensitivity)
+    sigma = sensitivity / math.sqrt(2.0 * rho)
+    value = np.asarray(value, dtype=float)
+    noisy = value + rng.normal(0.0, sigma, size=value.shape) if sigma > 0 else value.copy()
+    event = PrivacyEvent(
+        "zcdp_gaussian", 0.0, 0.0, sensitivity, sigma, rho=float(rho), label=label,
+        neighbouring=neighbouring,
+    )
+    return (noisy.item() if noisy.ndim == 0 else noisy), event
+
+
+# ---------------------------------------------------------------------------
+# Exponential mechanism
+# ---------------------------------------------------------------------------
+
+
+def exponential_mechanism(
+    scores,
+    *,
+    epsilon,
+    sensitivity,
+    rng,
+    log_base_measure=None,
+    label="",
+    neighbouring="replace_one",
+):
+    r"""Sample an index with probability proportional to ``exp(epsilon * score / (2 * sensitivity))``.
+
+    McSherry & Talwar (2007); Cohen et al. (2021), Appendix A.1.1: the
+    mechanism is :math:`\varepsilon`-DP when every score has sensitivity at
+    most ``sensitivity``. Sampling uses the Gumbel-max trick,
+    :math:`\arg\max_i (\log w_i + G_i)` with i.i.d. standard Gumbel
+    :math:`G_i`, entirely in log space, so scores of 1e7 or more never
+    overflow.
+
+    Parameters
+    ----------
+    scores : array-like of shape (n_candidates,)
+    epsilon : float
+    sensitivity : float
+        Sensitivity of every score, > 0.
+    rng : numpy.random.Generator
+    log_base_measure : array-like of shape (n_candidates,), default=None
+        Data-independent log weights added to every candidate (for example the
+        log length of a run of grid points that share one score).
+
+    Returns
+    -------
+    index : int
+    event : PrivacyEvent
+    """
+    epsilon, _ = check_epsilon_delta(epsilon, 0.0)
+    sensitivity = _check_sensitivity(sensitivity)
+    if sensitivity == 0:
+        raise ValueError("sensitivity of the exponential mechanism must be > 0.")
+    scores = np.asarray(scores, dtype=float)
+    if scores.ndim != 1 or scores.size == 0 or not np.all(np.isfinite(scores)):
+        raise ValueError("scores must be a non-empty 1-d array of finite numbers.")
+    log_weights = (epsilon / (2.0 * sensitivity)) * scores
+    if log_base_measure is not None:
+        log_weights = log_weights + np.asarray(log_base_measure, dtype=float)
+    index = int(np.argmax(log_weights + rng.gumbel(size=scores.shape)))
+    event = PrivacyEvent(
+        "exponential", epsilon, 0.0, sensitivity, 2.0 * sensitivity / epsilon, label=label,
+        neighbouring=neighbouring, details={"n_candidates": int(scores.size)},
+    )
+    return index, event
+
+
+# ---------------------------------------------------------------------------
+# Amplification by subsampling
+# ---------------------------------------------------------------------------
+
+
+def _subsampled_balle2018(epsilon, delta, sample_size, population_size):
+    rate = sample_size / population_size
+    return math.log1p(rate * math.expm1(epsilon)), rate * delta
+
+
+def _subsampled_bkn10(epsilon, delta, sample_size, population_size):
+    rate = sample_size / population_size
+    amplified = rate * (3.0 + math.exp(epsilon))
+    if amplified > 1:
+        raise ValueError(
+            "the BKN10 subsampling bound (Cohen et al. 2021, Lemma 2.10) holds only for a "
+            f"target epsilon <= 1, but (m/n)(3 + e^eps) = {amplified:.4g}; use bound='balle2018'."
+        )
+    return amplified, 4.0 * rate * delta
+
+
+_SUBSAMPLING_BOUNDS = {"balle2018": _subsampled_balle2018, "bkn10": _subsampled_bkn10}
+
+
+def subsampled_epsilon_delta(epsilon, delta, sample_size, population_size, bound="balle2018"):
+    r"""Privacy of running an (epsilon, delta)-DP algorithm on a uniform subsample.
+
+    The subsample has ``sample_size`` = m rows drawn without replacement from
+    ``population_size`` = n rows; neighbours replace one row (the same
+    relation on both sides).
+
+    * ``"balle2018"``: Balle, Barthe & Gaboardi (2018), Theorem 10,
+      :math:`\varepsilon' = \log(1 + (m/n)(e^{\varepsilon} - 1))`,
+      :math:`\delta' = (m/n)\delta`. Valid for every epsilon.
+    * ``"bkn10"``: Beimel, Kasiviswanathan & Nissim (2010) as stated in Cohen
+      et al. (2021), Lemma 2.10, :math:`\varepsilon' = (m/n)(3 + e^{\varepsilon})`,
+      :math:`\delta' = (4m/n)\delta` (the paper prints the delta factor
+      upside down; this is the standard form). Valid only when the result is
+      at most 1. This is the bound behind Definition 4.1.
+
+    Returns
+    -------
+    (float, float)
+    """
+    epsilon, delta = check_epsilon_delta(epsilon, delta)
+    if not (isinstance(sample_size, Integral) and isinstance(population_size, Integral)):
+        raise ValueError("sample_size and population_size must be integers.")
+    if not 0 < sample_size <= population_size:
+        raise ValueError(
+            f"need 0 < sample_size <= population_size, got sample_size={sample_size}, "
+            f"population_size={population_size}."
+        )
+    try:
+        amplify = _SUBSAMPLING_BOUNDS[bound]
+    except KeyError:
+        raise ValueError(f"bound must be one of {sorted(_SUBSAMPLING_BOUNDS)}, got {bound!r}.") from None
+    return amplify(epsilon, delta, int(sample_size), int(population_size))

@@ -1,0 +1,185 @@
+import math
+
+import numpy as np
+import pytest
+from scipy import optimize, stats
+
+from dp_stats import delta_lower_bound, epsilon_lower_bound, event_counts
+from skdpcluster import mechanisms as M
+
+N_SAMPLES = 400_000
+
+
+def _exact_delta(sigma, sensitivity, epsilon):
+    """Balle & Wang (2018) Theorem 8 in plain (non-log) arithmetic."""
+    u, v = sensitivity / (2 * sigma), epsilon * sigma / sensitivity
+    return stats.norm.cdf(u - v) - math.exp(epsilon) * stats.norm.cdf(-u - v)
+
+
+@pytest.mark.parametrize(
+    "sensitivity, epsilon, delta",
+    [(1.0, 0.1, 1e-5), (1.0, 0.5, 1e-6), (2.5, 1.0, 1e-6), (1.0, 3.0, 1e-8), (0.3, 8.0, 1e-5)],
+)
+def test_analytic_sigma_matches_independent_root_find(sensitivity, epsilon, delta):
+    sigma = M.analytic_gaussian_sigma(sensitivity, epsilon, delta)
+    reference = optimize.brentq(
+        lambda s: _exact_delta(s, sensitivity, epsilon) - delta, 1e-3 * sensitivity, 1e3 * sensitivity,
+        xtol=1e-13,
+    )
+    assert sigma == pytest.approx(reference, rel=1e-8)
+    assert sigma >= reference  # rounded up, never below the exact root
+    assert _exact_delta(sigma, sensitivity, epsilon) <= delta * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("epsilon, delta", [(0.1, 1e-5), (0.5, 1e-9), (0.9, 6.9e-13)])
+def test_analytic_sigma_is_below_classical(epsilon, delta):
+    classical = M.classical_gaussian_sigma(1.0, epsilon, delta)
+    assert classical == pytest.approx(math.sqrt(2 * math.log(1.25 / delta)) / epsilon)
+    assert M.analytic_gaussian_sigma(1.0, epsilon, delta) < classical
+
+
+def test_analytic_sigma_handles_tiny_delta():
+    # delta = e^-28 / (8k) style values: the log-space evaluation must stay exact.
+    sigma = M.analytic_gaussian_sigma(1.0, 0.25, 1e-14)
+    log_delta = M._log_gaussian_delta(sigma, 1.0, 0.25)
+    assert log_delta <= math.log(1e-14) + 1e-9
+    assert log_delta == pytest.approx(math.log(1e-14), abs=1e-6)
+
+
+def test_classical_refuses_epsilon_at_least_one():
+    with pytest.raises(ValueError, match="epsilon < 1.*analytic"):
+        M.classical_gaussian_sigma(1.0, 1.0, 1e-6)
+
+
+@pytest.mark.parametrize("epsilon, delta", [(0.1, 1e-6), (1.0, 1e-6), (2.0, 1e-10), (10.0, 1e-5)])
+def test_zcdp_conversions_round_trip(epsilon, delta):
+    rho = M.zcdp_rho_for_dp(epsilon, delta)
+    assert M.zcdp_to_dp(rho, delta) == pytest.approx(epsilon, rel=1e-12)
+    # rho = eps^2/2 for pure eps-DP is weaker than what (eps, delta) allows only for tiny eps;
+    # the closed form must match the textbook expression.
+    expected = (math.sqrt(math.log(1 / delta) + epsilon) - math.sqrt(math.log(1 / delta))) ** 2
+    assert rho == pytest.approx(expected, rel=1e-9)
+
+
+def test_subsampling_bounds():
+    eps, delta = M.subsampled_epsilon_delta(2.0, 1e-6, 10, 1000)
+    assert eps == pytest.approx(math.log(1 + 0.01 * (math.e**2 - 1)))
+    assert delta == pytest.approx(1e-8)
+    eps, delta = M.subsampled_epsilon_delta(math.log(68.6), 0.0, 15, 4296, bound="bkn10")
+    assert eps == pytest.approx(15 / 4296 * (3 + 68.6))
+    with pytest.raises(ValueError, match="balle2018"):
+        M.subsampled_epsilon_delta(5.0, 0.0, 100, 1000, bound="bkn10")
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda rng: M.laplace_mechanism(0.0, sensitivity=1, epsilon=0, rng=rng), "epsilon"),
+        (lambda rng: M.laplace_mechanism(0.0, sensitivity=-1, epsilon=1, rng=rng), "sensitivity"),
+        (lambda rng: M.gaussian_mechanism(0.0, sensitivity=1, epsilon=1, delta=0, rng=rng), "delta"),
+        (lambda rng: M.gaussian_mechanism(0.0, sensitivity=1, epsilon=1, delta=1.5, rng=rng), "delta"),
+        (lambda rng: M.gaussian_mechanism(0.0, sensitivity=1, epsilon=1, delta=1e-6, rng=rng,
+                                          calibration="nope"), "calibration"),
+        (lambda rng: M.exponential_mechanism([1.0, np.nan], epsilon=1, sensitivity=1, rng=rng), "finite"),
+        (lambda rng: M.exponential_mechanism([1.0], epsilon=1, sensitivity=0, rng=rng), "sensitivity"),
+        (lambda rng: M.zcdp_gaussian_mechanism(0.0, sensitivity=1, rho=0, rng=rng), "rho"),
+    ],
+)
+def test_invalid_parameters_raise_value_error(call, match):
+    with pytest.raises(ValueError, match=match):
+        call(np.random.default_rng(0))
+
+
+def test_events_record_the_calibration():
+    rng = np.random.default_rng(0)
+    _, event = M.laplace_mechanism(np.zeros(3), sensitivity=2.0, epsilon=0.5, rng=rng, label="x")
+    assert (event.mechanism, event.scale, event.cost(), event.label) == ("laplace", 4.0, (0.5, 0.0), "x")
+    _, event = M.gaussian_mechanism(1.0, sensitivity=1.0, epsilon=1.0, delta=1e-6, rng=rng)
+    assert event.scale == pytest.approx(M.analytic_gaussian_sigma(1.0, 1.0, 1e-6))
+    assert M.PrivacyEvent.from_dict(event.to_dict()) == event
+
+
+def test_exponential_mechanism_has_no_overflow_and_matches_softmax():
+    rng = np.random.default_rng(1)
+    scores = np.array([1e7, 1e7 - 1.0, 1e7 - 2.0, 0.0])
+    draws = np.array([
+        M.exponential_mechanism(scores, epsilon=2.0, sensitivity=1.0, rng=rng)[0] for _ in range(20_000)
+    ])
+    expected = np.exp(scores - scores.max())
+    expected /= expected.sum()
+    observed = np.bincount(draws, minlength=4)
+    assert observed[3] == 0
+    _, p_value = stats.chisquare(observed[:3], expected[:3] * draws.size / expected[:3].sum())
+    assert p_value > 1e-4
+
+
+# ---------------------------------------------------------------------------
+# Statistical privacy checks on neighbouring inputs
+# ---------------------------------------------------------------------------
+
+EDGES = np.linspace(-4.0, 5.0, 37)
+
+
+def _laplace_samples(value, scale, seed):
+    return value + np.random.default_rng(seed).laplace(0.0, scale, N_SAMPLES)
+
+
+@pytest.mark.parametrize("epsilon", [0.5, 1.0])
+def test_laplace_empirical_loss_within_epsilon(epsilon):
+    rng_a, rng_b = np.random.default_rng(10), np.random.default_rng(11)
+    # Every coordinate is an independent draw of the scalar sensitivity-1 mechanism.
+    a = M.laplace_mechanism(np.zeros(N_SAMPLES), sensitivity=1.0, epsilon=epsilon, rng=rng_a)[0]
+    b = M.laplace_mechanism(np.ones(N_SAMPLES), sensitivity=1.0, epsilon=epsilon, rng=rng_b)[0]
+    bound = epsilon_lower_bound(event_counts(a, EDGES), N_SAMPLES, event_counts(b, EDGES), N_SAMPLES)
+    assert bound <= epsilon
+    assert bound > 0.7 * epsilon  # the check is sharp: it sees most of the true loss
+
+
+def test_laplace_check_detects_under_noise():
+    epsilon = 1.0
+    a = _laplace_samples(0.0, 0.5 / epsilon, 12)  # half the required scale: true loss 2 epsilon
+    b = _laplace_samples(1.0, 0.5 / epsilon, 13)
+    bound = epsilon_lower_bound(event_counts(a, EDGES), N_SAMPLES, event_counts(b, EDGES), N_SAMPLES)
+    assert bound > epsilon
+
+
+@pytest.mark.parametrize("calibration, epsilon", [("analytic", 1.0), ("analytic", 3.0), ("classical", 0.5)])
+def test_gaussian_empirical_delta_within_claim(calibration, epsilon):
+    delta = 1e-3
+    sigma = M.gaussian_sigma(1.0, epsilon, delta, calibration)
+    a = np.random.default_rng(20).normal(0.0, sigma, N_SAMPLES)
+    b = np.random.default_rng(21).normal(1.0, sigma, N_SAMPLES)
+    edges = np.linspace(-4 * sigma, 4 * sigma + 1, 41)
+    bound = delta_lower_bound(event_counts(a, edges), N_SAMPLES, event_counts(b, edges), N_SAMPLES,
+                              epsilon=epsilon)
+    assert bound <= delta
+
+
+def test_gaussian_check_detects_under_noise():
+    epsilon, delta = 1.0, 1e-3
+    sigma = M.analytic_gaussian_sigma(1.0, epsilon, delta) / 3.0
+    a = np.random.default_rng(22).normal(0.0, sigma, N_SAMPLES)
+    b = np.random.default_rng(23).normal(1.0, sigma, N_SAMPLES)
+    edges = np.linspace(-4 * sigma, 4 * sigma + 1, 41)
+    bound = delta_lower_bound(event_counts(a, edges), N_SAMPLES, event_counts(b, edges), N_SAMPLES,
+                              epsilon=epsilon)
+    assert bound > delta
+
+
+def _exponential_counts(scores, epsilon, seed, n_draws=60_000, inflate=1.0):
+    rng = np.random.default_rng(seed)
+    draws = [M.exponential_mechanism(scores, epsilon=epsilon * inflate, sensitivity=1.0, rng=rng)[0]
+             for _ in range(n_draws)]
+    return np.bincount(draws, minlength=len(scores)), n_draws
+
+
+@pytest.mark.parametrize("inflate, should_pass", [(1.0, True), (2.5, False)])
+def test_exponential_empirical_loss(inflate, should_pass):
+    epsilon = 1.0
+    # Neighbouring databases: every score moves by at most the sensitivity (1), in opposite directions.
+    scores_a = np.array([0.0, 1.0, 2.0, 1.0])
+    scores_b = scores_a + np.array([1.0, -1.0, -1.0, 1.0])
+    counts_a, n = _exponential_counts(scores_a, epsilon, 30, inflate=inflate)
+    counts_b, _ = _exponential_counts(scores_b, epsilon, 31, inflate=inflate)
+    bound = epsilon_lower_bound(counts_a, n, counts_b, n)
+    assert (bound <= epsilon) is should_pass
