@@ -3,6 +3,7 @@
 __all__ = [
     "BudgetExceededError",
     "InsufficientDataError",
+    "NotSeparatedError",
     "NotSeparatedWarning",
     "PrivacyLeakWarning",
     "UnprovenPrivacyWarning",
@@ -32,6 +33,14 @@ class PrivacyLeakWarning(UserWarning):
 
     For example ``data_radius=None`` computes the bound from the data; the
     resulting fit is *not* differentially private with respect to that bound.
+    """
+
+
+class NotSeparatedError(RuntimeError):
+    """The private "easy instance" test failed and ``on_failure='raise'`` was set.
+
+    The test's outcome is itself a private release, so its budget has been
+    charged to the accountant; the estimator's fitted state is unchanged.
     """
 
 

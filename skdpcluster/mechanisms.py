@@ -45,6 +45,7 @@ __all__ = [
     "gaussian_sigma",
     "laplace_mechanism",
     "subsampled_epsilon_delta",
+    "subsampled_event",
     "zcdp_gaussian_mechanism",
     "zcdp_rho_for_dp",
     "zcdp_to_dp",
@@ -492,3 +493,23 @@ def subsampled_epsilon_delta(epsilon, delta, sample_size, population_size, bound
     except KeyError:
         raise ValueError(f"bound must be one of {sorted(_SUBSAMPLING_BOUNDS)}, got {bound!r}.") from None
     return amplify(epsilon, delta, int(sample_size), int(population_size))
+
+
+def subsampled_event(event, sample_size, population_size, bound="balle2018"):
+    """Return ``event`` re-priced for running on a uniform subsample (see :func:`subsampled_epsilon_delta`).
+
+    The returned event has ``mechanism="subsampled"``; the inner mechanism,
+    its (epsilon, delta) and the sampling rate are kept in ``details``.
+    """
+    epsilon, delta = subsampled_epsilon_delta(
+        event.epsilon, event.delta, sample_size, population_size, bound=bound
+    )
+    details = {
+        "inner_mechanism": event.mechanism,
+        "inner_epsilon": event.epsilon,
+        "inner_delta": event.delta,
+        "sample_size": int(sample_size),
+        "population_size": int(population_size),
+        "bound": bound,
+    }
+    return replace(event, mechanism="subsampled", epsilon=epsilon, delta=delta, details=details)

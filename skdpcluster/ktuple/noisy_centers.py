@@ -1,0 +1,287 @@
+r"""PrivatekNoisyCenters (Cohen et al. 2021, Figure 4), with the review's private lambda step.
+
+After a successful PrivateTestPartition at ``(eps/2, delta/4, beta/2)``, the
+centres :math:`c_i` of the selected tuple get Gaussian noise whose scale is
+proportional to a private estimate :math:`\lambda_i` of
+:math:`D_i = \min_{j\ne i}\|c_i - c_j\|`.
+
+Two ways to set :math:`\lambda_i` (``lambda_mechanism``):
+
+* ``"log_laplace"`` (default; ``spec/cohen_ktuple_review.md``, finding 4):
+  :math:`\log\lambda_i = \log(2D_i/(\Delta-2)) + \eta\,(Z_i + s)` with
+  :math:`Z_i \sim \mathrm{Lap}(4k/\varepsilon)`,
+  :math:`\eta = \log((\Delta+2)/(\Delta-2))` (the sensitivity of
+  :math:`\log D_i` on admissible pairs, spec §2.1) and
+  :math:`s = (4k/\varepsilon)\log(4k/\delta)`. No clamp: the release of
+  :math:`\log\lambda_i` is a Laplace mechanism, exactly
+  :math:`\varepsilon/(4k)`-DP per centre, and
+  :math:`\lambda_i \ge 2D_i/(\Delta-2) \ge \|c_i - c'_i\|` fails with
+  probability at most :math:`\delta/(8k)` per centre.
+* ``"paper"`` (reproduction only): :math:`\gamma_i = (4/(\Delta-2))(Z_i + s + 1)`,
+  :math:`\lambda_i = (2/\Delta)(1+\gamma_i)D_i`, with the spec's clamp
+  :math:`\gamma_i \ge 4/(\Delta-2)`. Theorem 4.12 as printed is false (the
+  review gives a counterexample); this mode warns.
+
+Two Gaussian calibrations (``gaussian_calibration``):
+
+* ``"analytic_joint"`` (default): given the :math:`\lambda_i`, the k releases
+  :math:`c_i + \lambda_i\,N(0, c^2 I)` form one Gaussian mechanism of
+  whitened L2 sensitivity :math:`\sqrt{k}`; ``c`` is the analytic calibration
+  of Balle & Wang (2018) at :math:`(\varepsilon/4, \delta/8)`.
+* ``"classical"``: :math:`\sigma_i = (4k\lambda_i/\varepsilon)\sqrt{2\log(10k/\delta)}`,
+  the classical calibration at :math:`(\varepsilon/(4k), \delta/(8k))` per
+  centre (needs :math:`\varepsilon/(4k) < 1`).
+
+Accounting (default modes): Status costs :math:`\varepsilon/2`; A* costs
+:math:`\varepsilon/4` (lambda) + :math:`(\varepsilon/4, \delta/8)` (Gaussian)
++ :math:`\delta/8` (coverage failure) :math:`= (\varepsilon/2, \delta/4)`;
+Claim 4.6 adds :math:`3\delta/4` for conditioning on the test. Total
+:math:`(\varepsilon, \delta)`.
+"""
+
+import math
+import warnings
+from dataclasses import replace
+
+import numpy as np
+
+from skdpcluster.exceptions import UnprovenPrivacyWarning
+from skdpcluster.utils._validation import check_epsilon_delta, check_probability
+from skdpcluster.ktuple._framework import (
+    KTupleResult,
+    canonical_order,
+    check_tuple_parameters,
+    conditioning_event,
+    run_partition_test,
+)
+from skdpcluster.mechanisms import (
+    PrivacyEvent,
+    gaussian_mechanism,
+    gaussian_sigma,
+    laplace_mechanism,
+)
+
+__all__ = [
+    "GAUSSIAN_CALIBRATIONS",
+    "LAMBDA_MECHANISMS",
+    "default_separation",
+    "noise_to_gap_ratio",
+    "private_k_noisy_centers",
+]
+
+LAMBDA_MECHANISMS = ("log_laplace", "paper")
+GAUSSIAN_CALIBRATIONS = ("analytic_joint", "classical")
+
+
+def default_separation(k, epsilon, delta, beta):
+    r"""The experiments' separation :math:`\Delta = (10/\varepsilon)\,k\log(k/\delta)\sqrt{\log(k/\beta)}`.
+
+    Cohen et al. (2021), Section 5 (spec §10.1); 1102.19 at k=2, eps=1,
+    delta=e^-28, beta=0.05. Never below 7 (Theorem 4.12 needs Delta > 6).
+    """
+    return max(7.0, (10.0 / epsilon) * k * math.log(k / delta) * math.sqrt(math.log(k / beta)))
+
+
+def _nearest_center_gaps(centers):
+    """D_i = min_{j != i} ||c_i - c_j||."""
+    gaps = np.linalg.norm(centers[:, None, :] - centers[None, :, :], axis=-1)
+    np.fill_diagonal(gaps, np.inf)
+    return gaps.min(axis=1)
+
+
+def _lambda_shift(k, epsilon, delta):
+    """s = (4k/eps) log(4k/delta): Pr[Lap(4k/eps) < -s] = delta/(8k)."""
+    return (4 * k / epsilon) * math.log(4 * k / delta)
+
+
+def _log_lambda_offset(separation, k, epsilon, delta):
+    """log(lambda_i / D_i) at a zero Laplace draw, log-Laplace mechanism."""
+    eta = math.log((separation + 2) / (separation - 2))
+    return math.log(2 / (separation - 2)) + eta * _lambda_shift(k, epsilon, delta)
+
+
+def _lambda_log_laplace(gaps, separation, k, epsilon, delta, rng):
+    """Review finding 4: log lambda_i = log(2 D_i/(Delta-2)) + eta (Z_i + s), no clamp."""
+    eta = math.log((separation + 2) / (separation - 2))
+    # k values of log D_i, each with sensitivity eta: L1 sensitivity k*eta, budget eps/4 in total.
+    noisy_log_gaps, event = laplace_mechanism(
+        np.log(gaps), sensitivity=k * eta, epsilon=epsilon / 4, rng=rng,
+        label="noisy_centers/log_lambda",
+    )
+    log_lambda = noisy_log_gaps + _log_lambda_offset(separation, k, epsilon, delta)
+    # A public cap on log lambda keeps exp finite; capping a released value is post-processing.
+    return np.exp(np.minimum(log_lambda, 700.0)), event
+
+
+def _lambda_paper(gaps, separation, k, epsilon, delta, rng):
+    """Figure 4 step 4(a)-(b) as printed, with the spec's clamp gamma_i >= 4/(Delta-2)."""
+    a = 4 / (separation - 2)
+    shift = _lambda_shift(k, epsilon, delta)
+    noise, event = laplace_mechanism(
+        np.zeros(k), sensitivity=k, epsilon=epsilon / 4, rng=rng, label="noisy_centers/gamma"
+    )
+    gamma = np.maximum(a * (noise + shift + 1), a)
+    return (2 / separation) * (1 + gamma) * gaps, event
+
+
+_LAMBDA_STEPS = {"log_laplace": _lambda_log_laplace, "paper": _lambda_paper}
+
+
+def _gaussian_analytic_joint(centers, lambdas, k, epsilon, delta, rng):
+    """One analytic Gaussian over the k whitened centres c_i / lambda_i (sensitivity sqrt(k))."""
+    whitened = centers / lambdas[:, None]
+    noisy, event = gaussian_mechanism(
+        whitened, sensitivity=math.sqrt(k), epsilon=epsilon / 4, delta=delta / 8, rng=rng,
+        calibration="analytic", label="noisy_centers/gaussian_joint",
+    )
+    return noisy * lambdas[:, None], event
+
+
+def _gaussian_classical(centers, lambdas, k, epsilon, delta, rng):
+    """Per centre, sigma_i = lambda_i * classical sigma at (eps/(4k), delta/(8k)); basic composition."""
+    whitened = centers / lambdas[:, None]  # each whitened centre has sensitivity <= 1
+    noisy, event = gaussian_mechanism(
+        whitened, sensitivity=1.0, epsilon=epsilon / (4 * k), delta=delta / (8 * k), rng=rng,
+        calibration="classical", label="noisy_centers/gaussian_per_center",
+    )
+    return noisy * lambdas[:, None], replace(event, count=k)
+
+
+_GAUSSIAN_STEPS = {"analytic_joint": _gaussian_analytic_joint, "classical": _gaussian_classical}
+
+
+def noise_to_gap_ratio(
+    k, epsilon, delta, separation, lambda_mechanism="log_laplace", gaussian_calibration="analytic_joint"
+):
+    r"""Per-coordinate noise of a released centre relative to its gap, :math:`\sigma_i / D_i`.
+
+    Evaluated at a zero Laplace draw (the median of :math:`\lambda_i`), where
+    :math:`D_i = \min_{j\ne i}\|c_i - c_j\|`. A planning aid: the centre is
+    useful when this is well below 1/2. At the experiments' parameters
+    (spec §6.3; review, finding 4) it is about 0.164 for k = 2 with the
+    defaults and 0.2147 for the paper's mechanism.
+    """
+    _check_modes(lambda_mechanism, gaussian_calibration, k, epsilon)
+    if lambda_mechanism == "log_laplace":
+        lambda_ratio = math.exp(_log_lambda_offset(separation, k, epsilon, delta))
+    else:
+        a = 4 / (separation - 2)
+        lambda_ratio = (2 / separation) * (1 + a * (_lambda_shift(k, epsilon, delta) + 1))
+    if gaussian_calibration == "analytic_joint":
+        unit_sigma = gaussian_sigma(math.sqrt(k), epsilon / 4, delta / 8, "analytic")
+    else:
+        unit_sigma = gaussian_sigma(1.0, epsilon / (4 * k), delta / (8 * k), "classical")
+    return lambda_ratio * unit_sigma
+
+
+def _check_modes(lambda_mechanism, gaussian_calibration, k, epsilon):
+    if lambda_mechanism not in LAMBDA_MECHANISMS:
+        raise ValueError(
+            f"lambda_mechanism must be one of {LAMBDA_MECHANISMS}, got {lambda_mechanism!r}."
+        )
+    if gaussian_calibration not in GAUSSIAN_CALIBRATIONS:
+        raise ValueError(
+            f"gaussian_calibration must be one of {GAUSSIAN_CALIBRATIONS}, "
+            f"got {gaussian_calibration!r}."
+        )
+    if gaussian_calibration == "classical" and epsilon / (4 * k) >= 1:
+        raise ValueError(
+            f"gaussian_calibration='classical' needs epsilon/(4k) < 1, got epsilon={epsilon} with "
+            f"k={k}; use gaussian_calibration='analytic_joint' for epsilon >= {4 * k}."
+        )
+
+
+def private_k_noisy_centers(
+    tuples,
+    *,
+    epsilon,
+    delta,
+    beta,
+    rng,
+    separation=None,
+    accounting="corrected",
+    lambda_mechanism="log_laplace",
+    gaussian_calibration="analytic_joint",
+):
+    r"""PrivatekNoisyCenters (Cohen et al. 2021, Figure 4; Theorems 4.11 and 4.12).
+
+    Parameters
+    ----------
+    tuples : ndarray of shape (n, k, d)
+        Finite values; ``n`` must be at least :func:`~skdpcluster.ktuple.min_tuples`.
+    epsilon, delta, beta : float
+        Target privacy and failure probability.
+    rng : numpy.random.Generator
+    separation : float, default=None
+        Delta > 6; ``None`` uses :func:`default_separation`.
+    accounting : {"corrected", "paper"}, default="corrected"
+        Which ell sets the admissible number of tuples (see
+        :func:`~skdpcluster.ktuple.ell`).
+    lambda_mechanism : {"log_laplace", "paper"}, default="log_laplace"
+    gaussian_calibration : {"analytic_joint", "classical"}, default="analytic_joint"
+
+    Returns
+    -------
+    KTupleResult
+        ``centers`` of shape (k, d) in canonical (lexicographic) row order, or
+        ``None`` when the private test failed; the events; and the proven
+        ``(epsilon, delta)``.
+    """
+    n, k, _ = tuples.shape
+    check_epsilon_delta(epsilon, delta, allow_zero_delta=False)
+    check_probability(beta, "beta")
+    if separation is None:
+        separation = default_separation(k, epsilon, delta, beta)
+    check_tuple_parameters(tuples, epsilon, delta, beta, separation, accounting)
+    _check_modes(lambda_mechanism, gaussian_calibration, k, epsilon)
+    if lambda_mechanism == "paper":
+        warnings.warn(
+            "lambda_mechanism='paper' reproduces Figure 4 as printed; Theorem 4.12 is false for it "
+            "(see the k-tuple review), so the reported privacy is nominal, not proven.",
+            UnprovenPrivacyWarning,
+            stacklevel=2,
+        )
+    test, test_events, public = run_partition_test(
+        tuples, epsilon=epsilon, delta=delta, beta=beta, separation=separation,
+        accounting=accounting, rng=rng,
+    )
+    events = list(test_events)
+    centers = None
+    if test.success:
+        gaps = _nearest_center_gaps(test.centers)
+        lambdas, lambda_event = _LAMBDA_STEPS[lambda_mechanism](
+            gaps, separation, k, epsilon, delta, rng
+        )
+        noisy, gaussian_event = _GAUSSIAN_STEPS[gaussian_calibration](
+            test.centers, lambdas, k, epsilon, delta, rng
+        )
+        centers = canonical_order(noisy)
+        events += [lambda_event, gaussian_event]
+    else:
+        events.append(_unreleased_event(epsilon, delta))
+    # Priced whether or not the test succeeded, so the cost never depends on the data.
+    events += [
+        _coverage_event(lambda_mechanism, delta, test.success),
+        conditioning_event(delta, public, accounting),
+    ]
+    return KTupleResult(centers, test.success, events, public, proven=lambda_mechanism != "paper")
+
+
+def _unreleased_event(epsilon, delta):
+    """After a failed test the centres are not released, but A* is priced anyway.
+
+    The charge of a fit must not depend on which outcome occurred: the
+    guarantee of Claim 4.6 is for the algorithm as a whole.
+    """
+    return PrivacyEvent(
+        "noisy_centers_unreleased", epsilon / 2, delta / 8, label="noisy_centers/not_released",
+        details={"reason": "private test failed; lambda and Gaussian steps priced, not run"},
+    )
+
+
+def _coverage_event(lambda_mechanism, delta, success):
+    """The delta/8 of the event that some lambda_i does not cover the centre shift."""
+    return PrivacyEvent(
+        "noisy_centers_coverage", 0.0, delta / 8, label="noisy_centers/lambda_coverage",
+        details={"lambda_mechanism": lambda_mechanism, "test_success": bool(success)},
+    )

@@ -1,0 +1,140 @@
+"""PrivatekNoisyCenters (spec §6, review finding 4)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from skdpcluster.exceptions import InsufficientDataError, UnprovenPrivacyWarning
+from skdpcluster.ktuple import min_tuples
+from skdpcluster.ktuple.noisy_centers import default_separation, noise_to_gap_ratio, private_k_noisy_centers
+
+DELTA_28 = math.exp(-28)
+
+
+@pytest.mark.parametrize("k, separation", [(2, 1102.19), (4, 2460.6), (6, 3911.1), (8, 5421.1)])
+def test_default_separation_matches_spec_table(k, separation):
+    assert default_separation(k, 1.0, DELTA_28, 0.05) == pytest.approx(separation, rel=1e-4)
+
+
+# Review, finding 4: sigma / D at a zero Laplace draw, experiments' Delta.
+@pytest.mark.parametrize(
+    "k, paper, log_laplace_classical, log_laplace_joint",
+    [(2, 0.2147, 0.274, 0.164), (4, 0.1866, 0.231, 0.096), (6, 0.1737, 0.212, 0.072),
+     (8, 0.1657, 0.200, 0.058)],
+)
+def test_noise_to_gap_ratio_matches_review_table(k, paper, log_laplace_classical, log_laplace_joint):
+    separation = default_separation(k, 1.0, DELTA_28, 0.05)
+    ratio = lambda lam, cal: noise_to_gap_ratio(k, 1.0, DELTA_28, separation, lam, cal)  # noqa: E731
+    assert ratio("paper", "classical") == pytest.approx(paper, abs=5e-4)
+    assert ratio("log_laplace", "classical") == pytest.approx(log_laplace_classical, rel=3e-3)
+    assert ratio("log_laplace", "analytic_joint") == pytest.approx(log_laplace_joint, abs=5e-4)
+
+
+def _separated_tuples(n, k, d, gap, spread, seed):
+    rng = np.random.default_rng(seed)
+    centers = np.zeros((k, d))
+    centers[:, 0] = gap * np.arange(k)
+    return centers, centers[None] + rng.normal(0, spread, size=(n, k, d))
+
+
+@pytest.mark.parametrize("d", [1, 5, 50])
+@pytest.mark.parametrize("calibration", ["analytic_joint", "classical"])
+def test_ledger_never_exceeds_the_request(d, calibration):
+    epsilon, delta, beta = 1.0, 1e-6, 0.05
+    n = min_tuples(epsilon, delta, beta)
+    _, tuples = _separated_tuples(n, 3, d, gap=1e5, spread=0.01, seed=d)
+    result = private_k_noisy_centers(
+        tuples, epsilon=epsilon, delta=delta, beta=beta, rng=np.random.default_rng(0),
+        gaussian_calibration=calibration,
+    )
+    assert result.success
+    spent = result.privacy_spent()
+    assert spent[0] <= epsilon * (1 + 1e-12) and spent[1] <= delta * (1 + 1e-12)
+    assert spent == pytest.approx((epsilon, delta))  # the whole budget is accounted for
+
+
+def test_failure_is_priced_the_same_and_releases_nothing():
+    n = min_tuples(1.0, 1e-6, 0.05)
+    tuples = np.random.default_rng(0).normal(size=(n, 2, 2))  # no structure at all
+    result = private_k_noisy_centers(tuples, epsilon=1.0, delta=1e-6, beta=0.05, rng=np.random.default_rng(1))
+    assert not result.success and result.centers is None
+    assert result.privacy_spent() == pytest.approx((1.0, 1e-6))
+
+
+def test_centers_are_close_and_in_canonical_order():
+    n = min_tuples(1.0, 1e-6, 0.05)
+    true, tuples = _separated_tuples(n, 4, 3, gap=1e4, spread=0.05, seed=2)
+    result = private_k_noisy_centers(tuples, epsilon=1.0, delta=1e-6, beta=0.05, rng=np.random.default_rng(3))
+    assert result.success
+    order = np.lexsort(result.centers.T[::-1])
+    assert np.array_equal(order, np.arange(4))
+    # Noise per coordinate has sd = ratio * D at the median draw; 6 sd bounds every coordinate here.
+    sd = noise_to_gap_ratio(4, 1.0, 1e-6, default_separation(4, 1.0, 1e-6, 0.05)) * 1e4
+    assert np.max(np.abs(result.centers - true)) < 6 * sd
+    # Theorem 4.11: every released centre is nearest to its own true centre.
+    nearest = np.argmin(np.linalg.norm(result.centers[:, None] - true[None], axis=-1), axis=1)
+    assert np.array_equal(nearest, np.arange(4))
+
+
+def test_output_invariant_to_point_order_inside_tuples():
+    n = min_tuples(1.0, 1e-6, 0.05)
+    _, tuples = _separated_tuples(n, 3, 2, gap=1e5, spread=0.01, seed=4)
+    shuffled = np.stack([t[np.random.default_rng(i).permutation(3)] for i, t in enumerate(tuples)])
+    a = private_k_noisy_centers(tuples, epsilon=1.0, delta=1e-6, beta=0.05, rng=np.random.default_rng(7))
+    b = private_k_noisy_centers(shuffled, epsilon=1.0, delta=1e-6, beta=0.05, rng=np.random.default_rng(7))
+    assert np.array_equal(a.centers, b.centers)
+
+
+def test_paper_modes_warn_and_report_proven_delta():
+    n = min_tuples(1.0, 1e-6, 0.05, accounting="paper")
+    _, tuples = _separated_tuples(n, 2, 1, gap=1e5, spread=0.01, seed=5)
+    with pytest.warns(UnprovenPrivacyWarning):
+        result = private_k_noisy_centers(
+            tuples, epsilon=1.0, delta=1e-6, beta=0.05, rng=np.random.default_rng(0),
+            lambda_mechanism="paper", gaussian_calibration="classical", accounting="paper",
+        )
+    assert not result.proven
+    epsilon, delta = result.privacy_spent()
+    m, eps1 = result.public["m"], result.public["eps1"]
+    # Review, finding 3: Claim 4.5 holds only at (1 + m e^eps1)/2 * delta_TP.
+    assert delta == pytest.approx(1e-6 / 4 + 3 * (1 + m * math.exp(eps1)) / 2 * 1e-6 / 4)
+    assert delta > 1e-6 and epsilon > 1.0
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(separation=6.0), ValueError, "separation"),
+        (dict(epsilon=0.0), ValueError, "epsilon"),
+        (dict(delta=1.0), ValueError, "delta"),
+        (dict(beta=1.5), ValueError, "beta"),
+        (dict(accounting="strict"), ValueError, "accounting"),
+        (dict(lambda_mechanism="clamped"), ValueError, "lambda_mechanism"),
+        (dict(epsilon=9.0, gaussian_calibration="classical"), ValueError, "analytic_joint"),
+    ],
+)
+def test_invalid_parameters_raise_before_randomness(kwargs, error, match):
+    _, tuples = _separated_tuples(2000, 2, 1, gap=1e5, spread=0.01, seed=0)
+    params = dict(epsilon=1.0, delta=1e-6, beta=0.05) | kwargs
+    rng = np.random.default_rng(0)
+    state = rng.bit_generator.state
+    with pytest.raises(error, match=match):
+        private_k_noisy_centers(tuples, rng=rng, **params)
+    assert rng.bit_generator.state == state
+
+
+def test_too_few_tuples_says_how_many_are_needed():
+    _, tuples = _separated_tuples(500, 2, 1, gap=1e5, spread=0.01, seed=0)
+    with pytest.raises(InsufficientDataError, match="at least 1963"):
+        private_k_noisy_centers(tuples, epsilon=1.0, delta=1e-6, beta=0.05, rng=np.random.default_rng(0))
+
+
+def test_nan_and_k1_rejected():
+    tuples = np.zeros((3000, 2, 1))
+    tuples[5, 0, 0] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        private_k_noisy_centers(tuples, epsilon=1.0, delta=1e-6, beta=0.05, rng=np.random.default_rng(0))
+    with pytest.raises(ValueError, match="k >= 2"):
+        private_k_noisy_centers(np.zeros((3000, 1, 1)), epsilon=1.0, delta=1e-6, beta=0.05,
+                                rng=np.random.default_rng(0))
