@@ -4,6 +4,14 @@ Subpackages and modules
 -----------------------
 accountant
     :class:`BudgetAccountant`, the shared privacy ledger.
+cluster
+    The private clustering estimators (:class:`KTupleClusterer`, ...).
+ktuple
+    The k-tuple framework of Cohen et al. (2021) as functions on arrays.
+averaging
+    Private averages, 1-median and single-Gaussian estimation.
+datasets
+    The papers' test distributions.
 mechanisms
     Laplace, Gaussian (analytic calibration), exponential mechanism, zCDP and
     subsampling; pure functions returning a value and a privacy event.
@@ -16,9 +24,11 @@ utils
 from importlib.metadata import PackageNotFoundError, version
 
 from skdpcluster.accountant import BudgetAccountant
+from skdpcluster.cluster import KTupleClusterer
 from skdpcluster.exceptions import (
     BudgetExceededError,
     InsufficientDataError,
+    NotSeparatedError,
     NotSeparatedWarning,
     PrivacyLeakWarning,
     UnprovenPrivacyWarning,
@@ -33,6 +43,8 @@ __all__ = [
     "BudgetAccountant",
     "BudgetExceededError",
     "InsufficientDataError",
+    "KTupleClusterer",
+    "NotSeparatedError",
     "NotSeparatedWarning",
     "PrivacyLeakWarning",
     "UnprovenPrivacyWarning",

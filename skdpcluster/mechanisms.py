@@ -429,9 +429,11 @@ def exponential_mechanism(
     if log_base_measure is not None:
         log_weights = log_weights + np.asarray(log_base_measure, dtype=float)
     index = int(np.argmax(log_weights + rng.gumbel(size=scores.shape)))
+    # No candidate count in the event: callers may pass data-dependent candidate sets
+    # (runs of equal score), and the event must hold public values only.
     event = PrivacyEvent(
         "exponential", epsilon, 0.0, sensitivity, 2.0 * sensitivity / epsilon, label=label,
-        neighbouring=neighbouring, details={"n_candidates": int(scores.size)},
+        neighbouring=neighbouring,
     )
     return index, event
 

@@ -40,13 +40,13 @@ Claim 4.6 adds :math:`3\delta/4` for conditioning on the test. Total
 """
 
 import math
-import warnings
 from dataclasses import replace
 
 import numpy as np
 
 from skdpcluster.exceptions import UnprovenPrivacyWarning
 from skdpcluster.utils._validation import check_epsilon_delta, check_probability
+from skdpcluster.utils._warnings import warn_user
 from skdpcluster.ktuple._framework import (
     KTupleResult,
     canonical_order,
@@ -235,11 +235,10 @@ def private_k_noisy_centers(
     check_tuple_parameters(tuples, epsilon, delta, beta, separation, accounting)
     _check_modes(lambda_mechanism, gaussian_calibration, k, epsilon)
     if lambda_mechanism == "paper":
-        warnings.warn(
+        warn_user(
             "lambda_mechanism='paper' reproduces Figure 4 as printed; Theorem 4.12 is false for it "
             "(see the k-tuple review), so the reported privacy is nominal, not proven.",
             UnprovenPrivacyWarning,
-            stacklevel=2,
         )
     test, test_events, public = run_partition_test(
         tuples, epsilon=epsilon, delta=delta, beta=beta, separation=separation,

@@ -1,0 +1,5 @@
+"""Differentially private clustering estimators."""
+
+from skdpcluster.cluster._ktuple import KTupleClusterer
+
+__all__ = ["KTupleClusterer"]

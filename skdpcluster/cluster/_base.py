@@ -1,0 +1,254 @@
+"""Template-method base class shared by the private clustering estimators.
+
+``fit`` does, in order: validate the parameters (declared as data in
+``_parameter_constraints``) and the input; build a public *plan* (everything
+that depends only on public values, such as the number of rows; too few rows
+raise here); check the plan's cost against the accountant; create the random
+generator; run ``_fit_private``; charge the accountant with the events the fit
+actually spent; and only then set the fitted attributes. A fit that raises
+leaves the accountant and the previous fitted state unchanged.
+
+A new estimator writes ``_plan``, ``_fit_private`` and its constraints.
+"""
+
+import math
+from dataclasses import dataclass, field
+from numbers import Integral, Real
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
+from sklearn.exceptions import NotFittedError
+from sklearn.metrics import pairwise_distances_argmin_min
+from sklearn.metrics.pairwise import euclidean_distances
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from skdpcluster.accountant import BudgetAccountant
+from skdpcluster.exceptions import NotSeparatedError, NotSeparatedWarning, PrivacyLeakWarning
+from skdpcluster.utils import check_random_state
+from skdpcluster.utils._compat import Interval, StrOptions, fit_context
+from skdpcluster.utils._warnings import warn_user
+
+__all__ = ["PrivateFit", "PrivateFitPlan"]
+
+
+@dataclass
+class PrivateFitPlan:
+    """Public decisions of a fit, made before any randomness.
+
+    Attributes
+    ----------
+    cost : (float, float)
+        The (epsilon, delta) the fit will charge at most.
+    values : dict
+        Public values the private fit needs (for example ``n_tuples``,
+        ``data_radius``); the ones named in ``attributes`` are also stored as
+        fitted attributes.
+    attributes : dict
+        Fitted attributes decided by the plan.
+    """
+
+    cost: tuple
+    values: dict = field(default_factory=dict)
+    attributes: dict = field(default_factory=dict)
+
+
+@dataclass
+class PrivateFit:
+    """What ``_fit_private`` returns: the release and its price."""
+
+    centers: np.ndarray | None
+    success: bool
+    events: list
+    proven: bool = True
+    attributes: dict = field(default_factory=dict)
+    rho: float | None = None
+
+    def spent(self):
+        """Basic composition of the events."""
+        return (
+            math.fsum(event.cost()[0] for event in self.events),
+            math.fsum(event.cost()[1] for event in self.events),
+        )
+
+
+def _random_state_constraint():
+    return [None, Interval(Integral, 0, None, closed="left"), np.random.Generator]
+
+
+class _BasePrivateClusterer(
+    ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, BaseEstimator
+):
+    """Base class: the fit template, prediction and the common parameters."""
+
+    _parameter_constraints: dict = {
+        "n_clusters": [Interval(Integral, 2, None, closed="left")],
+        "epsilon": [Interval(Real, 0, None, closed="neither")],
+        "delta": [Interval(Real, 0, 1, closed="neither")],
+        "data_radius": [None, Interval(Real, 0, None, closed="neither")],
+        "data_center": [None, "array-like"],
+        "on_failure": [StrOptions({"warn", "raise"})],
+        "accountant": [None, BudgetAccountant],
+        "random_state": _random_state_constraint(),
+        "n_jobs": [None, Integral],
+        "verbose": ["verbose"],
+    }
+
+    # -- the template -----------------------------------------------------------
+    @fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y=None):
+        """Fit privately and charge the accountant.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training data. The number of rows is treated as public.
+        y : Ignored
+            Not used, present for API consistency.
+
+        Returns
+        -------
+        self : object
+            Fitted estimator.
+        """
+        with _restore_on_error(self):
+            X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2)
+            X = np.asarray(X, dtype=np.float64)
+            self._commit(*self._run(X, self._plan(X)))
+        return self
+
+    def _run(self, data, plan, private_step=None):
+        """Check the budget, draw the generator, run the private step and charge the accountant."""
+        accountant = self._resolve_accountant()
+        accountant.check(*plan.cost)
+        rng = check_random_state(self.random_state)
+        result = (private_step or self._fit_private)(data, plan, rng)
+        spent = result.spent()
+        if not (spent[0] <= plan.cost[0] * (1 + 1e-9) and spent[1] <= plan.cost[1] * (1 + 1e-9)):
+            raise RuntimeError(
+                f"internal accounting error: the fit spent {spent}, more than planned {plan.cost}."
+            )
+        accountant.spend(*spent, label=f"{type(self).__name__}.fit", events=result.events)
+        return plan, result, spent
+
+    def _commit(self, plan, result, spent):
+        for name, value in {**plan.attributes, **result.attributes}.items():
+            setattr(self, name, value)
+        self.cluster_centers_ = result.centers
+        self.status_ = "success" if result.success else "failure"
+        self.privacy_spent_ = {"epsilon": spent[0], "delta": spent[1], "proven": result.proven}
+        if result.rho is not None:
+            self.privacy_spent_["rho"] = result.rho
+        self.privacy_ledger_ = list(result.events)
+        if not result.success:
+            self._report_failure()
+
+    def _report_failure(self):
+        message = (
+            f"{type(self).__name__}: the private easy-instance test failed (status_='failure'); "
+            "no centres were released. The data may not be well separated, or there may be too "
+            "little data per tuple. The budget of the test was spent."
+        )
+        if self.on_failure == "raise":
+            raise NotSeparatedError(message)
+        warn_user(message, NotSeparatedWarning)
+
+    def _resolve_accountant(self):
+        return BudgetAccountant.default() if self.accountant is None else self.accountant
+
+    # -- public bounds ------------------------------------------------------------
+    def _resolve_center(self, n_features):
+        if self.data_center is None:
+            return np.zeros(n_features)
+        center = np.asarray(self.data_center, dtype=float).reshape(-1)
+        if center.shape != (n_features,) or not np.all(np.isfinite(center)):
+            raise ValueError(
+                f"data_center must be a finite vector of length n_features={n_features}, "
+                f"got shape {center.shape}."
+            )
+        return center
+
+    def _resolve_radius(self, X, center):
+        """Public bound Lambda: ``data_radius``, or computed from X with a PrivacyLeakWarning."""
+        if self.data_radius is not None:
+            return float(self.data_radius)
+        warn_user(
+            f"{type(self).__name__}: data_radius=None, so the bound was computed from the data; "
+            "the result is not differentially private with respect to it. Pass a public "
+            "data_radius (and data_center) to keep the guarantee.",
+            PrivacyLeakWarning,
+        )
+        return float(np.max(np.linalg.norm(X - center, axis=1))) or 1.0
+
+    # -- prediction -----------------------------------------------------------------
+    def _released_centers(self):
+        check_is_fitted(self, "status_")
+        if self.cluster_centers_ is None:
+            raise NotFittedError(
+                f"{type(self).__name__} released no centres: its private test failed "
+                "(status_='failure'). Fit on better separated or more data."
+            )
+        return self.cluster_centers_
+
+    def predict(self, X):
+        """Index of the nearest released centre for each row.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+        """
+        centers = self._released_centers()
+        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        return pairwise_distances_argmin_min(X, centers)[0].astype(np.intp)
+
+    def transform(self, X):
+        """Euclidean distance of each row to every released centre.
+
+        Returns
+        -------
+        distances : ndarray of shape (n_samples, n_clusters)
+        """
+        centers = self._released_centers()
+        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        return euclidean_distances(X, centers)
+
+    def score(self, X, y=None):
+        """Negative k-means cost of ``X`` against the released centres (higher is better).
+
+        Returns
+        -------
+        score : float
+        """
+        return -float(np.sum(self.transform(X).min(axis=1) ** 2))
+
+    @property
+    def _n_features_out(self):
+        return self.n_clusters
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = False
+        tags.transformer_tags.preserves_dtype = ["float64"]
+        return tags
+
+
+class _restore_on_error:
+    """Context manager: on an exception, put the estimator's fitted attributes back as they were."""
+
+    def __init__(self, estimator):
+        self.estimator = estimator
+
+    def __enter__(self):
+        self.saved = {k: v for k, v in vars(self.estimator).items() if k.endswith("_")}
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            state = vars(self.estimator)
+            for name in [k for k in state if k.endswith("_")]:
+                del state[name]
+            state.update(self.saved)
+        return False

@@ -1,0 +1,360 @@
+r"""KTupleClusterer: private k-tuple clustering (Cohen et al., ICML 2021) as a scikit-learn estimator."""
+
+from numbers import Integral, Real
+
+import numpy as np
+from sklearn.base import clone
+from sklearn.cluster import KMeans
+from sklearn.utils.validation import validate_data
+
+from skdpcluster._tuples import generate_tuples
+from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _BasePrivateClusterer, _restore_on_error
+from skdpcluster.exceptions import InsufficientDataError
+from skdpcluster.ktuple import min_tuples
+from skdpcluster.ktuple._framework import check_tuple_parameters, conditioning_event
+from skdpcluster.ktuple.averages import AVERAGES_SEPARATION, private_k_averages
+from skdpcluster.ktuple.noisy_centers import default_separation, private_k_noisy_centers
+from skdpcluster.ktuple.partition import _outer_ell, compute_m_eps1
+from skdpcluster.utils._compat import HasMethods, Interval, StrOptions, fit_context
+
+__all__ = ["KTupleClusterer"]
+
+#: Rows per tuple that ``n_tuples="auto"`` aims for with ``method="averages"``
+#: (the paper's "about 15 k samples" per tuple, spec §10.1).
+AVERAGES_ROWS_PER_CLUSTER = 15
+#: Resolution of the private averages relative to the data radius when ``r_min=None``.
+DEFAULT_R_MIN_FRACTION = 1e-4
+
+
+class KTupleClusterer(_BasePrivateClusterer):
+    r"""Differentially private k-tuple clustering (Cohen et al., ICML 2021).
+
+    The rows are split at random into ``n_tuples`` disjoint blocks; a
+    non-private ``base_estimator`` is fitted on every block and its k centres
+    form one k-tuple. A private test (PrivateTestPartition, Figure 2) checks
+    that almost all tuples agree, i.e. that they are partitioned by Delta-far
+    balls; if so, the tuples are combined privately:
+
+    * ``method="noisy_centers"``: PrivatekNoisyCenters (Figure 4) releases the
+      centres of one agreeing tuple with Gaussian noise proportional to a
+      private estimate of their spacing. Needs few tuples (the minimum
+      :func:`~skdpcluster.ktuple.min_tuples`) but very well separated tuples
+      (about :math:`2\Delta + 2`-far, with :math:`\Delta` in the hundreds).
+    * ``method="averages"``: PrivatekAverages (Figure 3) averages each cluster
+      of tuple points privately (Proposition 2.9). Needs only 16-far tuples
+      but many of them (about :math:`5\cdot 10^5\,k\,d`).
+
+    Each row affects one block, so a replace-one change of the data changes
+    one tuple, and the guarantee of the tuple algorithm carries over to the
+    rows.
+
+    Parameters
+    ----------
+    n_clusters : int, default=8
+        Number of clusters k (at least 2).
+    method : {"noisy_centers", "averages"}, default="noisy_centers"
+        The private aggregation of the tuples.
+    epsilon : float, default=1.0
+        Privacy parameter of the whole fit.
+    delta : float, default=1e-6
+        Privacy parameter of the whole fit, in (0, 1).
+    beta : float, default=0.05
+        Failure probability of the private test on well-separated data.
+    base_estimator : estimator, default=None
+        Non-private clusterer cloned per block, with ``n_clusters`` (or
+        ``n_components``) set to ``n_clusters``; it must expose
+        ``cluster_centers_`` or ``means_`` after ``fit``. ``None`` uses
+        ``KMeans(init="k-means++", n_init=1)``, solved by a fast batched path.
+    n_tuples : int or "auto", default="auto"
+        Number of blocks. ``"auto"`` uses the minimum admissible number for
+        ``"noisy_centers"`` and ``max(minimum, n_samples // (15 k))`` for
+        ``"averages"``.
+    separation : float, default=None
+        Delta of ``"noisy_centers"`` (> 6). ``None`` uses the paper's
+        :math:`(10/\varepsilon)\,k\log(k/\delta)\sqrt{\log(k/\beta)}`.
+        ``"averages"`` always uses 7.
+    data_radius : float, default=None
+        Public bound Lambda on ``||x - data_center||``, used by
+        ``"averages"`` (rows outside are projected onto the ball). ``None``
+        computes it from the data, emits a :class:`PrivacyLeakWarning` and
+        stores it only in ``data_radius_``.
+    data_center : array-like of shape (n_features,), default=None
+        Public centre of the data ball; ``None`` means the origin.
+    r_min : float, default=None
+        Resolution of ``"averages"``; ``None`` means ``1e-4 * data_radius``.
+    accounting : {"corrected", "paper"}, default="corrected"
+        ``"corrected"`` uses the ell for which Claim 4.5 is proven;
+        ``"paper"`` reproduces Definition 4.4 and then ``privacy_spent_``
+        reports the larger delta that can actually be proven.
+    lambda_mechanism : {"log_laplace", "paper"}, default="log_laplace"
+        See :func:`~skdpcluster.ktuple.noisy_centers.private_k_noisy_centers`;
+        ``"paper"`` is a reproduction mode whose privacy is not proven.
+    gaussian_calibration : {"analytic_joint", "classical"}, default="analytic_joint"
+        Noise calibration of ``"noisy_centers"``.
+    on_failure : {"warn", "raise"}, default="warn"
+        When the private test fails: ``"warn"`` sets ``status_="failure"``,
+        ``cluster_centers_=None`` and emits a :class:`NotSeparatedWarning`;
+        ``"raise"`` raises :class:`NotSeparatedError` and leaves the previous
+        fitted state. Either way the test's budget is charged.
+    accountant : BudgetAccountant, default=None
+        Charged with what every fit spends; ``None`` uses the default one.
+    random_state : None, int or numpy.random.Generator, default=None
+        ``None`` draws fresh OS entropy; an int or Generator makes the fit
+        reproducible.
+    n_jobs : int, default=None
+        Parallel jobs for the blocks (joblib; any backend, including Dask).
+    verbose : int, default=0
+        Print the public plan when > 0.
+
+    Attributes
+    ----------
+    cluster_centers_ : ndarray of shape (n_clusters, n_features) or None
+        The private centres, rows in lexicographic order; ``None`` after a
+        failed test. A differentially private release.
+    status_ : {"success", "failure"}
+        Outcome of the private test (a private release).
+    labels_ : ndarray of shape (n_samples,)
+        Nearest released centre of every training row (-1 after a failure).
+        **Not private**: a function of the training data.
+    n_tuples_ : int
+        Number of tuples used.
+    m_, ell_ : int, float
+        Public parameters of the test (Definitions 4.1 and 4.4).
+    separation_ : float
+        The Delta used.
+    data_radius_ : float
+        The bound used by ``"averages"`` (``nan`` for ``"noisy_centers"``).
+    privacy_spent_ : dict
+        ``{"epsilon", "delta", "proven"}`` charged to the accountant; never
+        more than requested in the default modes.
+    privacy_ledger_ : list of PrivacyEvent
+        Every release and theorem-level cost of the fit.
+    n_features_in_ : int
+        Number of features seen during fit.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Names of features seen during fit, when ``X`` has string column names.
+
+    See Also
+    --------
+    skdpcluster.ktuple.min_tuples : Minimum number of tuples for a budget.
+
+    References
+    ----------
+    E. Cohen, H. Kaplan, Y. Mansour, U. Stemmer, E. Tsfadia. Differentially-Private
+    Clustering of Easy Instances. ICML 2021.
+
+    Examples
+    --------
+    >>> from skdpcluster import KTupleClusterer
+    >>> from skdpcluster.datasets import make_separated_mixture
+    >>> X, y = make_separated_mixture(2_000_000, n_clusters=2, n_features=1,
+    ...                               separation=512, random_state=0)
+    >>> est = KTupleClusterer(n_clusters=2, epsilon=1.0, delta=1e-6, random_state=0).fit(X)
+    >>> est.status_
+    'success'
+    >>> est.privacy_spent_["epsilon"] <= 1.0
+    True
+    """
+
+    _parameter_constraints: dict = {
+        **_BasePrivateClusterer._parameter_constraints,
+        "method": [StrOptions({"noisy_centers", "averages"})],
+        "beta": [Interval(Real, 0, 1, closed="neither")],
+        "base_estimator": [None, HasMethods(["fit"])],
+        "n_tuples": [StrOptions({"auto"}), Interval(Integral, 1, None, closed="left")],
+        "separation": [None, Interval(Real, 6, None, closed="neither")],
+        "r_min": [None, Interval(Real, 0, None, closed="neither")],
+        "accounting": [StrOptions({"corrected", "paper"})],
+        "lambda_mechanism": [StrOptions({"log_laplace", "paper"})],
+        "gaussian_calibration": [StrOptions({"analytic_joint", "classical"})],
+    }
+
+    def __init__(
+        self,
+        n_clusters=8,
+        *,
+        method="noisy_centers",
+        epsilon=1.0,
+        delta=1e-6,
+        beta=0.05,
+        base_estimator=None,
+        n_tuples="auto",
+        separation=None,
+        data_radius=None,
+        data_center=None,
+        r_min=None,
+        accounting="corrected",
+        lambda_mechanism="log_laplace",
+        gaussian_calibration="analytic_joint",
+        on_failure="warn",
+        accountant=None,
+        random_state=None,
+        n_jobs=None,
+        verbose=0,
+    ):
+        self.n_clusters = n_clusters
+        self.method = method
+        self.epsilon = epsilon
+        self.delta = delta
+        self.beta = beta
+        self.base_estimator = base_estimator
+        self.n_tuples = n_tuples
+        self.separation = separation
+        self.data_radius = data_radius
+        self.data_center = data_center
+        self.r_min = r_min
+        self.accounting = accounting
+        self.lambda_mechanism = lambda_mechanism
+        self.gaussian_calibration = gaussian_calibration
+        self.on_failure = on_failure
+        self.accountant = accountant
+        self.random_state = random_state
+        self.n_jobs = n_jobs
+        self.verbose = verbose
+
+    # -- public plan --------------------------------------------------------------
+    def _resolved_separation(self):
+        if self.method == "averages":
+            return AVERAGES_SEPARATION
+        if self.separation is not None:
+            return float(self.separation)
+        return default_separation(self.n_clusters, self.epsilon, self.delta, self.beta)
+
+    def _resolved_n_tuples(self, n_samples):
+        minimum = min_tuples(self.epsilon, self.delta, self.beta, self.accounting)
+        if self.n_tuples != "auto":
+            return int(self.n_tuples)
+        if self.method == "averages":
+            return max(minimum, n_samples // (AVERAGES_ROWS_PER_CLUSTER * self.n_clusters))
+        return minimum
+
+    def _cost(self, n_tuples):
+        """The (epsilon, delta) the fit charges: the request, or the proven one in "paper" accounting."""
+        if self.accounting == "corrected":
+            return float(self.epsilon), float(self.delta)
+        m, eps1 = compute_m_eps1(n_tuples, self.epsilon / 2, self.delta / 4, self.beta / 2)
+        paper = conditioning_event(self.delta, {"m": m, "eps1": eps1}, "paper")
+        return self.epsilon + paper.epsilon, self.delta / 4 + paper.delta
+
+    def _plan_tuples(self, n_tuples, n_features):
+        """Checks and attributes shared by ``fit`` and ``fit_tuples`` (public values only)."""
+        separation = self._resolved_separation()
+        shape_probe = np.zeros((n_tuples, self.n_clusters, 1))
+        check_tuple_parameters(
+            shape_probe, self.epsilon, self.delta, self.beta, separation, self.accounting
+        )
+        center = self._resolve_center(n_features)
+        m, _ = compute_m_eps1(n_tuples, self.epsilon / 2, self.delta / 4, self.beta / 2)
+        attributes = {
+            "n_tuples_": n_tuples,
+            "m_": m,
+            "ell_": _outer_ell(n_tuples, self.epsilon, self.delta, self.beta, self.accounting),
+            "separation_": separation,
+        }
+        return PrivateFitPlan(self._cost(n_tuples), {"center": center}, attributes)
+
+    def _plan(self, X):
+        n_samples, n_features = X.shape
+        n_tuples = self._resolved_n_tuples(n_samples)
+        needed = n_tuples * self.n_clusters
+        if n_samples < needed:
+            raise InsufficientDataError(
+                f"X has {n_samples} rows, but KTupleClusterer needs at least n_tuples * n_clusters "
+                f"= {n_tuples} * {self.n_clusters} = {needed} rows (each of the {n_tuples} blocks "
+                f"must hold >= {self.n_clusters} rows) at epsilon={self.epsilon}, "
+                f"delta={self.delta}, beta={self.beta}."
+            )
+        plan = self._plan_tuples(n_tuples, n_features)
+        self._plan_radius(plan, X)
+        if self.verbose:
+            print(f"[KTupleClusterer] plan: {plan.attributes}, cost={plan.cost}")
+        return plan
+
+    def _plan_radius(self, plan, X):
+        center = plan.values["center"]
+        if self.method == "averages":
+            radius = self._resolve_radius(X, center)
+            r_min = self.r_min if self.r_min is not None else DEFAULT_R_MIN_FRACTION * radius
+        else:
+            radius, r_min = np.nan, np.nan
+        plan.values.update(data_radius=radius, r_min=r_min)
+        plan.attributes.update(data_radius_=radius)
+
+    # -- private part -------------------------------------------------------------------
+    def _base_estimator(self):
+        if self.base_estimator is None:
+            return KMeans(n_clusters=self.n_clusters, init="k-means++", n_init=1)
+        return clone(self.base_estimator)
+
+    def _fit_private(self, X, plan, rng):
+        tuple_rng, noise_rng = rng.spawn(2)
+        tuples = generate_tuples(
+            X, self._base_estimator(), self.n_clusters, plan.attributes["n_tuples_"],
+            rng=tuple_rng, n_jobs=self.n_jobs,
+        )
+        result = self._aggregate(tuples, plan, noise_rng)
+        result.attributes["labels_"] = self._training_labels(X, result.centers)
+        return result
+
+    def _aggregate(self, tuples, plan, rng):
+        center = plan.values["center"]
+        common = dict(epsilon=self.epsilon, delta=self.delta, beta=self.beta, rng=rng,
+                      accounting=self.accounting)
+        if self.method == "averages":
+            result = private_k_averages(
+                tuples - center, data_radius=plan.values["data_radius"],
+                r_min=plan.values["r_min"], **common,
+            )
+        else:
+            result = private_k_noisy_centers(
+                tuples - center, separation=plan.attributes["separation_"],
+                lambda_mechanism=self.lambda_mechanism,
+                gaussian_calibration=self.gaussian_calibration, **common,
+            )
+        centers = None if result.centers is None else result.centers + center
+        return PrivateFit(centers, result.success, result.events, proven=result.proven)
+
+    @staticmethod
+    def _training_labels(X, centers):
+        if centers is None:
+            return np.full(X.shape[0], -1, dtype=np.intp)
+        distances = ((X[:, None, :] - centers[None, :, :]) ** 2).sum(axis=-1)
+        return np.argmin(distances, axis=1).astype(np.intp)
+
+    # -- precomputed tuples ---------------------------------------------------------------
+    @fit_context(prefer_skip_nested_validation=True)
+    def fit_tuples(self, tuples):
+        """Fit on precomputed k-tuples instead of raw rows.
+
+        Parameters
+        ----------
+        tuples : array-like of shape (n_tuples, n_clusters, n_features)
+            One k-tuple of centres per block of data; neighbouring datasets
+            must differ in at most one tuple for the guarantee to hold.
+            ``n_tuples`` is ignored (the number of given tuples is used);
+            ``data_radius=None`` computes the bound from the tuples.
+
+        Returns
+        -------
+        self : object
+        """
+        with _restore_on_error(self):
+            tuples = np.asarray(tuples, dtype=np.float64)
+            if tuples.ndim != 3 or tuples.shape[1] != self.n_clusters:
+                raise ValueError(
+                    f"tuples must have shape (n_tuples, n_clusters={self.n_clusters}, "
+                    f"n_features), got shape {tuples.shape}."
+                )
+            if not np.all(np.isfinite(tuples)):
+                raise ValueError("tuples contain NaN or infinite values.")
+            n_tuples, _, n_features = tuples.shape
+            plan = self._plan_tuples(n_tuples, n_features)
+            self._plan_radius(plan, tuples.reshape(-1, n_features))
+            validate_data(self, tuples[:, 0, :], reset=True)
+            self._commit(*self._run(tuples, plan, self._fit_private_tuples))
+        return self
+
+    def _fit_private_tuples(self, tuples, plan, rng):
+        result = self._aggregate(tuples, plan, rng)
+        result.attributes["labels_"] = np.empty(0, dtype=np.intp)
+        return result

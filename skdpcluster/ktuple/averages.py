@@ -1,0 +1,147 @@
+r"""PrivatekAverages (Cohen et al. 2021, Figure 3; Theorems 4.8 and 4.9).
+
+After a successful PrivateTestPartition at ``(eps/2, delta/4, beta/2)`` with
+:math:`\Delta = 7`, every point of every tuple is assigned to the nearest
+centre of the selected tuple, and the k clusters are averaged privately with
+Proposition 2.9 (:func:`skdpcluster.averaging.private_average`) at
+
+.. math::
+
+    \hat\varepsilon = \frac{\varepsilon}{4k(\ell+1)},\qquad
+    \hat\delta = \frac{\delta}{8k\,e^{\varepsilon/2}(\ell+1)},\qquad
+    \hat\beta = \frac{\beta}{2k},
+
+dividing by the public number of tuples n (spec §7.6; review, finding 6).
+
+Privacy (spec §5.2): on admissible neighbours at most :math:`k(\ell+1)` points
+change cluster, i.e. :math:`\sum_i |Q_i \oplus Q'_i| \le 2k(\ell+1)` point
+insertions and deletions. Group privacy of the add/remove-private averages
+then gives :math:`(\varepsilon/2, \delta/4)` for A*, and Claim 4.6 the total
+:math:`(\varepsilon, \delta)`.
+"""
+
+import math
+
+import numpy as np
+
+from skdpcluster.averaging import private_average
+from skdpcluster.ktuple._framework import (
+    KTupleResult,
+    canonical_order,
+    check_tuple_parameters,
+    conditioning_event,
+    run_partition_test,
+)
+from skdpcluster.mechanisms import PrivacyEvent
+
+__all__ = ["AVERAGES_SEPARATION", "private_k_averages", "project_to_ball"]
+
+#: Delta of the partition test in PrivatekAverages (Proposition 3.1.1 needs Delta > 6).
+AVERAGES_SEPARATION = 7.0
+
+
+def project_to_ball(points, radius):
+    """Radially project every point onto the closed ball B(0, radius) (a per-record map, spec §7.8)."""
+    norms = np.linalg.norm(points, axis=-1, keepdims=True)
+    factor = np.minimum(1.0, radius / np.maximum(norms, np.finfo(float).tiny))
+    return points * factor
+
+
+def _assign_to_nearest(points, centers):
+    """Index of the nearest centre for every point; ties go to the lowest index."""
+    distances = np.linalg.norm(points[:, None, :] - centers[None, :, :], axis=-1)
+    return np.argmin(distances, axis=1)
+
+
+def _check_averages_parameters(data_radius, r_min):
+    if not (np.isfinite(data_radius) and data_radius > 0):
+        raise ValueError(f"data_radius must be a finite number > 0, got {data_radius!r}.")
+    if not (np.isfinite(r_min) and 0 < r_min <= data_radius):
+        raise ValueError(
+            f"r_min must satisfy 0 < r_min <= data_radius={data_radius}, got r_min={r_min!r}; "
+            "it is the resolution of the private averages (spec §7.8)."
+        )
+
+
+def private_k_averages(
+    tuples,
+    *,
+    epsilon,
+    delta,
+    beta,
+    data_radius,
+    r_min,
+    rng,
+    accounting="corrected",
+):
+    r"""PrivatekAverages (Cohen et al. 2021, Figure 3).
+
+    Parameters
+    ----------
+    tuples : ndarray of shape (n, k, d)
+        Points are projected onto ``B(0, data_radius)`` first.
+    epsilon, delta, beta : float
+    data_radius : float
+        The public bound Lambda.
+    r_min : float
+        Resolution of the private averages, ``0 < r_min <= data_radius``.
+    rng : numpy.random.Generator
+    accounting : {"corrected", "paper"}, default="corrected"
+
+    Returns
+    -------
+    KTupleResult
+    """
+    _check_averages_parameters(data_radius, r_min)
+    check_tuple_parameters(tuples, epsilon, delta, beta, AVERAGES_SEPARATION, accounting)
+    n, k, d = tuples.shape
+    tuples = project_to_ball(tuples, data_radius)
+    test, test_events, public = run_partition_test(
+        tuples, epsilon=epsilon, delta=delta, beta=beta, separation=AVERAGES_SEPARATION,
+        accounting=accounting, rng=rng,
+    )
+    ell_value = public["ell"]
+    eps_hat = epsilon / (4 * k * (ell_value + 1))
+    delta_hat = delta / (8 * k * math.exp(epsilon / 2) * (ell_value + 1))
+    public.update(eps_hat=eps_hat, delta_hat=delta_hat)
+    centers = None
+    if test.success:
+        points = tuples.reshape(n * k, d)
+        labels = _assign_to_nearest(points, test.centers)
+        releases = [
+            private_average(
+                points[labels == i], n_public=n, data_radius=data_radius, r_min=r_min,
+                epsilon=eps_hat, delta=delta_hat, beta=beta / (2 * k), rng=rng,
+            )
+            for i in range(k)
+        ]
+        centers = canonical_order(np.vstack([average for average, _ in releases]))
+        inner_events = [event for _, event in releases]
+    else:
+        inner_events = []
+    events = [
+        *test_events,
+        _group_privacy_event(epsilon, delta, k, ell_value, eps_hat, delta_hat, inner_events),
+        conditioning_event(delta, public, accounting),
+    ]
+    return KTupleResult(centers, test.success, events, public)
+
+
+def _group_privacy_event(epsilon, delta, k, ell_value, eps_hat, delta_hat, inner_events):
+    """A* of Theorem 4.9: k add/remove-private averages under group privacy of size 2k(ell+1).
+
+    Priced in full whether or not the test succeeded; on success the k
+    per-cluster events (each within ``(eps_hat, delta_hat)``) are kept in
+    ``details`` for audit.
+    """
+    return PrivacyEvent(
+        "ktuple_group_private_averages", epsilon / 2, delta / 4, label="averages/private_averages",
+        neighbouring="replace_one",
+        details={
+            "per_cluster_epsilon": eps_hat,
+            "per_cluster_delta": delta_hat,
+            "group_size_bound": 2 * k * (ell_value + 1),
+            "per_cluster_events": [event.to_dict() for event in inner_events],
+            "theorem": "Cohen et al. 2021, Theorem 4.9 (spec §5.2)",
+        },
+    )

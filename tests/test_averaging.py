@@ -1,0 +1,551 @@
+import math
+import warnings
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from dp_stats import epsilon_lower_bound
+from skdpcluster import averaging as A
+from skdpcluster import mechanisms as M
+from skdpcluster.mechanisms import analytic_gaussian_sigma, zcdp_rho_for_dp
+
+
+def _grid_index(z, data_radius, r_min):
+    return np.rint((np.asarray(z) + data_radius) / r_min).astype(int)
+
+
+def _brute_force_quality(values, data_radius, r_min):
+    """q(i) = min(L(i), U(i)) straight from the definition of spec §7.2."""
+    n_intervals = math.ceil(2 * data_radius / r_min)
+    grid = np.arange(n_intervals + 1)[:, None]
+    scaled = (np.clip(values, -data_radius, data_radius) + data_radius) / r_min
+    lower = np.clip(np.floor(scaled), 0, n_intervals)[None, :]
+    upper = np.clip(np.ceil(scaled), 0, n_intervals)[None, :]
+    return np.minimum((lower <= grid).sum(axis=1), (upper >= grid).sum(axis=1))
+
+
+def _interior_point_draws(values, n_draws, seed, *, data_radius=1.0, r_min=0.1, epsilon=1.0):
+    rng = np.random.default_rng(seed)
+    draws = [A.private_interior_point(values, data_radius=data_radius, r_min=r_min, epsilon=epsilon,
+                                      rng=rng)[0] for _ in range(n_draws)]
+    return np.asarray(draws)
+
+
+def _segment_threshold(data_radius, r_min, epsilon_segment, beta_segment):
+    """t of spec §7.3, computed independently of the module."""
+    grid_size = math.ceil(2 * data_radius / r_min) + 1
+    return math.ceil((4 / (epsilon_segment / 2)) * math.log(grid_size / (beta_segment / 2)))
+
+
+def _average_1d_error_bound(values, *, data_radius, r_min, epsilon, delta, beta):
+    """Spec §7.4: (2t/|S|)(w + 4 r_min) + sigma sqrt(2 log(4/beta)), sigma at the widest [a, b]."""
+    width = values.max() - values.min() + 4 * r_min
+    t = _segment_threshold(data_radius, r_min, epsilon / 2, beta / 2)
+    sigma = analytic_gaussian_sigma(width / (2 * values.size), epsilon / 2, delta)
+    return 2 * t / values.size * width + sigma * math.sqrt(2 * math.log(4 / beta))
+
+
+# ---------------------------------------------------------------------------
+# Interior point
+# ---------------------------------------------------------------------------
+
+MIXED_VALUES = np.array([-2.5, -0.73, -0.73, -0.1, 0.0, 0.3, 0.35, 0.9, 1.7])
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_quality_runs_match_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    values = np.concatenate([rng.normal(0, 1.5, 40), rng.choice([-1.0, 0.2, 0.5], 10)])
+    starts, lengths, quality = A._quality_runs(values, 2.0, 0.1, 40)
+    assert starts[0] == 0 and lengths.sum() == 41
+    assert np.array_equal(np.repeat(quality, lengths), _brute_force_quality(values, 2.0, 0.1))
+
+
+def test_interior_point_sampler_matches_enumerated_distribution():
+    epsilon, n_draws = 1.0, 20_000
+    weights = np.exp(epsilon * _brute_force_quality(MIXED_VALUES, 1.0, 0.1) / 2)
+    expected = weights / weights.sum() * n_draws
+    draws = _interior_point_draws(MIXED_VALUES, n_draws, 0, epsilon=epsilon)
+    indices = _grid_index(draws, 1.0, 0.1)
+    assert np.allclose(draws, -1.0 + 0.1 * indices)  # every output is a grid point
+    observed = np.bincount(indices, minlength=expected.size)
+    assert stats.chisquare(observed, expected).pvalue > 1e-4
+    # Power check: the same draws reject the law of a sampler that forgets the run lengths.
+    _, lengths, quality = A._quality_runs(MIXED_VALUES, 1.0, 0.1, 20)
+    run_weights = np.exp(epsilon * quality / 2) / np.exp(epsilon * quality / 2).sum()
+    forgetful = np.repeat(run_weights / lengths, lengths) * n_draws
+    assert stats.chisquare(observed, forgetful).pvalue < 1e-6
+
+
+def test_interior_point_empty_input_is_a_uniform_grid_point():
+    draws = _interior_point_draws(np.array([]), 4_000, 1)
+    observed = np.bincount(_grid_index(draws, 1.0, 0.1), minlength=21)
+    assert observed.size == 21
+    assert stats.chisquare(observed).pvalue > 1e-4
+
+
+def test_interior_point_has_no_overflow_at_a_million_identical_points():
+    rng = np.random.default_rng(2)
+    values = np.full(1_000_000, 0.3)  # epsilon * q / 2 = 1e7
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        z, event = A.private_interior_point(values, data_radius=1.0, r_min=0.01, epsilon=20.0,
+                                            rng=rng)
+    assert math.isfinite(z) and abs(z - 0.3) <= 0.01 + 1e-12
+    assert (event.epsilon, event.delta, event.details["grid_size"]) == (20.0, 0.0, 201)
+
+
+def test_interior_point_refuses_a_grid_finer_than_float_precision():
+    with pytest.raises(ValueError, match="2\\*\\*52.*r_min"):
+        A.private_interior_point([0.0], data_radius=1.0, r_min=1e-16, epsilon=1.0,
+                                 rng=np.random.default_rng(0))
+
+
+# Neighbours under add/remove: S = {Lambda} and S' = S + {-Lambda} on a 17-point grid. The
+# true loss is 0.90 at epsilon = 2 (the add/remove loss of this mechanism is at most
+# epsilon / 2) and 2.58 when the mechanism is run at 4 * epsilon.
+@pytest.mark.parametrize("inflate, should_pass", [(1.0, True), (4.0, False)])
+def test_interior_point_empirical_privacy_loss(inflate, should_pass):
+    epsilon, n_draws, settings = 2.0, 20_000, {"data_radius": 1.0, "r_min": 0.125}
+    counts = []
+    for seed, values in ((40, np.array([1.0])), (41, np.array([1.0, -1.0]))):
+        draws = _interior_point_draws(values, n_draws, seed, epsilon=epsilon * inflate, **settings)
+        counts.append(np.bincount(_grid_index(draws, **settings), minlength=17))
+    bound = epsilon_lower_bound(counts[0], n_draws, counts[1], n_draws)
+    assert (bound <= epsilon) is should_pass
+    assert bound > 0.25 * epsilon  # the check is sharp enough to see the real loss
+
+
+# ---------------------------------------------------------------------------
+# Bounding segment and 1-D average
+# ---------------------------------------------------------------------------
+
+SEGMENT_SETTINGS = {"data_radius": 10.0, "r_min": 0.01, "epsilon": 1.0, "beta": 0.05}
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_bounding_segment_keeps_all_but_2t_values(seed):
+    values = np.random.default_rng(seed).normal(3.0, 1.0, 20_000)
+    (a, b), event = A.private_bounding_segment(values, rng=np.random.default_rng(100 + seed),
+                                               **SEGMENT_SETTINGS)
+    t = _segment_threshold(10.0, 0.01, 1.0, 0.05)
+    assert a <= b
+    assert np.sum((values < a) | (values > b)) <= 2 * t
+    assert b - a <= values.max() - values.min() + 4 * 0.01
+    assert event.epsilon == 1.0 and event.details["n_extreme_values"] == t
+
+
+@pytest.mark.parametrize("n_values", [50, 500])  # below and above t = 91
+def test_bounding_segment_is_two_interior_points_at_half_epsilon(n_values):
+    values = np.random.default_rng(10).normal(0.0, 2.0, n_values)
+    segment, _ = A.private_bounding_segment(values, rng=np.random.default_rng(11),
+                                            **SEGMENT_SETTINGS)
+    size = min(n_values, _segment_threshold(10.0, 0.01, 1.0, 0.05))
+    rng, ordered = np.random.default_rng(11), np.sort(values)
+    grid = {"data_radius": 10.0, "r_min": 0.01, "epsilon": 0.5}
+    z_low, _ = A.private_interior_point(ordered[:size], rng=rng, **grid)
+    z_high, _ = A.private_interior_point(ordered[-size:], rng=rng, **grid)
+    assert segment == (min(z_low - 0.01, z_high + 0.01), max(z_low - 0.01, z_high + 0.01))
+
+
+def test_bounding_segment_of_empty_input_is_a_random_segment():
+    (a, b), _ = A.private_bounding_segment([], rng=np.random.default_rng(3), **SEGMENT_SETTINGS)
+    assert a <= b and -10.1 <= a and b <= 10.1
+
+
+AVERAGE_SETTINGS = {"data_radius": 10.0, "r_min": 0.01, "epsilon": 1.0, "delta": 1e-6, "beta": 0.05}
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_average_1d_error_within_spec_bound(seed):
+    values = np.random.default_rng(seed).exponential(1.0, 20_000) + 2.0
+    rng = np.random.default_rng(200 + seed)
+    estimate, event = A.private_average_1d(values, n_public=values.size, rng=rng,
+                                           **AVERAGE_SETTINGS)
+    bound = _average_1d_error_bound(values, **AVERAGE_SETTINGS)
+    assert abs(estimate - values.mean()) <= bound
+    assert abs(estimate - values.mean()) <= 0.02  # far inside the (loose) bound in practice
+    assert (event.epsilon, event.delta) == (1.0, 1e-6)
+
+
+@pytest.mark.parametrize("neighbouring, share", [("add_remove", 0.5), ("replace_one", 1.0)])
+def test_average_1d_is_a_segment_then_a_gaussian_on_the_centred_sum(neighbouring, share):
+    values, n_public = np.random.default_rng(12).normal(1.0, 2.0, 300), 500
+    estimate, _ = A.private_average_1d(values, n_public=n_public, rng=np.random.default_rng(13),
+                                       neighbouring=neighbouring, **AVERAGE_SETTINGS)
+    rng = np.random.default_rng(13)
+    (a, b), _ = A.private_bounding_segment(values, data_radius=10.0, r_min=0.01, epsilon=0.5,
+                                           beta=0.025, rng=rng)
+    centre = (a + b) / 2
+    expected, _ = M.gaussian_mechanism(centre + np.sum(np.clip(values, a, b) - centre) / n_public,
+                                       sensitivity=share * (b - a) / n_public, epsilon=0.5,
+                                       delta=1e-6, rng=rng)
+    assert estimate == pytest.approx(expected, rel=1e-12)
+
+
+def _mostly_zero_sample(n_points):
+    """90% zeros and 10% tens: average 1, bounding-segment centre about 5."""
+    return np.where(np.arange(n_points) % 10 == 0, 10.0, 0.0)
+
+
+@pytest.mark.parametrize("n_features", [1, 2])
+def test_average_divides_by_the_public_count(n_features):
+    values = _mostly_zero_sample(20_000)
+    points = np.repeat(values[:, None], n_features, axis=1)  # inside the ball: no projection
+    settings = {**AVERAGE_SETTINGS, "data_radius": 20.0}
+    for n_public, expected in ((values.size, 1.0), (2 * values.size, 3.0)):
+        rng = np.random.default_rng(7)
+        if n_features == 1:
+            estimate, _ = A.private_average_1d(values, n_public=n_public, rng=rng, **settings)
+        else:
+            estimate, _ = A.private_average(points, n_public=n_public, rng=rng, **settings)
+        # c + sum(x - c) / n_public with c = 5: the deviation from c is halved by 2 * n.
+        assert np.allclose(estimate, expected, atol=0.05)
+
+
+def test_replace_one_doubles_the_noise_of_add_remove():
+    # Two point masses: the segment is [-1 - r_min, 1 + r_min] with overwhelming probability, so
+    # nothing is clipped and the spread is the Gaussian noise alone.
+    values = np.where(np.arange(400) % 2 == 0, -1.0, 1.0)
+    settings = {**AVERAGE_SETTINGS, "data_radius": 2.0, "epsilon": 4.0}
+    spreads = {}
+    for neighbouring in ("add_remove", "replace_one"):
+        rng = np.random.default_rng(8)
+        draws = [A.private_average_1d(values, n_public=values.size, rng=rng,
+                                      neighbouring=neighbouring, **settings)[0] for _ in range(400)]
+        spreads[neighbouring] = np.std(draws)
+    assert 1.7 < spreads["replace_one"] / spreads["add_remove"] < 2.3
+
+
+# ---------------------------------------------------------------------------
+# Average in R^d: composition, projection, error
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n_features", [1, 5, 50])
+@pytest.mark.parametrize("composition", ["basic", "advanced", "auto"])
+@pytest.mark.parametrize("epsilon, delta", [(1.0, 1e-6), (0.3, 1e-9), (4.0, 1e-3)])
+def test_average_event_never_exceeds_the_request(n_features, composition, epsilon, delta):
+    points = np.random.default_rng(n_features).normal(0, 1, (50, n_features))
+    estimate, event = A.private_average(
+        points, n_public=50, data_radius=5.0, r_min=0.1, epsilon=epsilon, delta=delta, beta=0.05,
+        rng=np.random.default_rng(0), composition=composition,
+    )
+    assert estimate.shape == (n_features,)
+    assert event.epsilon <= epsilon and event.delta <= delta
+    assert event.details["n_axes"] == n_features
+    if composition != "auto":
+        assert event.details["composition"] == composition
+    if event.details["composition"] == "basic":
+        assert event.details["epsilon_axis"] * n_features <= epsilon
+
+
+# A naive split eps / d summed d times exceeds eps here (0.1 / 11 * 11 > 0.1 in floating point).
+@pytest.mark.parametrize("epsilon, delta, n_features",
+                         [(0.1, 1e-6, 11), (0.3, 1e-6, 37), (1.0, 1e-6, 33)])
+def test_even_splits_stay_within_the_request_in_floating_point(epsilon, delta, n_features):
+    _, event = A.private_average(np.zeros((5, n_features)), n_public=5, data_radius=1.0, r_min=0.1,
+                                 epsilon=epsilon, delta=delta, beta=0.05,
+                                 rng=np.random.default_rng(0), composition="basic")
+    assert event.epsilon <= epsilon and event.delta <= delta
+
+
+@pytest.mark.parametrize("n_features, delta, expected", [
+    (50, 1e-2, "advanced"), (50, 1e-6, "basic"), (5, 1e-2, "basic"), (200, 1e-6, "advanced"),
+])
+def test_auto_composition_picks_the_larger_axis_epsilon(n_features, delta, expected):
+    epsilon = 1.0
+    basic_axis = epsilon / n_features
+    advanced_axis = epsilon / (2 * math.sqrt(2 * n_features * math.log(2 / delta)))
+    points = np.zeros((10, n_features))
+    _, event = A.private_average(points, n_public=10, data_radius=1.0, r_min=0.1, epsilon=epsilon,
+                                 delta=delta, beta=0.05, rng=np.random.default_rng(0))
+    assert event.details["composition"] == expected
+    assert event.details["epsilon_axis"] == pytest.approx(max(basic_axis, advanced_axis), rel=1e-12)
+
+
+def test_advanced_composition_refused_where_it_does_not_fit():
+    # eps_ax = 20 / (2 sqrt(2 log(2e6))) = 1.86: the proven total 10 + 1.86 (e^1.86 - 1) exceeds 20.
+    kwargs = {"n_public": 3, "data_radius": 1.0, "r_min": 0.1, "epsilon": 20.0, "delta": 1e-6,
+              "beta": 0.05}
+    with pytest.raises(ValueError, match="composition='advanced'"):
+        A.private_average(np.zeros((3, 1)), rng=np.random.default_rng(0), composition="advanced",
+                          **kwargs)
+    _, event = A.private_average(np.zeros((3, 1)), rng=np.random.default_rng(0), **kwargs)
+    assert event.details["composition"] == "basic" and event.epsilon <= 20.0
+
+
+@pytest.mark.parametrize("n_features, delta", [(3, 1e-6), (50, 1e-2)])  # basic, advanced
+def test_average_is_the_1d_average_of_each_axis_at_the_axis_budget(n_features, delta):
+    points = np.random.default_rng(14).uniform(-0.1, 0.1, (40, n_features))
+    settings = {**AVERAGE_SETTINGS, "delta": delta}
+    estimate, _ = A.private_average(points, n_public=40, rng=np.random.default_rng(15), **settings)
+    basic = (1.0 / n_features, delta / n_features)
+    spread = math.sqrt(2 * n_features * math.log(2 / delta))
+    advanced = (1.0 / (2 * spread), delta / (2 * n_features))
+    epsilon_axis, delta_axis = max(basic, advanced)
+    rng = np.random.default_rng(15)
+    expected = [A.private_average_1d(points[:, j], n_public=40, data_radius=10.0, r_min=0.01,
+                                     epsilon=epsilon_axis, delta=delta_axis, beta=0.05 / n_features,
+                                     rng=rng)[0] for j in range(n_features)]
+    assert np.allclose(estimate, expected, rtol=1e-9, atol=0)
+
+
+def test_points_outside_the_ball_are_projected_radially():
+    points = np.tile([3.0, 4.0], (20_000, 1))  # norm 5: projected to (0.6, 0.8), not (1, 1)
+    estimate, _ = A.private_average(points, n_public=20_000, data_radius=1.0, r_min=0.01,
+                                    epsilon=2.0, delta=1e-6, beta=0.05,
+                                    rng=np.random.default_rng(4))
+    assert np.allclose(estimate, [0.6, 0.8], atol=0.01)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_average_error_within_spec_bound_in_three_dimensions(seed):
+    rng = np.random.default_rng(seed)
+    points = rng.normal([1.0, -2.0, 0.5], 0.5, (20_000, 3))
+    settings = {**AVERAGE_SETTINGS, "epsilon": 3.0}
+    rng = np.random.default_rng(300 + seed)
+    estimate, event = A.private_average(points, n_public=20_000, rng=rng, **settings)
+    axis = {**settings, "epsilon": event.details["epsilon_axis"],
+            "delta": event.details["delta_axis"], "beta": settings["beta"] / 3}
+    axis_bound = max(_average_1d_error_bound(points[:, j], **axis) for j in range(3))
+    assert np.linalg.norm(estimate - points.mean(axis=0)) <= math.sqrt(3) * axis_bound
+
+
+def test_average_is_reproducible_with_a_seed():
+    points = np.random.default_rng(5).normal(0, 1, (100, 4))
+    runs = [A.private_average(points, n_public=100, rng=np.random.default_rng(9),
+                              **AVERAGE_SETTINGS) for _ in range(2)]
+    assert np.array_equal(runs[0][0], runs[1][0]) and runs[0][1] == runs[1][1]
+
+
+# ---------------------------------------------------------------------------
+# Empirical sensitivity of the adaptive Gaussian releases
+# ---------------------------------------------------------------------------
+
+
+def _zcdp_releases(function, points, monkeypatch, replay=None, **kwargs):
+    """Run ``function``, recording every zCDP Gaussian release as (value, sensitivity, rho, output).
+
+    With ``replay`` (the releases of an earlier run), the recorded outputs are returned instead
+    of fresh noise, so a neighbouring input follows the same trajectory and the change of each
+    released value is exactly what the adaptive composition theorem must bound.
+    """
+    releases = []
+
+    def mechanism(value, *, sensitivity, rho, rng, **options):
+        if replay is None:
+            noisy, _ = M.zcdp_gaussian_mechanism(value, sensitivity=sensitivity, rho=rho, rng=rng,
+                                                 **options)
+        else:
+            noisy = replay[len(releases)][3]
+        releases.append((np.asarray(value, dtype=float), sensitivity, rho, noisy))
+        return noisy, None
+
+    monkeypatch.setattr(A, "zcdp_gaussian_mechanism", mechanism)
+    event = function(points, rng=np.random.default_rng(0), **kwargs)[-1]
+    return releases, event
+
+
+def _largest_sensitivity_ratio(function, points, neighbour, monkeypatch, **kwargs):
+    releases, event = _zcdp_releases(function, points, monkeypatch, **kwargs)
+    replayed, _ = _zcdp_releases(function, neighbour, monkeypatch, replay=releases, **kwargs)
+    assert len(replayed) == len(releases)
+    assert all(r[1:3] == s[1:3] for r, s in zip(replayed, releases))  # public calibration
+    assert event.rho == pytest.approx(math.fsum(r[2] for r in releases), rel=1e-12)
+    return max(np.linalg.norm(r[0] - s[0]) / r[1] for r, s in zip(releases, replayed)), event
+
+
+@pytest.mark.parametrize("neighbour_of", [
+    lambda x: x[1:],                                  # remove a point
+    lambda x: np.vstack([x, [[40.0, -40.0, 40.0]]]),  # add a far outlier
+])
+def test_gaussian_estimate_releases_respect_their_sensitivity(neighbour_of, monkeypatch):
+    points = np.random.default_rng(16).multivariate_normal(TRUE_MEAN, TRUE_COVARIANCE, 300)
+    points[0] = [-30.0, 30.0, -30.0]
+    ratio, event = _largest_sensitivity_ratio(
+        A.private_gaussian_estimate, points, neighbour_of(points), monkeypatch, n_public=300,
+        rho=0.5, **GAUSSIAN_BOUNDS,
+    )
+    assert 0.5 < ratio <= 1.0 + 1e-9  # the outlier hits the clipping radius
+    assert event.rho <= 0.5
+
+
+@pytest.mark.parametrize("neighbouring, neighbour_of", [
+    ("add_remove", lambda x: x[1:]),
+    ("add_remove", lambda x: np.vstack([x, [[9.0, 9.0]]])),
+    ("replace_one", lambda x: np.vstack([[[-9.0, 9.0]], x[1:]])),
+])
+def test_one_median_releases_respect_their_sensitivity(neighbouring, neighbour_of, monkeypatch):
+    points = np.random.default_rng(17).normal([1.0, 1.0], 0.2, (200, 2))
+    ratio, event = _largest_sensitivity_ratio(
+        A.private_one_median, points, neighbour_of(points), monkeypatch, center=np.ones(2),
+        radius=0.5, epsilon=1.0, delta=1e-6, n_iter=20, neighbouring=neighbouring,
+    )
+    assert 0.5 < ratio <= 1.0 + 1e-9
+    assert event.rho <= 0.5 / analytic_gaussian_sigma(1.0, 1.0, 1e-6) ** 2  # mu^2 / 2 of (1, 1e-6)
+
+
+# ---------------------------------------------------------------------------
+# Noisy count
+# ---------------------------------------------------------------------------
+
+
+def test_private_count_is_laplace_around_the_count():
+    rng = np.random.default_rng(6)
+    draws = np.array([A.private_count(40, epsilon=0.5, rng=rng)[0] for _ in range(4_000)])
+    assert stats.kstest(draws, stats.laplace(loc=40, scale=2.0).cdf).pvalue > 1e-4
+    value, event = A.private_count(np.int64(3), epsilon=0.5, rng=rng)
+    assert isinstance(value, float)
+    assert (event.mechanism, event.epsilon, event.sensitivity, event.scale, event.neighbouring) == (
+        "private_count", 0.5, 1.0, 2.0, "add_remove")
+
+
+# ---------------------------------------------------------------------------
+# One-median
+# ---------------------------------------------------------------------------
+
+
+def _geometric_median(points, n_iter=500):
+    """Weiszfeld's algorithm (non-private reference)."""
+    median = points.mean(axis=0)
+    for _ in range(n_iter):
+        inverse = 1.0 / np.maximum(np.linalg.norm(points - median, axis=1), 1e-12)
+        median = inverse @ points / inverse.sum()
+    return median
+
+
+def test_one_median_is_close_to_the_geometric_median():
+    rng = np.random.default_rng(3)
+    points = np.concatenate([rng.normal([1.0, 2.0, -1.0], 0.1, (4_000, 3)),
+                             rng.uniform(-3, 3, (200, 3))])  # outliers pull the mean by ~0.1
+    reference = _geometric_median(points)
+    assert np.linalg.norm(points.mean(axis=0) - reference) > 0.05
+    for seed in range(5):
+        median, event = A.private_one_median(points, center=np.array([1.3, 1.8, -0.6]),
+                                             radius=1.0, epsilon=1.0, delta=1e-6,
+                                             rng=np.random.default_rng(seed))
+        assert np.linalg.norm(median - reference) < 0.01
+    assert (event.epsilon, event.delta) == (1.0, 1e-6)
+    # The exact GDP calibration allows more than the (eps, delta) -> zCDP conversion, never less.
+    gdp_rho = 0.5 / analytic_gaussian_sigma(1.0, 1.0, 1e-6) ** 2
+    assert zcdp_rho_for_dp(1.0, 1e-6) < event.rho <= gdp_rho
+
+
+@pytest.mark.parametrize("n_points", [0, 3])
+def test_one_median_stays_in_its_domain(n_points):
+    points = np.full((n_points, 2), 50.0)
+    center = np.array([1.0, -1.0])
+    median, _ = A.private_one_median(points, center=center, radius=0.5, epsilon=0.1, delta=1e-6,
+                                     rng=np.random.default_rng(0), neighbouring="replace_one")
+    assert np.linalg.norm(median - center) <= 0.5 + 1e-12
+
+
+# ---------------------------------------------------------------------------
+# Gaussian estimate (CoinPress-style)
+# ---------------------------------------------------------------------------
+
+TRUE_MEAN = np.array([3.0, -2.0, 5.0])
+TRUE_COVARIANCE = np.array([[2.0, 0.5, 0.0], [0.5, 1.0, 0.3], [0.0, 0.3, 0.5]])
+GAUSSIAN_BOUNDS = {"center": np.zeros(3), "radius": 50.0, "sigma_min": 0.1, "sigma_max": 10.0}
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_gaussian_estimate_is_accurate_on_20k_samples(seed):
+    points = np.random.default_rng(seed).multivariate_normal(TRUE_MEAN, TRUE_COVARIANCE, 20_000)
+    mean, covariance, event = A.private_gaussian_estimate(
+        points, n_public=20_000, rho=1.0, rng=np.random.default_rng(50 + seed), **GAUSSIAN_BOUNDS
+    )
+    # Sampling error alone is about 0.012 (mean) and 0.03 (spectral norm of the covariance).
+    assert np.linalg.norm(mean - TRUE_MEAN) <= 0.05
+    assert np.linalg.norm(covariance - TRUE_COVARIANCE, 2) <= 0.1
+    whitening = np.linalg.inv(np.linalg.cholesky(TRUE_COVARIANCE))
+    assert np.linalg.norm(whitening @ covariance @ whitening.T - np.eye(3), 2) <= 0.15
+    assert event.rho <= 1.0 and (event.epsilon, event.delta) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("n_points, rho", [(0, 1.0), (5, 1e-4), (50, 1e-3), (2_000, 0.1)])
+def test_gaussian_covariance_is_always_symmetric_positive_definite(n_points, rho):
+    points = np.random.default_rng(1).multivariate_normal(TRUE_MEAN, TRUE_COVARIANCE, n_points)
+    mean, covariance, event = A.private_gaussian_estimate(
+        points, n_public=max(n_points, 1), rho=rho, rng=np.random.default_rng(2), **GAUSSIAN_BOUNDS
+    )
+    assert np.array_equal(covariance, covariance.T)
+    eigenvalues = np.linalg.eigvalsh(covariance)
+    assert eigenvalues.min() >= 0.1**2 * (1 - 1e-9) and eigenvalues.max() <= 10.0**2 * (1 + 1e-9)
+    assert np.linalg.norm(mean) <= 50.0 + 1e-9
+    assert event.rho <= rho
+
+
+@pytest.mark.parametrize("rho, n_iter", [(1 / 3, 7), (0.1, 1), (2.0, 5)])
+def test_gaussian_event_rho_never_exceeds_the_request(rho, n_iter):
+    points = np.random.default_rng(0).normal(0, 1, (30, 2))
+    _, _, event = A.private_gaussian_estimate(
+        points, n_public=30, center=np.zeros(2), radius=5.0, sigma_min=0.5, sigma_max=2.0, rho=rho,
+        rng=np.random.default_rng(0), n_iter_mean=n_iter, n_iter_cov=n_iter + 1,
+    )
+    assert event.rho <= rho and event.rho == pytest.approx(rho, rel=1e-12)
+
+
+# ---------------------------------------------------------------------------
+# Invalid parameters: ValueError naming the parameter, before any randomness
+# ---------------------------------------------------------------------------
+
+GRID = {"data_radius": 1.0, "r_min": 0.1}
+AVG = {"n_public": 10, **GRID, "epsilon": 1.0, "delta": 1e-6, "beta": 0.05}
+MEDIAN = {"center": np.zeros(2), "radius": 1.0, "epsilon": 1.0, "delta": 1e-6}
+GAUSS = {"n_public": 10, "center": np.zeros(2), "radius": 1.0, "sigma_min": 0.1, "sigma_max": 1.0,
+         "rho": 1.0}
+POINTS = np.zeros((4, 2))
+
+INVALID_CALLS = [
+    (A.private_interior_point, ([0.0, np.nan],), {**GRID, "epsilon": 1.0}, "values"),
+    (A.private_interior_point, ([[0.0]],), {**GRID, "epsilon": 1.0}, "values"),
+    (A.private_interior_point, ([0.0],), {**GRID, "epsilon": 0.0}, "epsilon"),
+    (A.private_interior_point, ([0.0],), {**GRID, "r_min": 0.0, "epsilon": 1.0}, "r_min"),
+    (A.private_interior_point, ([0.0],), {**GRID, "data_radius": -1.0, "epsilon": 1.0},
+     "data_radius"),
+    (A.private_bounding_segment, ([0.0],), {**GRID, "epsilon": 1.0, "beta": 1.0}, "beta"),
+    (A.private_average_1d, ([0.0],), {**AVG, "n_public": 0.5}, "n_public"),
+    (A.private_average_1d, ([0.0],), {**AVG, "delta": 0.0}, "delta"),
+    (A.private_average_1d, ([0.0],), {**AVG, "neighbouring": "swap"}, "neighbouring"),
+    (A.private_average, (np.zeros(3),), AVG, "points"),
+    (A.private_average, (np.zeros((3, 0)),), AVG, "points"),
+    (A.private_average, (POINTS,), {**AVG, "composition": "optimal"}, "composition"),
+    (A.private_average, (POINTS,), {**AVG, "n_public": float("inf")}, "n_public"),
+    (A.private_count, (-1,), {"epsilon": 1.0}, "count"),
+    (A.private_count, (2.5,), {"epsilon": 1.0}, "count"),
+    (A.private_count, (3,), {"epsilon": -1.0}, "epsilon"),
+    (A.private_one_median, (POINTS,), {**MEDIAN, "center": np.zeros(3)}, "center"),
+    (A.private_one_median, (POINTS,), {**MEDIAN, "radius": 0.0}, "radius"),
+    (A.private_one_median, (POINTS,), {**MEDIAN, "delta": 1.0}, "delta"),
+    (A.private_one_median, (POINTS,), {**MEDIAN, "n_iter": 0}, "n_iter"),
+    (A.private_one_median, (POINTS,), {**MEDIAN, "step_scale": -1.0}, "step_scale"),
+    (A.private_one_median, (POINTS,), {**MEDIAN, "neighbouring": "swap"}, "neighbouring"),
+    (A.private_gaussian_estimate, (POINTS,), {**GAUSS, "sigma_max": 0.05}, "sigma_max"),
+    (A.private_gaussian_estimate, (POINTS,), {**GAUSS, "sigma_min": 0.0}, "sigma_min"),
+    (A.private_gaussian_estimate, (POINTS,), {**GAUSS, "rho": 0.0}, "rho"),
+    (A.private_gaussian_estimate, (POINTS,), {**GAUSS, "n_iter_cov": 1.5}, "n_iter_cov"),
+    (A.private_gaussian_estimate, (POINTS,), {**GAUSS, "n_iter_mean": True}, "n_iter_mean"),
+    (A.private_gaussian_estimate, (np.full((4, 2), np.inf),), GAUSS, "points"),
+]
+
+
+@pytest.mark.parametrize("function, args, kwargs, match", INVALID_CALLS)
+def test_invalid_parameters_raise_before_any_randomness(function, args, kwargs, match):
+    rng = np.random.default_rng(0)
+    state = rng.bit_generator.state
+    with pytest.raises(ValueError, match=match):
+        function(*args, rng=rng, **kwargs)
+    assert rng.bit_generator.state == state
+
+
+@pytest.mark.parametrize("function, args, kwargs", [
+    (A.private_interior_point, ([0.0],), {**GRID, "epsilon": 1.0}),
+    (A.private_count, (3,), {"epsilon": 1.0}),
+    (A.private_gaussian_estimate, (POINTS,), GAUSS),
+])
+def test_a_legacy_random_state_is_refused(function, args, kwargs):
+    with pytest.raises(ValueError, match="rng"):
+        function(*args, rng=np.random.RandomState(0), **kwargs)

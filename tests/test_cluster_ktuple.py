@@ -1,0 +1,164 @@
+"""KTupleClusterer: the k-tuple framework as a scikit-learn estimator."""
+
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.exceptions import NotFittedError
+from sklearn.metrics import adjusted_rand_score
+
+from skdpcluster import BudgetAccountant, KTupleClusterer
+from skdpcluster.datasets import make_separated_mixture
+from skdpcluster.exceptions import (
+    InsufficientDataError,
+    NotSeparatedError,
+    NotSeparatedWarning,
+    PrivacyLeakWarning,
+)
+from skdpcluster.ktuple import min_tuples
+
+N_TUPLES = min_tuples(1.0, 1e-6, 0.05)  # 1963
+
+
+@pytest.fixture(scope="module")
+def easy_data():
+    """Two unit Gaussians at +-512 (the paper's Test1 at R = 512), 80 rows per tuple."""
+    return make_separated_mixture(N_TUPLES * 80, n_clusters=2, n_features=1, separation=512,
+                                  random_state=0)
+
+
+def test_recovers_the_separated_centres(easy_data):
+    X, y = easy_data
+    acc = BudgetAccountant(epsilon=1.0, delta=1e-6)
+    est = KTupleClusterer(n_clusters=2, accountant=acc, random_state=0).fit(X)
+    assert est.status_ == "success"
+    assert est.n_tuples_ == N_TUPLES and est.m_ >= 1 and est.ell_ > 0
+    assert est.cluster_centers_.shape == (2, 1)
+    assert est.cluster_centers_[0, 0] < est.cluster_centers_[1, 0]  # canonical order
+    assert adjusted_rand_score(y, est.labels_) == pytest.approx(1.0)
+    assert np.array_equal(est.predict(X), est.labels_)
+    assert est.transform(X[:5]).shape == (5, 2)
+    assert est.score(X[:100]) == pytest.approx(-np.sum(est.transform(X[:100]).min(axis=1) ** 2))
+    assert est.privacy_spent_["epsilon"] <= 1.0 and est.privacy_spent_["delta"] <= 1e-6
+    assert acc.total() == pytest.approx((est.privacy_spent_["epsilon"], est.privacy_spent_["delta"]))
+    assert len(acc.ledger) == 1 and len(acc.ledger[0].events) == len(est.privacy_ledger_)
+
+
+def test_integer_seed_is_reproducible(easy_data):
+    X, _ = easy_data
+    a = KTupleClusterer(n_clusters=2, random_state=3).fit(X).cluster_centers_
+    b = KTupleClusterer(n_clusters=2, random_state=3).fit(X).cluster_centers_
+    c = KTupleClusterer(n_clusters=2, random_state=4).fit(X).cluster_centers_
+    assert np.array_equal(a, b) and not np.array_equal(a, c)
+
+
+def test_parallel_blocks_give_the_same_fit(easy_data):
+    X, _ = easy_data
+    a = KTupleClusterer(n_clusters=2, random_state=5, n_jobs=1).fit(X).cluster_centers_
+    b = KTupleClusterer(n_clusters=2, random_state=5, n_jobs=2).fit(X).cluster_centers_
+    assert np.array_equal(a, b)
+
+
+def test_dask_backend_matches_in_process(easy_data):
+    distributed = pytest.importorskip("distributed")
+    import joblib
+
+    X, _ = easy_data
+    expected = KTupleClusterer(n_clusters=2, random_state=6, n_jobs=1).fit(X).cluster_centers_
+    with distributed.Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=":0"):
+        with joblib.parallel_config(backend="dask"):
+            got = KTupleClusterer(n_clusters=2, random_state=6, n_jobs=2).fit(X).cluster_centers_
+    assert np.array_equal(expected, got)
+
+
+@pytest.mark.parametrize("d", [1, 5, 50])
+@pytest.mark.parametrize("method", ["noisy_centers", "averages"])
+def test_ledger_never_exceeds_the_request(d, method):
+    X, _ = make_separated_mixture(N_TUPLES * 8, n_clusters=2, n_features=d, separation=40,
+                                  random_state=d)
+    acc = BudgetAccountant(epsilon=1.0, delta=1e-6)
+    with warnings.catch_warnings(record=True) as record:  # a failed test is a priced, private outcome
+        warnings.simplefilter("always")
+        est = KTupleClusterer(n_clusters=2, method=method, data_radius=200.0, accountant=acc,
+                              random_state=0).fit(X)
+    assert all(not issubclass(w.category, PrivacyLeakWarning) for w in record)
+    spent_eps = sum(e.cost()[0] for e in est.privacy_ledger_)
+    spent_delta = sum(e.cost()[1] for e in est.privacy_ledger_)
+    assert spent_eps <= 1.0 * (1 + 1e-12) and spent_delta <= 1e-6 * (1 + 1e-12)
+    assert acc.total()[0] <= 1.0 * (1 + 1e-12)
+
+
+def test_failure_is_reported_not_garbage():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(N_TUPLES * 4, 2))  # one blob split in two: tuples never agree
+    acc = BudgetAccountant()
+    with pytest.warns(NotSeparatedWarning, match="status_='failure'") as record:
+        est = KTupleClusterer(n_clusters=2, accountant=acc, random_state=0).fit(X)
+    assert record[0].filename == __file__  # attributed to the caller, not to library internals
+    assert est.status_ == "failure" and est.cluster_centers_ is None
+    assert np.all(est.labels_ == -1)
+    assert acc.total() == pytest.approx((1.0, 1e-6))  # the test's outcome is a release
+    with pytest.raises(NotFittedError, match="failed"):
+        est.predict(X)
+
+
+def test_on_failure_raise_charges_and_keeps_previous_state(easy_data):
+    X_easy, _ = easy_data
+    acc = BudgetAccountant()
+    est = KTupleClusterer(n_clusters=2, on_failure="raise", accountant=acc, random_state=0).fit(X_easy)
+    centers = est.cluster_centers_.copy()
+    X_hard = np.random.default_rng(1).normal(size=(N_TUPLES * 4, 1))
+    with pytest.raises(NotSeparatedError):
+        est.fit(X_hard)
+    assert np.array_equal(est.cluster_centers_, centers) and est.status_ == "success"
+    assert len(acc.ledger) == 2
+
+
+@pytest.mark.parametrize(
+    "params, X_factory, error, match",
+    [
+        ({}, lambda: np.full((N_TUPLES * 2, 1), np.nan), ValueError, "NaN"),
+        ({}, lambda: np.zeros((100, 1)), InsufficientDataError, "needs at least"),
+        ({"epsilon": 0}, lambda: np.zeros((N_TUPLES * 2, 1)), ValueError, "epsilon"),
+        ({"delta": 1.0}, lambda: np.zeros((N_TUPLES * 2, 1)), ValueError, "delta"),
+        ({"n_clusters": 1}, lambda: np.zeros((N_TUPLES * 2, 1)), ValueError, "n_clusters"),
+        ({"n_tuples": 100}, lambda: np.zeros((N_TUPLES * 2, 1)), InsufficientDataError, "at least 1963"),
+        ({"method": "median"}, lambda: np.zeros((N_TUPLES * 2, 1)), ValueError, "method"),
+        ({"random_state": np.random.RandomState(0)}, lambda: np.zeros((N_TUPLES * 2, 1)), ValueError,
+         "random_state"),
+    ],
+)
+def test_bad_input_fails_before_any_spend(easy_data, params, X_factory, error, match):
+    acc = BudgetAccountant()
+    est = KTupleClusterer(n_clusters=2, accountant=acc, random_state=0).fit(easy_data[0])
+    before = (est.cluster_centers_.copy(), est.n_features_in_, len(acc.ledger))
+    est.set_params(**params)
+    with pytest.raises(error, match=match):
+        est.fit(X_factory())
+    assert np.array_equal(est.cluster_centers_, before[0]) and est.n_features_in_ == before[1]
+    assert len(acc.ledger) == before[2]
+
+
+def test_budget_refused_before_the_data_is_touched(easy_data):
+    acc = BudgetAccountant(epsilon=0.5)
+    with pytest.raises(ValueError, match="ceiling"):
+        KTupleClusterer(n_clusters=2, accountant=acc).fit(easy_data[0])
+    assert acc.ledger == []
+
+
+@pytest.mark.filterwarnings("ignore::skdpcluster.exceptions.NotSeparatedWarning")
+def test_missing_radius_warns_and_is_not_written_back():
+    X, _ = make_separated_mixture(N_TUPLES * 6, n_clusters=2, n_features=1, separation=100, random_state=1)
+    with pytest.warns(PrivacyLeakWarning):
+        est = KTupleClusterer(n_clusters=2, method="averages", random_state=0).fit(X)
+    assert est.data_radius is None and est.data_radius_ == pytest.approx(np.abs(X).max())
+
+
+def test_fit_tuples_on_precomputed_tuples():
+    rng = np.random.default_rng(2)
+    tuples = np.array([[-1e4, 0.0], [1e4, 0.0]])[None] + rng.normal(0, 0.01, size=(N_TUPLES, 2, 2))
+    est = KTupleClusterer(n_clusters=2, random_state=0).fit_tuples(tuples)
+    assert est.status_ == "success" and est.n_features_in_ == 2
+    assert np.array_equal(est.predict([[-9000.0, 1.0], [8000.0, 0.0]]), [0, 1])
+    with pytest.raises(ValueError, match="n_clusters=2"):
+        est.fit_tuples(tuples[:, :1])
