@@ -131,7 +131,7 @@ class KTupleClusterer(_BasePrivateClusterer):
         Every release and theorem-level cost of the fit.
     n_features_in_ : int
         Number of features seen during fit.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
         Names of features seen during fit, when ``X`` has string column names.
 
     See Also
