@@ -445,7 +445,10 @@ def exponential_mechanism(
 
 def _subsampled_balle2018(epsilon, delta, sample_size, population_size):
     rate = sample_size / population_size
-    return math.log1p(rate * math.expm1(epsilon)), rate * delta
+    # log(1 + rate (e^eps - 1)) = log(rate e^eps + (1 - rate)), without overflow for large eps.
+    if rate == 1:
+        return epsilon, delta
+    return float(np.logaddexp(math.log(rate) + epsilon, math.log1p(-rate))), rate * delta
 
 
 def _subsampled_bkn10(epsilon, delta, sample_size, population_size):

@@ -56,10 +56,19 @@ def test_min_tuples_reference_values(epsilon, delta, beta, paper, corrected):
     assert min_tuples(epsilon, delta, beta, accounting="corrected") == corrected
 
 
-def test_min_tuples_is_the_boundary():
-    n = min_tuples(1.0, 1e-6, 0.05)
-    assert n >= 2 * ell(n, 0.5, 0.25e-6, 0.025) + 2
-    assert (n - 1) < 2 * ell(n - 1, 0.5, 0.25e-6, 0.025) + 2
+@pytest.mark.parametrize("epsilon, delta", [(1.0, 1e-6), (3.0, 1e-9), (100.0, 1e-6), (1e5, 0.1)])
+def test_min_tuples_is_the_boundary(epsilon, delta):
+    """Regression: the bisection once assumed n = 32 inadmissible and returned 33 for large epsilon."""
+    n = min_tuples(epsilon, delta, 0.05)
+
+    def admissible(count):
+        try:
+            return count >= 2 * ell(count, epsilon / 2, delta / 4, 0.025) + 2
+        except InsufficientDataError:
+            return False
+
+    assert admissible(n) and not admissible(n - 1)
+    assert all(not admissible(count) for count in range(1, n))
 
 
 def test_large_epsilon_uses_the_general_subsampling_bound():
@@ -67,6 +76,12 @@ def test_large_epsilon_uses_the_general_subsampling_bound():
     m, eps1 = compute_m_eps1(1000, 4.0, 1e-6, 0.05)
     assert eps1 == pytest.approx(math.log1p((1000 / m) * math.expm1(2.0)))
     assert min_tuples(8.0, 1e-6, 0.05) < min_tuples(4.0, 1e-6, 0.05) < min_tuples(1.0, 1e-6, 0.05)
+
+
+def test_huge_epsilon_does_not_overflow():
+    m, eps1 = compute_m_eps1(100, 4e4, 1e-6, 0.05)  # e^(eps/4) alone would overflow a float
+    assert m == 1 and eps1 == pytest.approx(1e4 + math.log(100), rel=1e-12)
+    assert math.isfinite(ell(100, 4e4, 1e-6, 0.05))
 
 
 def test_infeasible_parameters_raise():

@@ -67,6 +67,8 @@ def test_subsampling_bounds():
     assert delta == pytest.approx(1e-8)
     eps, delta = M.subsampled_epsilon_delta(math.log(68.6), 0.0, 15, 4296, bound="bkn10")
     assert eps == pytest.approx(15 / 4296 * (3 + 68.6))
+    eps, _ = M.subsampled_epsilon_delta(2000.0, 0.0, 10, 1000)  # no overflow for huge epsilon
+    assert eps == pytest.approx(2000.0 + math.log(0.01), rel=1e-12)
     with pytest.raises(ValueError, match="balle2018"):
         M.subsampled_epsilon_delta(5.0, 0.0, 100, 1000, bound="bkn10")
 

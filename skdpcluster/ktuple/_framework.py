@@ -135,7 +135,8 @@ def conditioning_event(delta, public, accounting):
     """
     delta_tp = delta / 4
     if accounting == "paper":
-        delta_tp *= (1 + public["m"] * math.exp(public["eps1"])) / 2
+        log_factor = float(np.logaddexp(0.0, math.log(public["m"]) + public["eps1"])) - math.log(2)
+        delta_tp *= math.exp(min(log_factor, 700.0))  # beyond e^700 the bound is vacuous anyway
         epsilon = 3 * delta_tp
     else:
         epsilon = 0.0

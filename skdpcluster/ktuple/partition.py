@@ -62,7 +62,15 @@ def _eps1_for(m, n, epsilon):
     if epsilon / 2 <= _BKN10_MAX_EPSILON:
         argument = epsilon * n / (2 * m) - 3
         return math.log(argument) if argument > 1 else -math.inf
-    return math.log1p((n / m) * math.expm1(epsilon / 2))
+    return _log_one_plus_rate_expm1(epsilon / 2, n / m)
+
+
+def _log_one_plus_rate_expm1(x, rate):
+    """``log(1 + rate (e^x - 1))`` without overflow, for x >= 0 and rate >= 0."""
+    if rate <= 1:
+        return float(np.logaddexp(math.log(rate) + x, math.log1p(-rate))) if rate < 1 else x
+    # rate > 1: 1 + rate (e^x - 1) = rate e^x (1 - (1 - 1/rate) e^{-x})
+    return x + math.log(rate) + math.log1p(-(1 - 1 / rate) * math.exp(-x))
 
 
 def compute_m_eps1(n, epsilon, delta, beta):
@@ -124,7 +132,8 @@ def ell(n, epsilon, delta, beta, accounting="corrected"):
     scale = 2 * m / epsilon
     if accounting == "paper":
         return scale * math.log(m / (beta * delta))
-    return scale * math.log((m / beta) * (m * math.exp(eps1) / delta + 0.5))
+    # log((m/beta)(m e^eps1 / delta + 1/2)), in log space: eps1 grows like epsilon/4.
+    return scale * (math.log(m / beta) + float(np.logaddexp(math.log(m / delta) + eps1, -math.log(2))))
 
 
 def _outer_ell(n, epsilon, delta, beta, accounting):
@@ -157,12 +166,11 @@ def min_tuples(epsilon, delta, beta, accounting="corrected"):
     epsilon, delta = check_epsilon_delta(epsilon, delta, allow_zero_delta=False)
     beta = check_probability(beta, "beta")
     _check_accounting(accounting)
-    high = 64
+    low, high = 0, 1  # invariant: low is inadmissible (or 0), high is the next probe
     while not _is_admissible(high, epsilon, delta, beta, accounting):
-        high *= 2
+        low, high = high, 2 * high
         if high > 2**62:
             raise ValueError("no admissible number of tuples below 2**62; check the parameters.")
-    low = high // 2  # inadmissible (or below the first probe)
     while high - low > 1:
         middle = (low + high) // 2
         if _is_admissible(middle, epsilon, delta, beta, accounting):
