@@ -79,8 +79,9 @@ def test_large_epsilon_uses_the_general_subsampling_bound():
 
 
 def test_huge_epsilon_does_not_overflow():
-    m, eps1 = compute_m_eps1(100, 4e4, 1e-6, 0.05)  # e^(eps/4) alone would overflow a float
-    assert m == 1 and eps1 == pytest.approx(1e4 + math.log(100), rel=1e-12)
+    # The T1 part gets epsilon/2 = 2e4; e^(2e4) alone would overflow a float.
+    m, eps1 = compute_m_eps1(100, 4e4, 1e-6, 0.05)
+    assert m == 1 and eps1 == pytest.approx(2e4 + math.log(100), rel=1e-12)
     assert math.isfinite(ell(100, 4e4, 1e-6, 0.05))
 
 
