@@ -81,7 +81,9 @@ class _BasePrivateClusterer(
     """Base class: the fit template, prediction and the common parameters."""
 
     _parameter_constraints: dict = {
-        "n_clusters": [Interval(Integral, 2, None, closed="left")],
+        # k >= 2 is checked in `_check_n_clusters`, after the data, so that a
+        # one-row input gets scikit-learn's "1 sample" error first.
+        "n_clusters": [Interval(Integral, 1, None, closed="left")],
         "epsilon": [Interval(Real, 0, None, closed="neither")],
         "delta": [Interval(Real, 0, 1, closed="neither")],
         "data_radius": [None, Interval(Real, 0, None, closed="neither")],
@@ -113,8 +115,17 @@ class _BasePrivateClusterer(
         with _restore_on_error(self):
             X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2)
             X = np.asarray(X, dtype=np.float64)
+            self._check_n_clusters()
             self._commit(*self._run(X, self._plan(X)))
         return self
+
+    def _check_n_clusters(self):
+        if self.n_clusters < 2:
+            raise ValueError(
+                f"n_clusters={self.n_clusters}: {type(self).__name__} needs n_clusters >= 2 (the "
+                "separation of a clustering is defined between pairs of centres); for one cluster "
+                "use a private mean, skdpcluster.averaging.private_average."
+            )
 
     def _run(self, data, plan, private_step=None):
         """Check the budget, draw the generator, run the private step and charge the accountant."""
@@ -180,8 +191,13 @@ class _BasePrivateClusterer(
         return float(np.max(np.linalg.norm(X - center, axis=1))) or 1.0
 
     # -- prediction -----------------------------------------------------------------
-    def _released_centers(self):
+    def _validated_input_and_centers(self, X):
+        """Validate ``X`` against the fit, then return it with the released centres."""
         check_is_fitted(self, "status_")
+        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        return X, self._released_centers()
+
+    def _released_centers(self):
         if self.cluster_centers_ is None:
             raise NotFittedError(
                 f"{type(self).__name__} released no centres: its private test failed "
@@ -200,8 +216,7 @@ class _BasePrivateClusterer(
         -------
         labels : ndarray of shape (n_samples,)
         """
-        centers = self._released_centers()
-        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        X, centers = self._validated_input_and_centers(X)
         return pairwise_distances_argmin_min(X, centers)[0].astype(np.intp)
 
     def transform(self, X):
@@ -211,8 +226,7 @@ class _BasePrivateClusterer(
         -------
         distances : ndarray of shape (n_samples, n_clusters)
         """
-        centers = self._released_centers()
-        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        X, centers = self._validated_input_and_centers(X)
         return euclidean_distances(X, centers)
 
     def score(self, X, y=None):

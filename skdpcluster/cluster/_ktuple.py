@@ -339,6 +339,7 @@ class KTupleClusterer(_BasePrivateClusterer):
         self : object
         """
         with _restore_on_error(self):
+            self._check_n_clusters()
             tuples = np.asarray(tuples, dtype=np.float64)
             if tuples.ndim != 3 or tuples.shape[1] != self.n_clusters:
                 raise ValueError(
