@@ -164,14 +164,11 @@ class BudgetAccountant:
         with self._lock:
             return list(self._entries)
 
-    def __len__(self):
-        return len(self._entries)
-
     def __repr__(self):
         eps, delta = self.total()
         return (
             f"BudgetAccountant(epsilon={self._epsilon!r}, delta={self._delta!r}, "
-            f"slack={self._slack!r}; spent=({eps:.6g}, {delta:.6g}) in {len(self)} entries)"
+            f"slack={self._slack!r}; spent=({eps:.6g}, {delta:.6g}) in {len(self._entries)} entries)"
         )
 
     # -- composition ----------------------------------------------------------

@@ -112,6 +112,11 @@ class _Holder(BaseEstimator):
         self.accountant = accountant
 
 
+def test_an_empty_accountant_is_truthy():
+    """Regression: an empty accountant was falsy, so `accountant or default` replaced it."""
+    assert BudgetAccountant()
+
+
 def test_clone_keeps_the_same_accountant():
     acc = BudgetAccountant(epsilon=3.0)
     assert clone(acc) is acc

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from skdpcluster.ktuple import min_tuples
-from skdpcluster.ktuple.averages import private_k_averages, project_to_ball
+from skdpcluster.ktuple.averages import per_cluster_budget, private_k_averages, project_to_ball
 
 
 def _tuples(n, centers, spread, seed):
@@ -79,3 +79,10 @@ def test_invalid_parameters_raise_before_randomness(kwargs, match):
     with pytest.raises(ValueError, match=match):
         private_k_averages(_tuples(3000, CENTERS, 0.5, seed=0), rng=rng, **params)
     assert rng.bit_generator.state == state
+
+
+def test_per_cluster_budget_and_its_limit():
+    eps_hat, delta_hat = per_cluster_budget(1.0, 1e-6, 2, 99.0)
+    assert eps_hat == pytest.approx(1.0 / 800) and delta_hat == pytest.approx(1e-6 / (1600 * math.exp(0.5)))
+    with pytest.raises(ValueError, match="too large for method='averages'"):
+        per_cluster_budget(1e5, 0.1, 2, 1.0)  # e^(eps/2) would overflow; delta_hat underflows

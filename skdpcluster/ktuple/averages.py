@@ -32,9 +32,10 @@ from skdpcluster.ktuple._framework import (
     conditioning_event,
     run_partition_test,
 )
+from skdpcluster.ktuple.partition import _outer_ell
 from skdpcluster.mechanisms import PrivacyEvent
 
-__all__ = ["AVERAGES_SEPARATION", "private_k_averages", "project_to_ball"]
+__all__ = ["AVERAGES_SEPARATION", "per_cluster_budget", "private_k_averages", "project_to_ball"]
 
 #: Delta of the partition test in PrivatekAverages (Proposition 3.1.1 needs Delta > 6).
 AVERAGES_SEPARATION = 7.0
@@ -95,14 +96,13 @@ def private_k_averages(
     _check_averages_parameters(data_radius, r_min)
     check_tuple_parameters(tuples, epsilon, delta, beta, AVERAGES_SEPARATION, accounting)
     n, k, d = tuples.shape
+    ell_value = _outer_ell(n, epsilon, delta, beta, accounting)  # public: depends on n only
+    eps_hat, delta_hat = per_cluster_budget(epsilon, delta, k, ell_value)
     tuples = project_to_ball(tuples, data_radius)
     test, test_events, public = run_partition_test(
         tuples, epsilon=epsilon, delta=delta, beta=beta, separation=AVERAGES_SEPARATION,
         accounting=accounting, rng=rng,
     )
-    ell_value = public["ell"]
-    eps_hat = epsilon / (4 * k * (ell_value + 1))
-    delta_hat = delta / (8 * k * math.exp(epsilon / 2) * (ell_value + 1))
     public.update(eps_hat=eps_hat, delta_hat=delta_hat)
     centers = None
     if test.success:
@@ -125,6 +125,30 @@ def private_k_averages(
         conditioning_event(delta, public, accounting),
     ]
     return KTupleResult(centers, test.success, events, public)
+
+
+def per_cluster_budget(epsilon, delta, k, ell_value):
+    r"""Budget of each private average in Theorem 4.9, computed in log space.
+
+    :math:`\hat\varepsilon = \varepsilon/(4k(\ell+1))` and
+    :math:`\hat\delta = \delta/(8k\,e^{\varepsilon/2}(\ell+1))`.
+
+    Raises
+    ------
+    ValueError
+        When :math:`\hat\delta` underflows (the group-privacy factor
+        :math:`e^{\varepsilon/2}` grows faster than any delta can absorb).
+    """
+    eps_hat = epsilon / (4 * k * (ell_value + 1))
+    log_delta_hat = math.log(delta) - math.log(8 * k * (ell_value + 1)) - epsilon / 2
+    if log_delta_hat < math.log(np.finfo(float).tiny):
+        limit = 2 * (math.log(delta) - math.log(8 * k * (ell_value + 1)) - math.log(np.finfo(float).tiny))
+        raise ValueError(
+            f"epsilon={epsilon} is too large for method='averages': the per-cluster delta "
+            f"delta / (8k e^(epsilon/2) (ell+1)) underflows (Theorem 4.9's group privacy). "
+            f"Use epsilon <= {limit:.0f}, or method='noisy_centers'."
+        )
+    return eps_hat, math.exp(log_delta_hat)
 
 
 def _group_privacy_event(epsilon, delta, k, ell_value, eps_hat, delta_hat, inner_events):
