@@ -7,10 +7,15 @@ the DP checks. Expected failures of scikit-learn's checks, with their reasons,
 live in one place: ``skdpcluster.utils.estimator_checks.EXPECTED_FAILED_CHECKS``.
 """
 
+import joblib
+import numpy as np
 import pytest
+from sklearn.base import clone
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import FunctionTransformer
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from skdpcluster import KTupleClusterer
+from skdpcluster import BudgetAccountant, KTupleClusterer
 from skdpcluster.datasets import make_separated_mixture
 from skdpcluster.ktuple import min_tuples
 from skdpcluster.utils.estimator_checks import dp_checks, expected_failed_checks
@@ -58,3 +63,50 @@ def case_data():
 @pytest.mark.parametrize("case", sorted(DP_CHECK_CASES))
 def test_dp_contract(case, check, case_data):
     check(DP_CHECK_CASES[case][0], case_data(case))
+
+
+def _fresh(case, **params):
+    return clone(DP_CHECK_CASES[case][0]).set_params(random_state=0, accountant=BudgetAccountant(),
+                                                      **params)
+
+
+@pytest.mark.parametrize("case", sorted(DP_CHECK_CASES))
+def test_pipeline_with_scaler_and_pandas_output(case, case_data):
+    pd = pytest.importorskip("pandas")
+    X = case_data(case)
+    frame = pd.DataFrame(X, columns=[f"f{i}" for i in range(X.shape[1])])
+    # A scaler with fixed, public parameters keeps the data bounds public.
+    scaler = FunctionTransformer(lambda Z: Z / 10.0, feature_names_out="one-to-one")
+    pipe = make_pipeline(scaler, _fresh(case)).set_output(transform="pandas").fit(frame)
+    estimator = pipe[-1]
+    names = pipe.get_feature_names_out()
+    assert list(names) == [f"{type(estimator).__name__.lower()}{i}" for i in range(estimator.n_clusters)]
+    if hasattr(estimator, "transform"):
+        out = pipe.transform(frame.iloc[:20])
+        assert isinstance(out, pd.DataFrame) and list(out.columns) == list(names)
+    assert np.array_equal(pipe.predict(frame.iloc[:20]), estimator.predict(frame.iloc[:20] / 10.0))
+    assert list(estimator.feature_names_in_) == list(frame.columns)
+
+
+@pytest.mark.parametrize("case", sorted(DP_CHECK_CASES))
+def test_joblib_dump_round_trip(case, case_data, tmp_path):
+    X = case_data(case)
+    accountant = BudgetAccountant()
+    fitted = _fresh(case).set_params(accountant=accountant).fit(X)
+    joblib.dump(fitted, tmp_path / "model.joblib")
+    restored = joblib.load(tmp_path / "model.joblib")
+    assert np.array_equal(fitted.predict(X[:100]), restored.predict(X[:100]))
+    assert restored.privacy_spent_ == fitted.privacy_spent_ and len(accountant.ledger) == 1
+
+
+@pytest.mark.parametrize("case", sorted(DP_CHECK_CASES))
+def test_dask_backend_gives_the_same_fit(case, case_data):
+    distributed = pytest.importorskip("distributed")
+    X = case_data(case)
+    expected = _fresh(case, n_jobs=1).fit(X)
+    with distributed.Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=":0"):
+        with joblib.parallel_config(backend="dask"):
+            got = _fresh(case, n_jobs=2).fit(X)
+    for name in ("cluster_centers_", "means_", "covariances_", "weights_"):
+        if getattr(expected, name, None) is not None:
+            assert np.array_equal(getattr(expected, name), getattr(got, name)), name
