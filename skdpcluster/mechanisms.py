@@ -211,14 +211,29 @@ def _log_gaussian_delta(sigma, sensitivity, epsilon):
         \delta \ge \Phi\left(\frac{\Delta}{2\sigma} - \frac{\varepsilon\sigma}{\Delta}\right)
           - e^{\varepsilon}\,\Phi\left(-\frac{\Delta}{2\sigma} - \frac{\varepsilon\sigma}{\Delta}\right).
 
-    Evaluated in log space with :func:`scipy.special.log_ndtr` so that deltas
-    down to about 1e-300 are exact.
+    Evaluated in log space so that deltas down to about 1e-300 are exact and
+    large epsilon loses nothing to cancellation: with :math:`u = \Delta/(2\sigma)`,
+    :math:`v = \varepsilon\sigma/\Delta` and :math:`uv = \varepsilon/2`,
+
+    .. math::
+
+        \log\delta = \log\Phi(u - v) + \log\left(1 - e^{S(-u-v) - S(u-v)}\right),
+        \qquad S(z) = \log\Phi(z) + z^2/2,
+
+    where the :math:`\varepsilon` of :math:`e^{\varepsilon}` has cancelled
+    exactly against the Gaussian exponents.
     """
     u = sensitivity / (2.0 * sigma)
     v = epsilon * sigma / sensitivity
-    log_a = special.log_ndtr(u - v)
-    log_b = special.log_ndtr(-u - v)
-    return log_a + np.log1p(-np.exp(epsilon + log_b - log_a))
+    ratio = _log_ndtr_scaled(-u - v) - _log_ndtr_scaled(u - v)  # log(e^eps Phi(-u-v) / Phi(u-v))
+    return special.log_ndtr(u - v) + np.log1p(-np.exp(ratio))
+
+
+def _log_ndtr_scaled(z):
+    """``log Phi(z) + z**2 / 2``, stable for large negative z (via the scaled erfc)."""
+    if z < 0:
+        return math.log(special.erfcx(-z / math.sqrt(2.0)) / 2.0)
+    return float(special.log_ndtr(z)) + z * z / 2.0
 
 
 def analytic_gaussian_sigma(sensitivity, epsilon, delta):

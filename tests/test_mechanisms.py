@@ -46,6 +46,15 @@ def test_analytic_sigma_handles_tiny_delta():
     assert log_delta == pytest.approx(math.log(1e-14), abs=1e-6)
 
 
+@pytest.mark.parametrize("epsilon", [4e4, 1e5, 1e6])
+def test_analytic_sigma_at_huge_epsilon(epsilon):
+    """Regression: e^eps cancelled catastrophically against Phi(-u-v) for epsilon above ~4e4."""
+    sigma = M.analytic_gaussian_sigma(1.0, epsilon, 0.1)
+    assert math.isfinite(sigma) and sigma > 0
+    assert math.exp(M._log_gaussian_delta(sigma, 1.0, epsilon)) == pytest.approx(0.1, rel=1e-6)
+    assert M.analytic_gaussian_sigma(1.0, 2 * epsilon, 0.1) < sigma
+
+
 def test_classical_refuses_epsilon_at_least_one():
     with pytest.raises(ValueError, match="epsilon < 1.*analytic"):
         M.classical_gaussian_sigma(1.0, 1.0, 1e-6)
