@@ -6,6 +6,10 @@ accountant
     :class:`BudgetAccountant`, the shared privacy ledger.
 cluster
     The private clustering estimators (:class:`KTupleClusterer`, ...).
+mixture
+    :class:`PrivateGaussianMixture`.
+model_selection
+    Searches and private selection with honest accounting.
 ktuple
     The k-tuple framework of Cohen et al. (2021) as functions on arrays.
 averaging
@@ -33,6 +37,7 @@ from skdpcluster.exceptions import (
     PrivacyLeakWarning,
     UnprovenPrivacyWarning,
 )
+from skdpcluster.mixture import PrivateGaussianMixture
 
 try:
     __version__ = version("skdpcluster")
@@ -47,6 +52,7 @@ __all__ = [
     "NotSeparatedError",
     "NotSeparatedWarning",
     "PrivacyLeakWarning",
+    "PrivateGaussianMixture",
     "UnprovenPrivacyWarning",
     "__version__",
 ]

@@ -75,25 +75,13 @@ def _random_state_constraint():
     return [None, Interval(Integral, 0, None, closed="left"), np.random.Generator]
 
 
-class _BasePrivateClusterer(
-    ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, BaseEstimator
-):
-    """Base class: the fit template, prediction and the common parameters."""
+class _PrivateFitMixin:
+    """The check-then-commit fit template, shared by every private estimator.
 
-    _parameter_constraints: dict = {
-        # k >= 2 is checked in `_check_n_clusters`, after the data, so that a
-        # one-row input gets scikit-learn's "1 sample" error first.
-        "n_clusters": [Interval(Integral, 1, None, closed="left")],
-        "epsilon": [Interval(Real, 0, None, closed="neither")],
-        "delta": [Interval(Real, 0, 1, closed="neither")],
-        "data_radius": [None, Interval(Real, 0, None, closed="neither")],
-        "data_center": [None, "array-like"],
-        "on_failure": [StrOptions({"warn", "raise"})],
-        "accountant": [None, BudgetAccountant],
-        "random_state": _random_state_constraint(),
-        "n_jobs": [None, Integral],
-        "verbose": ["verbose"],
-    }
+    Subclasses provide ``_parameter_constraints``, ``_plan`` and
+    ``_fit_private``; ``_check_n_clusters`` is a hook run after the data is
+    validated.
+    """
 
     # -- the template -----------------------------------------------------------
     @fit_context(prefer_skip_nested_validation=True)
@@ -144,7 +132,6 @@ class _BasePrivateClusterer(
     def _commit(self, plan, result, spent):
         for name, value in {**plan.attributes, **result.attributes}.items():
             setattr(self, name, value)
-        self.cluster_centers_ = result.centers
         self.status_ = "success" if result.success else "failure"
         self.privacy_spent_ = {"epsilon": spent[0], "delta": spent[1], "proven": result.proven}
         if result.rho is not None:
@@ -156,7 +143,7 @@ class _BasePrivateClusterer(
     def _report_failure(self):
         message = (
             f"{type(self).__name__}: the private easy-instance test failed (status_='failure'); "
-            "no centres were released. The data may not be well separated, or there may be too "
+            "nothing was released. The data may not be well separated, or there may be too "
             "little data per tuple. The budget of the test was spent."
         )
         if self.on_failure == "raise":
@@ -189,6 +176,32 @@ class _BasePrivateClusterer(
             PrivacyLeakWarning,
         )
         return float(np.max(np.linalg.norm(X - center, axis=1))) or 1.0
+
+
+
+class _BasePrivateClusterer(
+    _PrivateFitMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, BaseEstimator
+):
+    """Base class of the centre-based private clusterers: the common parameters and prediction."""
+
+    _parameter_constraints: dict = {
+        # k >= 2 is checked in `_check_n_clusters`, after the data, so that a
+        # one-row input gets scikit-learn's "1 sample" error first.
+        "n_clusters": [Interval(Integral, 1, None, closed="left")],
+        "epsilon": [Interval(Real, 0, None, closed="neither")],
+        "delta": [Interval(Real, 0, 1, closed="neither")],
+        "data_radius": [None, Interval(Real, 0, None, closed="neither")],
+        "data_center": [None, "array-like"],
+        "on_failure": [StrOptions({"warn", "raise"})],
+        "accountant": [None, BudgetAccountant],
+        "random_state": _random_state_constraint(),
+        "n_jobs": [None, Integral],
+        "verbose": ["verbose"],
+    }
+
+    def _commit(self, plan, result, spent):
+        self.cluster_centers_ = result.centers
+        super()._commit(plan, result, spent)
 
     # -- prediction -----------------------------------------------------------------
     def _validated_input_and_centers(self, X):

@@ -1,0 +1,848 @@
+r"""PrivateGaussianMixture: mixtures of separated Gaussians via k-tuple clustering.
+
+PrivatekGMM of Cohen, Kaplan, Mansour, Stemmer & Tsfadia (2021, arXiv:2112.14445,
+Section 6), as specified in ``spec/cohen_ktuple.md`` §9: a non-private labelling of
+many small blocks of the data gives one k-tuple of per-label means per block
+(GenEmpiricalMeans); private k-tuple clustering of these tuples gives k private
+centres; the remaining ("fresh") rows are assigned to the centres, and a private
+single-Gaussian learner (CoinPress-style, :func:`~skdpcluster.averaging.private_gaussian_estimate`)
+and a noisy count per component give the means, covariances and weights.
+"""
+
+import math
+from dataclasses import dataclass
+from numbers import Integral, Real
+
+import numpy as np
+from scipy import linalg
+from scipy.special import logsumexp
+from sklearn.base import BaseEstimator, ClusterMixin
+from sklearn.exceptions import NotFittedError
+from sklearn.metrics import pairwise_distances_argmin
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from skdpcluster._tuples import generate_tuples
+from skdpcluster.averaging import private_gaussian_estimate
+from skdpcluster.cluster._base import (
+    PrivateFit,
+    PrivateFitPlan,
+    _PrivateFitMixin,
+)
+from skdpcluster.cluster._ktuple import KTupleClusterer
+from skdpcluster.exceptions import InsufficientDataError, PrivacyLeakWarning
+from skdpcluster.mechanisms import PrivacyEvent, analytic_gaussian_sigma, zcdp_gaussian_mechanism
+from skdpcluster.utils import check_random_state
+from skdpcluster.utils._compat import Interval, StrOptions
+from skdpcluster.utils._warnings import warn_user
+
+__all__ = ["PrivateGaussianMixture"]
+
+#: Share of the rows used for the k-tuples when ``samples_per_tuple="auto"``.
+TUPLE_SHARE = 0.5
+#: Share of each component's budget spent on the refinement pass (the rest on the learner).
+REFINE_SHARE = 0.25
+#: Rounds of the refinement pass (clipped mean, then log-scale, per round).
+REFINE_ROUNDS = 3
+#: The clipping radius after a round is this many times the private typical distance.
+SCALE_CLIP_FACTOR = 6.0
+#: The log-distances of a round are clipped to ``[log(radius) - this, log(radius)]``.
+LOG_SCALE_RANGE = math.log(1e4)
+#: ``sigma_max="auto"`` is this many times the private typical distance to the centre.
+#: ``exp(E log||z||) >= 0.53 sqrt(tr Sigma)`` for every Gaussian z (the rank-1 case is the
+#: worst), so 2.5 bounds ``sqrt(||Sigma||_2) <= sqrt(tr Sigma)`` with a third to spare.
+AUTO_SIGMA_MAX_FACTOR = 2.5
+#: ``sigma_min="auto"`` is the typical distance divided by this (times ``sqrt(d / 10)`` above
+#: d = 10): the covariance floor is then about 1% of the total variance, or a tenth of the
+#: mean eigenvalue in high dimension. A floor far below the truth would let noise-dominated
+#: directions collapse and ruin the likelihood; one above it would bias ill-conditioned
+#: components upwards.
+AUTO_FLOOR_DIVISOR = 10.0
+AUTO_FLOOR_DIMENSION = 10.0
+#: Steps of the learner's mean and covariance stages (``n_iter_mean``, ``n_iter_cov``): the
+#: refinement pass already gives a good initial ball, so the covariance gets more steps.
+LEARNER_ITERATIONS = (2, 4)
+#: ``sigma_min`` is raised to at least ``sigma_max`` times this, so that every released
+#: covariance (condition number at most 1e12) stays numerically positive definite.
+MIN_SIGMA_RATIO = 1e-6
+#: ``None`` bounds: the empirical extreme standard deviations, widened by this factor.
+DATA_SIGMA_MARGIN = 2.0
+
+_COVARIANCE_TYPES = ("full", "tied", "diag", "spherical")
+# The parameters shared with KTupleClusterer keep its constraints.
+_KTUPLE_CONSTRAINTS = KTupleClusterer._parameter_constraints
+
+
+# ---------------------------------------------------------------------------
+# Budget of the fresh part (spec §9.3, with the tighter split derived here)
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _FreshBudget:
+    r"""Named split of the fresh part's budget; every release there is a Gaussian mechanism.
+
+    Per component, the refinement pass may spend ``rho_refine`` and the
+    learner ``rho_learner`` (zCDP under add/remove of one row of that
+    component); each pass also releases the k counts with noise
+    :math:`\sigma_c = 1/\sqrt{2\rho_{\mathrm{pass}}}`. In GDP terms a Gaussian
+    release of whitened sensitivity s at zCDP :math:`\rho` adds
+    :math:`\mu^2 = 2 s^2 \rho`. One changed fresh row either stays in its
+    component (a swap: s = 2 in that learner, counts unchanged:
+    :math:`\mu^2 = 8\rho_{\mathrm{pass}}`) or moves between two (s = 1 in two
+    learners, :math:`4\rho_{\mathrm{pass}}`, and two counts change by one, L2
+    sensitivity :math:`\sqrt 2`, :math:`2/\sigma_c^2 = 4\rho_{\mathrm{pass}}`:
+    :math:`\mu^2 = 8\rho_{\mathrm{pass}}` again). Over both passes
+    :math:`\mu^2 = 8(\rho_{\mathrm{refine}} + \rho_{\mathrm{learner}})`, and
+    ``mu`` is chosen so that :math:`\mu`-GDP is exactly
+    ``(epsilon, delta)``-DP.
+    """
+
+    epsilon: float
+    delta: float
+    mu: float
+    rho_refine: float
+    rho_learner: float
+
+    @classmethod
+    def for_target(cls, epsilon, delta):
+        # mu-GDP is the trade-off of the Gaussian mechanism with sensitivity/noise ratio mu,
+        # so mu = 1/sigma with sigma the analytic calibration at sensitivity 1 (Balle & Wang
+        # 2018, Theorem 8; Dong, Roth & Su 2022, Corollary 2.13).
+        mu = 1.0 / analytic_gaussian_sigma(1.0, epsilon, delta)
+        per_component = mu * mu / 8.0
+        return cls(float(epsilon), float(delta), mu, REFINE_SHARE * per_component,
+                   (1.0 - REFINE_SHARE) * per_component)
+
+    def event(self, released, events):
+        """The composite event of the fresh part: ``(epsilon, delta)``, priced even if not run."""
+        details = {"composition": "gaussian_dp", "mu": self.mu, "released": bool(released),
+                   "rho_refine_per_component": self.rho_refine,
+                   "rho_learner_per_component": self.rho_learner,
+                   "events": [event.to_dict() for event in events]}
+        return PrivacyEvent("private_gaussian_mixture_fresh", self.epsilon, self.delta,
+                            rho=self.mu * self.mu / 2.0, label="gaussian_mixture/fresh_part",
+                            neighbouring="replace_one", details=details)
+
+
+def _parallel_event(tuple_events, fresh_event):
+    """One event for the fit: the maximum of the two parts on disjoint rows."""
+    tuple_cost = (math.fsum(e.cost()[0] for e in tuple_events),
+                  math.fsum(e.cost()[1] for e in tuple_events))
+    details = {
+        "composition": "parallel: the tuple rows X1 and the fresh rows X2 are disjoint",
+        "tuple_part": {"epsilon": tuple_cost[0], "delta": tuple_cost[1],
+                       "events": [event.to_dict() for event in tuple_events]},
+        "fresh_part": fresh_event.to_dict(),
+    }
+    return PrivacyEvent("private_gaussian_mixture", max(tuple_cost[0], fresh_event.epsilon),
+                        max(tuple_cost[1], fresh_event.delta), label="PrivateGaussianMixture.fit",
+                        neighbouring="replace_one", details=details)
+
+
+# ---------------------------------------------------------------------------
+# Fresh part: assignment, noisy counts, refinement, learners
+# ---------------------------------------------------------------------------
+
+
+def _noisy_counts(labels, n_components, rho_pass, rng, stage):
+    """Counts of every label plus N(0, 1/(2 rho_pass)): the counts' share of a pass."""
+    counts = np.bincount(labels, minlength=n_components).astype(float)
+    return zcdp_gaussian_mechanism(counts, sensitivity=math.sqrt(2.0), rho=2.0 * rho_pass, rng=rng,
+                                   label=f"gaussian_mixture/counts_{stage}",
+                                   neighbouring="replace_one")
+
+
+def _clipped_mean(points, n_public, center, radius, rho, rng):
+    """``center + sum(clip(x - center, radius)) / n_public`` plus Gaussian noise.
+
+    Each clipped offset has norm at most ``radius``: add/remove sensitivity ``radius / n_public``.
+    """
+    offsets = points - center
+    norms = np.linalg.norm(offsets, axis=1, keepdims=True)
+    offsets *= np.minimum(1.0, radius / np.maximum(norms, np.finfo(float).tiny))
+    return zcdp_gaussian_mechanism(center + offsets.sum(axis=0) / n_public,
+                                   sensitivity=radius / n_public, rho=rho, rng=rng,
+                                   label="gaussian_mixture/refine_mean", neighbouring="add_remove")
+
+
+def _log_scale(points, n_public, center, radius, rho, rng):
+    """Private mean of ``log||x - center||``, clipped to ``[log(radius) - L, log(radius)]``.
+
+    The clipped values are centred at the middle of the interval and summed, then divided
+    by ``n_public``: add/remove sensitivity ``L / (2 n_public)``.
+    """
+    high = math.log(radius)
+    low, middle = high - LOG_SCALE_RANGE, high - LOG_SCALE_RANGE / 2.0
+    distances = np.maximum(np.linalg.norm(points - center, axis=1), np.finfo(float).tiny)
+    centred = np.clip(np.log(distances), low, high) - middle
+    return zcdp_gaussian_mechanism(middle + centred.sum() / n_public,
+                                   sensitivity=LOG_SCALE_RANGE / (2.0 * n_public), rho=rho,
+                                   rng=rng, label="gaussian_mixture/refine_log_scale",
+                                   neighbouring="add_remove")
+
+
+def _refine_component(points, n_public, center, radius, rho, rng):
+    r"""Refinement pass of one component: a better centre, a clipping radius and a scale.
+
+    Each of ``REFINE_ROUNDS`` rounds releases a clipped mean around the
+    current centre and then the mean log-distance :math:`v` of the rows to it;
+    the radius becomes :math:`\min(r, 6 e^{v})`. :math:`e^{v}` is about
+    :math:`\sqrt{\|e\|^2 + \mathrm{tr}\,\Sigma}` (:math:`e` the centre's
+    error), a private upper bound on the component's spread. Every release is
+    a Gaussian mechanism at ``rho / (2 * REFINE_ROUNDS)`` (add/remove).
+    """
+    rho_step = rho / (2 * REFINE_ROUNDS)
+    events = []
+    for _ in range(REFINE_ROUNDS):
+        center, mean_event = _clipped_mean(points, n_public, center, radius, rho_step, rng)
+        log_scale, scale_event = _log_scale(points, n_public, center, radius, rho_step, rng)
+        scale = math.exp(min(log_scale, 700.0))
+        radius = max(min(radius, SCALE_CLIP_FACTOR * scale), np.finfo(float).tiny)
+        events += [mean_event, scale_event]
+    return center, radius, scale, events
+
+
+def _nearest_gaps(centers):
+    """Distance from every centre to its nearest other centre."""
+    gaps = np.linalg.norm(centers[:, None, :] - centers[None, :, :], axis=-1)
+    np.fill_diagonal(gaps, np.inf)
+    return gaps.min(axis=1)
+
+
+def _empirical_sigmas(points):
+    """Extreme standard deviations of ``points`` (the leaking ``None`` path); None below 2 rows."""
+    if points.shape[0] < 2:
+        return None
+    eigenvalues = np.linalg.eigvalsh(np.atleast_2d(np.cov(points, rowvar=False)))
+    return math.sqrt(max(eigenvalues[0], 0.0)), math.sqrt(max(eigenvalues[-1], 0.0))
+
+
+def _auto_sigmas(scale, n_features):
+    r"""``sigma_min="auto"`` and ``sigma_max="auto"`` from the private typical distance ``scale``.
+
+    With :math:`S \approx \sqrt{\mathrm{tr}\,\Sigma}` (see ``AUTO_SIGMA_MAX_FACTOR``),
+    :math:`\sigma_{\max} = 2.5 S` and :math:`\sigma_{\min} = S / (10\max(1, \sqrt{d/10}))`,
+    so the covariance floor :math:`\sigma_{\min}^2` is about
+    :math:`\min(\mathrm{tr}\,\Sigma / 100, \mathrm{tr}\,\Sigma / (10 d))`.
+    """
+    divisor = AUTO_FLOOR_DIVISOR * max(1.0, math.sqrt(n_features / AUTO_FLOOR_DIMENSION))
+    return scale / divisor, AUTO_SIGMA_MAX_FACTOR * scale
+
+
+# ---------------------------------------------------------------------------
+# Covariance formats (scikit-learn's conventions)
+# ---------------------------------------------------------------------------
+
+
+def _covariances_of_type(full, weights, covariance_type):
+    """The full (k, d, d) covariances in the format of ``covariance_type``."""
+    if covariance_type == "full":
+        return full
+    if covariance_type == "tied":
+        return np.einsum("k,kij->ij", weights, full)
+    diagonals = np.diagonal(full, axis1=1, axis2=2).copy()
+    return diagonals if covariance_type == "diag" else diagonals.mean(axis=1)
+
+
+def _precision_cholesky_full(covariance):
+    """Upper-triangular P with P P^T = inverse(covariance), as scikit-learn stores it."""
+    lower = linalg.cholesky(covariance, lower=True)
+    return linalg.solve_triangular(lower, np.eye(covariance.shape[0]), lower=True).T
+
+
+def _precisions_cholesky(covariances, covariance_type):
+    if covariance_type == "full":
+        return np.stack([_precision_cholesky_full(c) for c in covariances])
+    if covariance_type == "tied":
+        return _precision_cholesky_full(covariances)
+    return 1.0 / np.sqrt(covariances)
+
+
+def _as_full(values, covariance_type, n_components, n_features):
+    """A per-type array (covariances or precision Cholesky factors) as (k, d, d) matrices."""
+    if covariance_type == "full":
+        return values
+    if covariance_type == "tied":
+        return np.broadcast_to(values, (n_components, n_features, n_features))
+    diagonals = np.broadcast_to(np.reshape(values, (n_components, -1)), (n_components, n_features))
+    return diagonals[:, :, None] * np.eye(n_features)
+
+
+def _weighted_log_prob(X, weights, means, precisions_cholesky, covariance_type):
+    """log(w_j) + log N(x | mu_j, Sigma_j) for every row and component, shape (n, k)."""
+    k, d = means.shape
+    factors = _as_full(precisions_cholesky, covariance_type, k, d)
+    log_prob = np.empty((X.shape[0], k))
+    for j in range(k):
+        whitened = (X - means[j]) @ factors[j]
+        log_det = np.sum(np.log(np.diagonal(factors[j])))
+        log_prob[:, j] = log_det - 0.5 * (d * math.log(2 * math.pi) + np.sum(whitened**2, axis=1))
+    return log_prob + np.log(weights)
+
+
+# ---------------------------------------------------------------------------
+# The estimator
+# ---------------------------------------------------------------------------
+
+
+def _sigma_constraint():
+    return [None, StrOptions({"auto"}), Interval(Real, 0, None, closed="neither")]
+
+
+class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
+    r"""Differentially private Gaussian mixture of separated components (Cohen et al. 2021, §6).
+
+    PrivatekGMM (arXiv:2112.14445, Section 6.2; ``spec/cohen_ktuple.md`` §9.2):
+
+    1. The rows are permuted at random; the first ``n_tuples * samples_per_tuple``
+       form :math:`X_1`, the rest the *fresh* rows :math:`X_2`.
+    2. GenEmpiricalMeans: :math:`X_1` is cut into ``n_tuples`` blocks; the
+       non-private ``base_estimator`` labels each block and the k per-label
+       means form one k-tuple (an empty label gives the zero vector).
+    3. Private k-tuple clustering of the tuples
+       (:class:`~skdpcluster.KTupleClusterer`'s ``"noisy_centers"`` or
+       ``"averages"``, provable defaults) gives k centres
+       :math:`\hat c_j`, or a failed private test.
+    4. Each fresh row goes to its nearest centre. A *refinement pass*
+       (not in the paper; a quarter of each component's budget) releases,
+       per component, a better centre and a private scale (two rounds of a
+       clipped mean and a mean log-distance); the fresh rows are then
+       re-assigned to the refined centres. This makes the assignment
+       robust to the k-tuple noise, which grows like :math:`\sqrt d`
+       (§9.4, item 6), and gives ``sigma_max="auto"``.
+    5. Per component, the CoinPress-style learner
+       :func:`~skdpcluster.averaging.private_gaussian_estimate` (§9.6)
+       releases the mean and the covariance, dividing by a noisy count.
+    6. Weights :math:`\hat w_j = \max(\hat n_j, 1) / \sum_l \max(\hat n_l, 1)`
+       from the noisy counts (§9.2 step 5 clips at 0; clipping at 1 keeps
+       every log-likelihood finite).
+
+    **Privacy** (replace-one neighbours, the number of rows public;
+    Theorem 6.1, §9.3). The split of step 1 does not depend on the data, so a
+    changed row is in :math:`X_1` or in :math:`X_2`, never both:
+
+    * in :math:`X_1`, one block and hence one tuple changes; the k-tuple
+      algorithm is :math:`(\varepsilon, \delta)`-DP on tuples, and everything
+      after it is post-processing of its output and the unchanged
+      :math:`X_2`;
+    * in :math:`X_2`, the centres have the same distribution, and given them
+      every release of steps 4-6 is a Gaussian mechanism. A changed fresh
+      row either stays in its component (a swap: twice the add/remove
+      sensitivity, counts unchanged) or moves between two components (one
+      removal, one addition, and two counts change by one). With per-component
+      add/remove budgets :math:`\rho_1` (refinement) and :math:`\rho_2`
+      (learner) and count noise :math:`\sigma_c = 1/\sqrt{2\rho_p}` in pass
+      :math:`p`, both cases give :math:`\mu^2 = 8(\rho_1 + \rho_2)` in total,
+      so the part is :math:`\mu`-GDP by the adaptive composition of Gaussian
+      mechanisms (Dong, Roth & Su 2022, Corollary 3.3), with :math:`\mu`
+      chosen so that this is exactly :math:`(\varepsilon, \delta)`-DP (Balle
+      & Wang 2018, Theorem 8).
+
+    By parallel composition the fit is :math:`(\max(\varepsilon_{T},
+    \varepsilon), \max(\delta_{T}, \delta)) = (\varepsilon, \delta)`-DP. This
+    is tighter than the spec's decision (tuples at :math:`(\varepsilon,
+    \delta)`, learners at :math:`(\varepsilon/3, \delta/2)` and
+    :math:`\mathrm{Lap}(6/\varepsilon)` counts), which also misses the
+    same-component swap (group privacy 2 for an add/remove learner). The
+    ledger holds **one** composite event with both parts in its ``details``;
+    its cost is what ``privacy_spent_`` reports and the accountant is charged,
+    whether or not the private test succeeds.
+
+    **Utility** (Theorem 6.2, §9.4): the blocks need enough rows of every
+    component for the labelling to be right and the per-label means to be
+    tight (``noisy_centers`` needs them about :math:`2\Delta + 2`-far, with
+    :math:`\Delta` in the hundreds); the means must be more than about
+    :math:`2\sigma_{\max}\sqrt{2\log(2nk/\beta)}` apart for the nearest-centre
+    assignment; the learner needs about :math:`d^2` rows per component, and
+    its accuracy scales with ``sigma_max``, so a tight public bound helps.
+
+    Read more in ``spec/cohen_ktuple.md`` §9.
+
+    Parameters
+    ----------
+    n_components : int, default=2
+        Number of components k (at least 2).
+    covariance_type : {"full", "tied", "diag", "spherical"}, default="full"
+        Format of the released covariances, as in
+        :class:`sklearn.mixture.GaussianMixture`. The learner always estimates a
+        full covariance per component; ``"diag"`` keeps its diagonal,
+        ``"spherical"`` its mean variance and ``"tied"`` the weighted average of
+        the k matrices (post-processing, no extra privacy cost).
+    epsilon : float, default=1.0
+        Privacy parameter of the whole fit.
+    delta : float, default=1e-6
+        Privacy parameter of the whole fit, in (0, 1).
+    beta : float, default=0.05
+        Failure probability of the private k-tuple test on well-separated data.
+    base_estimator : estimator, default=None
+        The non-private labelling algorithm, cloned per block with
+        ``n_clusters`` (or ``n_components``) set to ``n_components``; its
+        ``labels_`` (or ``predict``) label the block. ``None`` uses
+        ``KMeans(init="k-means++", n_init=1)``, solved by a fast batched path.
+        A :class:`sklearn.mixture.GaussianMixture` also works (slower).
+    tuple_method : {"noisy_centers", "averages"}, default="noisy_centers"
+        The private k-tuple clustering (see :class:`~skdpcluster.KTupleClusterer`).
+    n_tuples : int or "auto", default="auto"
+        Number of blocks t. ``"auto"``: the minimum admissible number
+        (:func:`~skdpcluster.ktuple.min_tuples`) for ``"noisy_centers"``;
+        for ``"averages"`` the larger of that and ``n_samples // (2 * 15 k)``.
+    samples_per_tuple : int or "auto", default="auto"
+        Rows per block s (at least ``n_components``). ``"auto"``: half of the
+        rows go to the blocks, ``(n_samples // 2) // n_tuples``.
+    separation : float, default=None
+        Delta of ``"noisy_centers"`` (> 6); ``None`` uses the paper's
+        :math:`(10/\varepsilon)\,k\log(k/\delta)\sqrt{\log(k/\beta)}`.
+    data_radius : float, default=None
+        Public bound Lambda on ``||x - data_center||``, used by ``"averages"``
+        only. ``None`` with ``"averages"`` computes it from the data, emits a
+        :class:`~skdpcluster.exceptions.PrivacyLeakWarning` and stores it only
+        in ``data_radius_``.
+    data_center : array-like of shape (n_features,), default=None
+        Public centre of the data ball; ``None`` means the origin.
+    r_min : float, default=None
+        Resolution of ``"averages"``; ``None`` means ``1e-4 * data_radius``.
+    sigma_min, sigma_max : float, "auto" or None, default="auto"
+        Public bounds :math:`\sigma_{\min}^2 I \preceq \Sigma_j \preceq
+        \sigma_{\max}^2 I` of the learner (§9.1). A float is used for every
+        component. ``"auto"`` derives them from private releases, so it costs
+        no privacy: with :math:`S` the refinement pass's private typical
+        distance of the component's rows to its centre (about
+        :math:`\sqrt{\mathrm{tr}\,\Sigma_j}`), ``sigma_max`` is :math:`2.5 S`
+        (an upper bound on :math:`\sqrt{\|\Sigma_j\|_2}` when the centre is
+        accurate) and ``sigma_min`` is :math:`S / (10 \max(1, \sqrt{d/10}))`, a
+        covariance floor of about 1% of the total variance (a tenth of the
+        mean eigenvalue above d = 10): lower floors let noise-dominated
+        directions collapse and ruin the likelihood. ``None`` takes them from the
+        extreme eigenvalues of the component's fresh rows, widened by a factor
+        2, and emits a :class:`~skdpcluster.exceptions.PrivacyLeakWarning`.
+        The learner's accuracy scales with ``sigma_max``.
+    reg_covar : float, default=1e-6
+        Added to the diagonal of every released covariance, as in scikit-learn.
+    on_failure : {"warn", "raise"}, default="warn"
+        When the private k-tuple test fails: ``"warn"`` sets
+        ``status_="failure"``, leaves the parameters ``None`` and emits a
+        :class:`~skdpcluster.exceptions.NotSeparatedWarning`; ``"raise"``
+        raises :class:`~skdpcluster.exceptions.NotSeparatedError` and keeps the
+        previous fitted state. Either way the whole budget is charged.
+    accountant : BudgetAccountant, default=None
+        Charged with what every fit spends; ``None`` uses the default one.
+    random_state : None, int or numpy.random.Generator, default=None
+        ``None`` draws fresh OS entropy; an int or Generator makes the fit
+        (and :meth:`sample`) reproducible.
+    n_jobs : int, default=None
+        Parallel jobs for the blocks (joblib; any backend, including Dask).
+    verbose : int, default=0
+        Print the public plan when > 0.
+
+    Attributes
+    ----------
+    weights_ : ndarray of shape (n_components,) or None
+        Mixing weights (a private release); ``None`` after a failed test.
+    means_ : ndarray of shape (n_components, n_features) or None
+        Component means (a private release), in the canonical order of the
+        k-tuple centres.
+    covariances_ : ndarray or None
+        Shape (k, d, d) for ``"full"``, (d, d) for ``"tied"``, (k, d) for
+        ``"diag"``, (k,) for ``"spherical"``. Symmetric positive definite:
+        every eigenvalue is at least ``min(sigma_min_) ** 2 + reg_covar``
+        (the learner clips the spectrum into
+        :math:`[\sigma_{\min}^2, \sigma_{\max}^2]`).
+    precisions_ : ndarray or None
+        Inverses of the covariances, same shapes.
+    precisions_cholesky_ : ndarray or None
+        Cholesky factors of the precisions, as in scikit-learn.
+    converged_ : bool
+        True when the private test passed and parameters were released
+        (there is no EM loop; this mirrors scikit-learn's attribute).
+    status_ : {"success", "failure"}
+        Outcome of the private k-tuple test (a private release).
+    tuple_centers_ : ndarray of shape (n_components, n_features) or None
+        The k private centres of step 3 (a private release).
+    sigma_min_, sigma_max_ : ndarray of shape (n_components,) or None
+        The learner's bounds for every component.
+    labels_ : ndarray of shape (n_samples,)
+        :meth:`predict` on the training rows (-1 after a failure). **Not
+        private**: a function of the training data.
+    n_tuples_, samples_per_tuple_, n_fresh_ : int
+        Blocks, rows per block, and fresh rows (public).
+    m_, ell_, separation_, data_radius_ : int, float, float, float
+        Public parameters of the k-tuple test (see
+        :class:`~skdpcluster.KTupleClusterer`).
+    privacy_spent_ : dict
+        ``{"epsilon", "delta", "proven"}`` charged to the accountant; never
+        more than requested.
+    privacy_ledger_ : list of PrivacyEvent
+        One composite event; its ``details`` hold the events of both parts.
+    n_features_in_ : int
+        Number of features seen during fit.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Names of features seen during fit, when ``X`` has string column names.
+
+    See Also
+    --------
+    skdpcluster.KTupleClusterer : The private k-tuple clustering of step 3.
+    sklearn.mixture.GaussianMixture : The non-private model with the same outputs.
+
+    References
+    ----------
+    E. Cohen, H. Kaplan, Y. Mansour, U. Stemmer, E. Tsfadia. Differentially-Private
+    Clustering of Easy Instances. ICML 2021 (full version arXiv:2112.14445, Section 6).
+
+    S. Biswas, Y. Dong, G. Kamath, J. Ullman. CoinPress: Practical Private Mean and
+    Covariance Estimation. NeurIPS 2020.
+
+    Examples
+    --------
+    >>> from skdpcluster import PrivateGaussianMixture
+    >>> from skdpcluster.datasets import make_separated_mixture
+    >>> X, y = make_separated_mixture(200_000, n_clusters=2, n_features=2,
+    ...                               separation=512, random_state=0)
+    >>> gm = PrivateGaussianMixture(n_components=2, random_state=0).fit(X)
+    >>> gm.status_
+    'success'
+    >>> gm.means_[:, 0].round()
+    array([-512.,  512.])
+    >>> gm.covariances_.shape
+    (2, 2, 2)
+    >>> gm.privacy_spent_["epsilon"] <= 1.0
+    True
+    """
+
+    _parameter_constraints: dict = {
+        **{name: _KTUPLE_CONSTRAINTS[name] for name in (
+            "epsilon", "delta", "beta", "base_estimator", "n_tuples", "separation", "data_radius",
+            "data_center", "r_min", "on_failure", "accountant", "random_state", "n_jobs",
+            "verbose")},
+        # k >= 2 is checked after the data, as in the clusterers (``_check_n_clusters``).
+        "n_components": [Interval(Integral, 1, None, closed="left")],
+        "covariance_type": [StrOptions(set(_COVARIANCE_TYPES))],
+        "tuple_method": _KTUPLE_CONSTRAINTS["method"],
+        "samples_per_tuple": [StrOptions({"auto"}), Interval(Integral, 1, None, closed="left")],
+        "sigma_min": _sigma_constraint(),
+        "sigma_max": _sigma_constraint(),
+        "reg_covar": [Interval(Real, 0.0, None, closed="left")],
+    }
+
+    def __init__(
+        self,
+        n_components=2,
+        *,
+        covariance_type="full",
+        epsilon=1.0,
+        delta=1e-6,
+        beta=0.05,
+        base_estimator=None,
+        tuple_method="noisy_centers",
+        n_tuples="auto",
+        samples_per_tuple="auto",
+        separation=None,
+        data_radius=None,
+        data_center=None,
+        r_min=None,
+        sigma_min="auto",
+        sigma_max="auto",
+        reg_covar=1e-6,
+        on_failure="warn",
+        accountant=None,
+        random_state=None,
+        n_jobs=None,
+        verbose=0,
+    ):
+        self.n_components = n_components
+        self.covariance_type = covariance_type
+        self.epsilon = epsilon
+        self.delta = delta
+        self.beta = beta
+        self.base_estimator = base_estimator
+        self.tuple_method = tuple_method
+        self.n_tuples = n_tuples
+        self.samples_per_tuple = samples_per_tuple
+        self.separation = separation
+        self.data_radius = data_radius
+        self.data_center = data_center
+        self.r_min = r_min
+        self.sigma_min = sigma_min
+        self.sigma_max = sigma_max
+        self.reg_covar = reg_covar
+        self.on_failure = on_failure
+        self.accountant = accountant
+        self.random_state = random_state
+        self.n_jobs = n_jobs
+        self.verbose = verbose
+
+    def _check_n_clusters(self):
+        """The template's hook, called after the data is validated: k-tuples need k >= 2."""
+        if self.n_components < 2:
+            raise ValueError(
+                f"n_components={self.n_components}: PrivateGaussianMixture needs n_components >= 2 "
+                "(k-tuple clustering separates pairs of centres); for one Gaussian use "
+                "skdpcluster.averaging.private_gaussian_estimate."
+            )
+
+    def fit_predict(self, X, y=None):
+        """Fit, then return ``labels_``: the most likely component of every training row.
+
+        The same as ``fit(X).predict(X)`` after a successful test, and -1
+        everywhere after a failed one. The labels are **not** private.
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+        """
+        return self.fit(X).labels_
+
+    # -- public plan (no randomness) ---------------------------------------------
+    def _tuple_clusterer(self, data_radius):
+        return KTupleClusterer(
+            n_clusters=self.n_components, method=self.tuple_method, epsilon=self.epsilon,
+            delta=self.delta, beta=self.beta, base_estimator=self.base_estimator,
+            n_tuples=self.n_tuples, separation=self.separation, data_radius=data_radius,
+            data_center=self.data_center, r_min=self.r_min, n_jobs=self.n_jobs,
+        )
+
+    def _plan(self, X):
+        n_samples, n_features = X.shape
+        center = self._resolve_center(n_features)
+        radius = self.data_radius
+        if self.tuple_method == "averages":
+            radius = self._resolve_radius(X, center)
+        clusterer = self._tuple_clusterer(radius)
+        n_tuples = clusterer._resolved_n_tuples(int(n_samples * TUPLE_SHARE))
+        samples_per_tuple = self._plan_blocks(n_samples, n_tuples)
+        tuple_plan = clusterer._plan_tuples(n_tuples, n_features)
+        clusterer._plan_radius(tuple_plan, X)
+        self._check_sigma_bounds()
+        budget = _FreshBudget.for_target(self.epsilon, self.delta)
+        attributes = {**tuple_plan.attributes, "samples_per_tuple_": samples_per_tuple,
+                      "n_fresh_": n_samples - n_tuples * samples_per_tuple}
+        values = {"clusterer": clusterer, "tuple_plan": tuple_plan, "budget": budget}
+        cost = (max(tuple_plan.cost[0], budget.epsilon), max(tuple_plan.cost[1], budget.delta))
+        if self.verbose:
+            print(f"[PrivateGaussianMixture] plan: {attributes}, cost={cost}")
+        return PrivateFitPlan(cost, values, attributes)
+
+    def _plan_blocks(self, n_samples, n_tuples):
+        """Rows per block; raise if the blocks and at least k fresh rows do not fit."""
+        k = self.n_components
+        if self.samples_per_tuple == "auto":
+            samples_per_tuple = int(n_samples * TUPLE_SHARE) // n_tuples
+            needed = math.ceil(n_tuples * k / TUPLE_SHARE)
+        else:
+            samples_per_tuple = int(self.samples_per_tuple)
+            needed = n_tuples * samples_per_tuple + k
+        if samples_per_tuple < k or n_samples - n_tuples * samples_per_tuple < k:
+            raise InsufficientDataError(
+                f"X has {n_samples} rows, but PrivateGaussianMixture needs at least {needed}: "
+                f"n_tuples={n_tuples} blocks of samples_per_tuple >= n_components={k} rows, and "
+                f"at least {k} fresh rows (epsilon={self.epsilon}, delta={self.delta}, "
+                f"beta={self.beta}, samples_per_tuple={self.samples_per_tuple!r})."
+            )
+        return samples_per_tuple
+
+    def _check_sigma_bounds(self):
+        low, high = self.sigma_min, self.sigma_max
+        if isinstance(low, Real) and isinstance(high, Real) and low > high:
+            raise ValueError(f"sigma_min={low!r} must not exceed sigma_max={high!r}.")
+        if low is None or high is None:
+            warn_user(
+                "PrivateGaussianMixture: sigma_min or sigma_max is None, so the learner's bounds "
+                "are computed from the data; the result is not differentially private with "
+                "respect to them. Pass public floats, or 'auto' (derived privately).",
+                PrivacyLeakWarning,
+            )
+
+    # -- private part ---------------------------------------------------------------
+    def _fit_private(self, X, plan, rng):
+        split_rng, tuple_rng, ktuple_rng, fresh_rng = rng.spawn(4)
+        clusterer, tuple_plan = plan.values["clusterer"], plan.values["tuple_plan"]
+        n_tuples, block = plan.attributes["n_tuples_"], plan.attributes["samples_per_tuple_"]
+        order = split_rng.permutation(X.shape[0])
+        tuple_rows, fresh = X[order[: n_tuples * block]], X[order[n_tuples * block:]]
+        tuples = generate_tuples(
+            tuple_rows, clusterer._base_estimator(), self.n_components, n_tuples,
+            rng=tuple_rng, samples_per_tuple=block, output="label_means", n_jobs=self.n_jobs,
+        )
+        found = clusterer._aggregate(tuples, tuple_plan, ktuple_rng)
+        attributes, fresh_events = self._empty_release(), []
+        if found.success:
+            attributes, fresh_events = self._fit_fresh(fresh, found.centers, plan.values["budget"],
+                                                       fresh_rng)
+        attributes.update(tuple_centers_=found.centers, converged_=bool(found.success),
+                          labels_=self._training_labels(X, attributes))
+        fresh_event = plan.values["budget"].event(found.success, fresh_events)
+        event = _parallel_event(found.events, fresh_event)
+        return PrivateFit(None, found.success, [event], proven=found.proven, attributes=attributes)
+
+    def _training_labels(self, X, released):
+        """Most likely component of every training row (not private); -1 after a failure."""
+        if released["means_"] is None:
+            return np.full(X.shape[0], -1, dtype=np.intp)
+        log_prob = _weighted_log_prob(X, released["weights_"], released["means_"],
+                                      released["precisions_cholesky_"], self.covariance_type)
+        return log_prob.argmax(axis=1).astype(np.intp)
+
+    @staticmethod
+    def _empty_release():
+        names = ("weights_", "means_", "covariances_", "precisions_", "precisions_cholesky_",
+                 "sigma_min_", "sigma_max_")
+        return dict.fromkeys(names)
+
+    def _fit_fresh(self, fresh, centers, budget, rng):
+        """Steps 4-6 on the fresh rows, given the private centres; returns attributes and events."""
+        k = self.n_components
+        labels = pairwise_distances_argmin(fresh, centers)
+        counts, count_event = _noisy_counts(labels, k, budget.rho_refine, rng, "refine")
+        radii = np.maximum(_nearest_gaps(centers) / 2.0, np.finfo(float).tiny)
+        refined, events = [], [count_event]
+        for j in range(k):
+            *result, refine_events = _refine_component(fresh[labels == j], max(counts[j], 1.0),
+                                                       centers[j], radii[j], budget.rho_refine, rng)
+            refined.append(result)
+            events += refine_events
+        labels = pairwise_distances_argmin(fresh, np.array([r[0] for r in refined]))
+        counts, count_event = _noisy_counts(labels, k, budget.rho_learner, rng, "learner")
+        events.append(count_event)
+        estimates = [self._learn_component(fresh[labels == j], counts[j], *refined[j],
+                                           budget.rho_learner, rng) for j in range(k)]
+        events += [estimate[-1] for estimate in estimates]
+        return self._release(estimates, counts), events
+
+    def _learn_component(self, points, count, center, radius, scale, rho, rng):
+        sigma_min, sigma_max = self._component_sigmas(points, scale)
+        mean, covariance, event = private_gaussian_estimate(
+            points, n_public=max(count, 1.0), center=center, radius=radius, sigma_min=sigma_min,
+            sigma_max=sigma_max, rho=rho, rng=rng, n_iter_mean=LEARNER_ITERATIONS[0],
+            n_iter_cov=LEARNER_ITERATIONS[1],
+        )
+        return mean, covariance, sigma_min, sigma_max, event
+
+    def _component_sigmas(self, points, scale):
+        """(sigma_min, sigma_max) of one component: floats, "auto" (private) or None (data)."""
+        auto = _auto_sigmas(scale, points.shape[1])
+        data = _empirical_sigmas(points) if None in (self.sigma_min, self.sigma_max) else None
+        data = auto if data is None else (data[0] / DATA_SIGMA_MARGIN, data[1] * DATA_SIGMA_MARGIN)
+        low, high = ({"auto": a, None: e}.get(value, value)
+                     for value, a, e in zip((self.sigma_min, self.sigma_max), auto, data))
+        high = max(high, np.finfo(float).tiny)
+        if isinstance(self.sigma_min, Real):  # a public float bound wins over derived ones
+            high = max(high, low)
+        low = min(max(low, high * MIN_SIGMA_RATIO), high)
+        return float(low), float(high)
+
+    def _release(self, estimates, counts):
+        """Released parameters in scikit-learn's formats (post-processing only)."""
+        columns = list(zip(*estimates))[:4]  # the events are recorded elsewhere
+        means, full, sigma_min, sigma_max = (np.array(column) for column in columns)
+        weights = np.maximum(counts, 1.0) / np.maximum(counts, 1.0).sum()
+        full = full + self.reg_covar * np.eye(means.shape[1])
+        covariances = _covariances_of_type(full, weights, self.covariance_type)
+        cholesky = _precisions_cholesky(covariances, self.covariance_type)
+        return {
+            "weights_": weights, "means_": means, "covariances_": covariances,
+            "precisions_cholesky_": cholesky,
+            "precisions_": (cholesky @ np.swapaxes(cholesky, -1, -2)
+                            if self.covariance_type in ("full", "tied") else cholesky**2),
+            "sigma_min_": sigma_min, "sigma_max_": sigma_max,
+        }
+
+    # -- prediction and density ---------------------------------------------------------
+    def _check_released(self):
+        check_is_fitted(self, "status_")
+        if self.means_ is None:
+            raise NotFittedError(
+                "PrivateGaussianMixture released no parameters: its private k-tuple test failed "
+                "(status_='failure'). Fit on better separated or more data."
+            )
+
+    def _estimate_weighted_log_prob(self, X):
+        self._check_released()
+        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        return _weighted_log_prob(X, self.weights_, self.means_, self.precisions_cholesky_,
+                                  self.covariance_type)
+
+    def score_samples(self, X):
+        """Log-likelihood of every row under the released mixture.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        log_prob : ndarray of shape (n_samples,)
+        """
+        return logsumexp(self._estimate_weighted_log_prob(X), axis=1)
+
+    def score(self, X, y=None):
+        """Mean log-likelihood of ``X`` under the released mixture (higher is better).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : Ignored
+
+        Returns
+        -------
+        log_likelihood : float
+        """
+        return float(np.mean(self.score_samples(X)))
+
+    def predict_proba(self, X):
+        """Posterior probability of every component for every row.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        resp : ndarray of shape (n_samples, n_components)
+        """
+        weighted = self._estimate_weighted_log_prob(X)
+        return np.exp(weighted - logsumexp(weighted, axis=1, keepdims=True))
+
+    def predict(self, X):
+        """Most likely component of every row under the released mixture.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+        """
+        return self._estimate_weighted_log_prob(X).argmax(axis=1).astype(np.intp)
+
+    def sample(self, n_samples=1):
+        """Draw rows from the released mixture (post-processing: no privacy cost).
+
+        Uses ``random_state`` (an int gives the same rows on every call, as in
+        scikit-learn; ``None`` fresh OS entropy).
+
+        Parameters
+        ----------
+        n_samples : int, default=1
+
+        Returns
+        -------
+        X : ndarray of shape (n_samples, n_features)
+        y : ndarray of shape (n_samples,)
+            The component of every row, in non-decreasing order.
+        """
+        self._check_released()
+        if isinstance(n_samples, bool) or not isinstance(n_samples, Integral) or n_samples < 1:
+            raise ValueError(f"n_samples must be an integer >= 1, got n_samples={n_samples!r}.")
+        rng = check_random_state(self.random_state)
+        k, d = self.means_.shape
+        sizes = rng.multinomial(n_samples, self.weights_)
+        # Lower Cholesky factors L (Sigma = L L^T): a row z L^T has covariance Sigma.
+        factors = np.linalg.cholesky(_as_full(self.covariances_, self.covariance_type, k, d))
+        X = np.concatenate([self.means_[j] + rng.standard_normal((size, d)) @ factors[j].T
+                            for j, size in enumerate(sizes)])
+        return X, np.repeat(np.arange(k), sizes)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = False
+        return tags
