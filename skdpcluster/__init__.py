@@ -28,7 +28,7 @@ utils
 from importlib.metadata import PackageNotFoundError, version
 
 from skdpcluster.accountant import BudgetAccountant
-from skdpcluster.cluster import KTupleClusterer
+from skdpcluster.cluster import FederatedPrivateKMeans, KTupleClusterer
 from skdpcluster.exceptions import (
     BudgetExceededError,
     InsufficientDataError,
@@ -47,6 +47,7 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 __all__ = [
     "BudgetAccountant",
     "BudgetExceededError",
+    "FederatedPrivateKMeans",
     "InsufficientDataError",
     "KTupleClusterer",
     "NotSeparatedError",

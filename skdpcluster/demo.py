@@ -15,7 +15,13 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score
 from sklearn.mixture import GaussianMixture
 
-from skdpcluster import BudgetAccountant, BudgetExceededError, KTupleClusterer, PrivateGaussianMixture
+from skdpcluster import (
+    BudgetAccountant,
+    BudgetExceededError,
+    FederatedPrivateKMeans,
+    KTupleClusterer,
+    PrivateGaussianMixture,
+)
 from skdpcluster.datasets import make_separated_mixture
 from skdpcluster.mechanisms import (
     analytic_gaussian_sigma,
@@ -92,6 +98,22 @@ def demo_mixture(seed, accountant):
               f"cov diag={np.round(np.diag(gm.covariances_[j]), 3)}")
 
 
+def demo_federated(seed, accountant):
+    """FedDP-KMeans: clients' rows, public out-of-distribution server rows, one noisy sum per round."""
+    _section("Federated k-means with server-side data (FedDP-KMeans; 100 clients, k=5, d=20)")
+    rng = np.random.default_rng(seed)
+    means = rng.uniform(-4, 4, size=(5, 20))
+    y = rng.integers(5, size=50_000)
+    X = means[y] + rng.normal(size=(50_000, 20))
+    clients = rng.integers(100, size=len(X))
+    X_server = np.vstack([means + rng.normal(size=means.shape), rng.uniform(-6, 6, (50, 20))])
+    reference = KMeans(n_clusters=5, n_init=1, random_state=seed).fit(X)
+    start = time.perf_counter()
+    fed = FederatedPrivateKMeans(n_clusters=5, epsilon=0.5, delta=1e-6, accountant=accountant,
+                                 random_state=seed).fit(X, client_ids=clients, X_server=X_server)
+    report_fit("FederatedPrivateKMeans", fed, X, y, time.perf_counter() - start, reference)
+
+
 def demo_mechanisms(rng, accountant):
     """Release a count, a mean and an argmax on a small synthetic table."""
     _section("Mechanisms on a synthetic salary table (n = 10 000, values in [0, 200])")
@@ -148,6 +170,7 @@ def main(argv=None):
     rng = np.random.default_rng(args.seed)
     demo_estimators(args.seed, BudgetAccountant())
     demo_mixture(args.seed, BudgetAccountant())
+    demo_federated(args.seed, BudgetAccountant())
     accountant = BudgetAccountant(epsilon=1.0, delta=1e-5)
     demo_mechanisms(rng, accountant)
     demo_accountant(accountant)

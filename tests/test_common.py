@@ -15,7 +15,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import FunctionTransformer
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from skdpcluster import BudgetAccountant, KTupleClusterer, PrivateGaussianMixture
+from skdpcluster import BudgetAccountant, FederatedPrivateKMeans, KTupleClusterer, PrivateGaussianMixture
 from skdpcluster.datasets import make_separated_mixture
 from skdpcluster.ktuple import min_tuples
 from skdpcluster.utils.estimator_checks import dp_checks, expected_failed_checks
@@ -25,7 +25,11 @@ SKLEARN_CHECK_INSTANCES = [
     KTupleClusterer(n_clusters=2, method="averages", epsilon=300.0, delta=0.1, data_radius=100.0,
                     random_state=0),
     PrivateGaussianMixture(2, epsilon=300.0, delta=0.1, random_state=0),
+    FederatedPrivateKMeans(n_clusters=2, epsilon=1e4, data_radius=3.0, random_state=0),
 ]
+
+# fit(X) without server data uses FedDP's documented SpherePacking fallback, which warns.
+pytestmark = pytest.mark.filterwarnings("ignore:.*no X_server was given")
 
 
 def _easy(n_samples, n_clusters=2, n_features=1, separation=512):
@@ -40,6 +44,8 @@ DP_CHECK_CASES = {
         KTupleClusterer(n_clusters=2, method="averages", epsilon=60.0, n_tuples=4000, data_radius=600.0),
         lambda: _easy(4000 * 40)),
     "PrivateGaussianMixture": (PrivateGaussianMixture(2), lambda: _easy(80_000, n_features=2)),
+    "FederatedPrivateKMeans": (FederatedPrivateKMeans(n_clusters=2, data_radius=600.0),
+                               lambda: _easy(20_000)),
 }
 
 

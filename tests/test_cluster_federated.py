@@ -1,0 +1,473 @@
+"""FederatedPrivateKMeans (FedDP-KMeans): accounting, sensitivity, engines, validation, utility."""
+
+import math
+import sys
+import warnings
+
+import joblib
+import numpy as np
+import pytest
+from sklearn.metrics import adjusted_rand_score
+
+from skdpcluster import BudgetAccountant, PrivacyLeakWarning
+from skdpcluster.cluster import _federated_init as fi
+from skdpcluster.cluster._federated import FederatedPrivateKMeans
+from skdpcluster.mechanisms import analytic_gaussian_sigma
+from skdpcluster.utils.estimator_checks import dp_checks
+
+RADIUS = 12.0
+
+
+def mixture(n_clients=20, per_client=1000, n_features=10, n_clusters=3, seed=0, spread=6.0):
+    """Clients' rows from a separated spherical mixture, and public server rows.
+
+    The server holds 4 rows per component plus 6 out-of-distribution rows.
+    """
+    rng = np.random.default_rng(seed)
+    means = np.zeros((n_clusters, n_features))
+    for j in range(n_clusters):
+        means[j, j % n_features] = spread * (1 if j < n_features else -1)
+    labels = rng.integers(n_clusters, size=n_clients * per_client)
+    X = means[labels] + rng.normal(size=(len(labels), n_features))
+    clients = np.repeat(np.arange(n_clients), per_client)
+    server = np.vstack([np.repeat(means, 4, axis=0) + rng.normal(size=(4 * n_clusters, n_features)),
+                        rng.uniform(-spread, spread, size=(6, n_features))])
+    return X, labels, clients, server, means
+
+
+def _server_for(n_features):
+    """Public server rows for ``_FitsWithServer`` (a fixed function of the dimension)."""
+    return mixture(n_clients=1, per_client=1, n_features=n_features, n_clusters=2, seed=1)[3]
+
+
+class _FitsWithServer(FederatedPrivateKMeans):
+    """``fit(X)`` with public server data, so that the library's DP checks run FedDP-Init."""
+
+    def fit(self, X, y=None):
+        return super().fit(X, X_server=_server_for(np.shape(X)[1]))
+
+
+def _fresh(**params):
+    params = {"n_clusters": 3, "data_radius": RADIUS, "random_state": 0,
+              "accountant": BudgetAccountant(), **params}
+    return FederatedPrivateKMeans(**params)
+
+
+def _ledger_sum(events):
+    return (math.fsum(e.cost()[0] for e in events), math.fsum(e.cost()[1] for e in events))
+
+
+@pytest.fixture(scope="module")
+def data():
+    return mixture()
+
+
+# -- accounting -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n_features", [1, 5, 50])
+@pytest.mark.parametrize("privacy_unit", ["sample", "client"])
+@pytest.mark.parametrize("neighbouring", ["add_remove", "replace_one"])
+def test_ledger_never_exceeds_the_request(n_features, privacy_unit, neighbouring):
+    X, _, clients, server, _ = mixture(n_clients=10, per_client=100, n_features=n_features,
+                                       n_clusters=2)
+    accountant = BudgetAccountant()
+    est = _fresh(n_clusters=2, epsilon=0.7, delta=1e-5, privacy_unit=privacy_unit,
+                 neighbouring=neighbouring, n_lloyd_iter=2, accountant=accountant)
+    est.fit(X, client_ids=clients, X_server=server)
+    eps, delta = _ledger_sum(est.privacy_ledger_)
+    assert eps <= 0.7 * (1 + 1e-9) and delta <= 1e-5 * (1 + 1e-9)
+    spent = est.privacy_spent_
+    assert (spent["epsilon"], spent["delta"]) == pytest.approx((eps, delta))
+    assert accountant.total() == (est.privacy_spent_["epsilon"], est.privacy_spent_["delta"])
+    labels = {e.label for e in est.privacy_ledger_}
+    assert ("federated/projection" in labels) == (n_features > 2)  # step 1 only when k < d
+    assert {"federated/lloyd_2/sums", "federated/lloyd_2/counts"} <= labels
+    assert est.n_rounds_ == (3 if n_features > 2 else 2) + 2
+
+
+def test_default_split_follows_the_paper():
+    X, _, clients, server, _ = mixture()
+    for unit, split in fi.DEFAULT_INIT_SPLIT.items():
+        est = _fresh(epsilon=2.0, privacy_unit=unit).fit(X, client_ids=clients, X_server=server)
+        steps = est.budget_["steps"]
+        assert {s: steps[s]["epsilon"] for s in steps} == pytest.approx(
+            {s: 2.0 * f for s, f in split.items()})
+        assert steps["projection"]["delta"] == steps["sums"]["delta"] == pytest.approx(0.5e-6)
+    # With T Lloyd rounds the init keeps 3/(3+T); every round spends (eps4G/T, delta4/T).
+    est = _fresh(epsilon=1.0, n_lloyd_iter=2).fit(X, client_ids=clients, X_server=server)
+    steps = est.budget_["steps"]
+    assert steps["sums"]["epsilon"] == pytest.approx(0.45 * 0.6)
+    assert steps["lloyd_sums"]["epsilon"] == pytest.approx(0.4 * 0.5 / 2)
+    assert steps["lloyd_sums"]["count"] == 2
+    assert steps["lloyd_sums"]["delta"] == pytest.approx(1e-6 / 4)
+
+
+def test_named_split_is_normalised_over_the_releases_made():
+    X, _, clients, server, _ = mixture(n_features=2, n_clusters=3)  # k >= d: no step 1
+    split = {"projection": 5.0, "weights": 1.0, "sums": 2.0, "counts": 1.0}
+    est = _fresh(epsilon=1.0, budget_split=split).fit(X, client_ids=clients, X_server=server)
+    steps = est.budget_["steps"]
+    assert "projection" not in steps
+    assert steps["sums"]["epsilon"] == pytest.approx(0.5)
+    assert steps["counts"]["epsilon"] == pytest.approx(0.25)
+
+
+def test_step_one_noise_uses_delta_squared():
+    """Spec §8.4-1: the second moment has sensitivity Delta^2 (sqrt(2) Delta^2 replace-one)."""
+    X, _, clients, server, _ = mixture()
+    for neighbouring, factor in (("add_remove", 1.0), ("replace_one", math.sqrt(2))):
+        est = _fresh(neighbouring=neighbouring).fit(X, client_ids=clients, X_server=server)
+        event = next(e for e in est.privacy_ledger_ if e.label == "federated/projection")
+        assert event.sensitivity == pytest.approx(factor * RADIUS**2)
+        assert event.scale == pytest.approx(
+            analytic_gaussian_sigma(event.sensitivity, event.epsilon, event.delta))
+        sums = next(e for e in est.privacy_ledger_ if e.label == "federated/sums")
+        assert sums.sensitivity == pytest.approx((1 if factor == 1 else 2) * RADIUS)
+
+
+def test_pld_falls_back_to_basic_without_dp_accounting(monkeypatch, data):
+    X, _, clients, server, _ = data
+    monkeypatch.setitem(sys.modules, "dp_accounting", None)  # import raises ImportError
+    with pytest.warns(UserWarning, match="dp-accounting"):
+        est = _fresh(accounting="pld").fit(X, client_ids=clients, X_server=server)
+    basic = _fresh(accounting="basic").fit(X, client_ids=clients, X_server=server)
+    assert est.budget_["accounting"] == "basic"
+    assert np.array_equal(est.cluster_centers_, basic.cluster_centers_)
+    assert _ledger_sum(est.privacy_ledger_) == pytest.approx((1.0, 1e-6))
+
+
+def test_pld_accounting_certifies_more_budget_per_step(data):
+    pytest.importorskip("dp_accounting.pld")
+    X, _, clients, server, _ = data
+    est = _fresh(epsilon=0.5, accounting="pld", neighbouring="add_remove", n_lloyd_iter=1)
+    est.fit(X, client_ids=clients, X_server=server)
+    *releases, composite = est.privacy_ledger_
+    assert composite.mechanism == "pld_composition" and composite.delta == 1e-6
+    assert composite.epsilon <= 0.5 and all(e.cost() == (0.0, 0.0) for e in releases)
+    assert est.budget_["pld_multiplier"] > 1.1  # PLD is tighter than the basic sum
+    assert math.fsum(e.details["calibrated_epsilon"] for e in releases) > 0.55
+
+
+# -- sensitivities --------------------------------------------------------------
+
+
+def _aggregates(X, client_ids, components, server_points, centers, bounds=None):
+    """Every pre-noise aggregate of the protocol on rows X (already clipped)."""
+    bounds = bounds or {}
+    executor = fi.FederatedExecutor(fi.build_shards(X, client_ids))
+    (moment,) = executor.reduce(fi.second_moment_statistic, bound=bounds.get("projection"))
+    (histogram,) = executor.reduce(fi.server_histogram_statistic, components=components,
+                                   server_points=server_points, bound=bounds.get("weights"))
+    pair = None if not bounds else (bounds["sums"], bounds["counts"])
+    sums, counts = executor.reduce(fi.cluster_sums_statistic, centers=centers @ components,
+                                   components=components, bounds=pair)
+    lloyd = executor.reduce(fi.cluster_sums_statistic, centers=centers, bounds=pair)
+    upper = np.triu_indices(X.shape[1])
+    return {"projection": moment[upper], "weights": histogram, "sums": sums, "counts": counts,
+            "lloyd_sums": lloyd[0], "lloyd_counts": lloyd[1]}
+
+
+_NORMS = {"projection": 2, "weights": 1, "sums": 2, "counts": 1, "lloyd_sums": 2, "lloyd_counts": 1}
+
+
+def _changes(before, after):
+    return {step: np.linalg.norm((after[step] - before[step]).ravel(), ord=_NORMS[step])
+            for step in before}
+
+
+def _probe(n_features=6, n_clusters=3, seed=3):
+    rng = np.random.default_rng(seed)
+    components = np.linalg.qr(rng.normal(size=(n_features, n_clusters)))[0]
+    server = rng.normal(scale=4.0, size=(15, n_features))
+    return components, server @ components, rng.normal(scale=4.0, size=(n_clusters, n_features))
+
+
+def test_adding_one_row_moves_each_aggregate_by_at_most_one_rows_bound():
+    X, _, clients, _, _ = mixture(n_features=6)
+    rows = fi.clip_rows(X, 0.0, RADIUS)
+    components, server_points, centers = _probe()
+    before = _aggregates(rows, clients, components, server_points, centers)
+    bound = {"projection": RADIUS**2, "weights": 1, "sums": RADIUS, "counts": 1,
+             "lloyd_sums": RADIUS, "lloyd_counts": 1}
+    rng = np.random.default_rng(1)
+    for _ in range(5):
+        extra = rng.normal(size=(1, 6))
+        extra *= RADIUS / np.linalg.norm(extra)  # the worst case: a row on the sphere
+        after = _aggregates(np.vstack([rows, extra]), np.append(clients, 99), components,
+                            server_points, centers)
+        for step, change in _changes(before, after).items():
+            assert change <= bound[step] * (1 + 1e-9), step
+
+
+def test_client_level_sensitivity_is_the_per_client_contribution_bound():
+    X, _, clients, _, _ = mixture(n_clients=12, per_client=80, n_features=6)
+    rows = fi.clip_rows(X, 0.0, RADIUS)
+    components, server_points, centers = _probe()
+    clip = {"projection": 3 * RADIUS**2, "weights": 4.0, "sums": 2 * RADIUS, "counts": 5.0,
+            "lloyd_sums": 2 * RADIUS, "lloyd_counts": 5.0}
+    full = _aggregates(rows, clients, components, server_points, centers, clip)
+    raw = _aggregates(rows, clients, components, server_points, centers)
+    assert raw["counts"].sum() > full["counts"].sum()  # the bounds do clip these clients
+    for client in range(12):
+        keep = clients != client
+        without = _aggregates(rows[keep], clients[keep], components, server_points, centers, clip)
+        for step, change in _changes(without, full).items():
+            assert change <= clip[step] * (1 + 1e-9), (client, step)
+
+
+def test_client_level_noise_is_calibrated_to_the_clip_bounds():
+    X, _, clients, server, _ = mixture()
+    clip = {"projection": 500.0, "weights": 2.0, "sums": 30.0, "counts": 3.0}
+    for neighbouring, factors in (("add_remove", (1, 1)), ("replace_one", (math.sqrt(2), 2))):
+        est = _fresh(privacy_unit="client", client_clip=clip, neighbouring=neighbouring)
+        est.fit(X, client_ids=clients, X_server=server)
+        for event in est.privacy_ledger_:
+            assert event.neighbouring == neighbouring
+            assert event.details["privacy_unit"] == "client"
+            step = event.label.split("/")[1]
+            factor = factors[0] if step == "projection" else factors[1]
+            assert event.sensitivity == pytest.approx(factor * clip[step])
+
+
+def test_client_level_scales_sums_and_counts_together():
+    """A client's clipped sums / counts keep its mean: no clipping bias."""
+    rows = np.repeat([[3.0, 0.0], [0.0, 3.0]], [30, 10], axis=0)
+    shard = fi.ClientShard(rows, np.array([40]))
+    sums, counts = fi.cluster_sums_statistic(shard, centers=np.array([[3.0, 0.0], [0.0, 3.0]]),
+                                             bounds=(1.0, 2.0))
+    factor = min(1.0, 1.0 / np.linalg.norm([[90, 0], [0, 30]]), 2.0 / 40)
+    assert counts.sum() == pytest.approx(factor * 40)
+    assert np.allclose(sums / counts[:, None], [[3.0, 0.0], [0.0, 3.0]])
+
+
+# -- engines --------------------------------------------------------------------
+
+
+def test_dask_run_equals_in_process_run(data):
+    distributed = pytest.importorskip("distributed")
+    X, _, clients, server, _ = data
+    expected = _fresh(n_lloyd_iter=1).fit(X, client_ids=clients, X_server=server)
+    with distributed.Client(processes=False, dashboard_address=":0", n_workers=2,
+                            threads_per_worker=1):
+        got = _fresh(n_lloyd_iter=1, executor="dask").fit(X, client_ids=clients, X_server=server)
+    for name in ("cluster_centers_", "initial_centers_", "server_weights_", "components_"):
+        assert np.array_equal(getattr(expected, name), getattr(got, name)), name
+    assert expected.privacy_spent_ == got.privacy_spent_
+
+
+def test_dask_executor_without_a_client_spends_nothing(data):
+    pytest.importorskip("distributed")
+    X, _, clients, server, _ = data
+    est = _fresh(executor="dask")
+    with pytest.raises(ValueError, match="distributed.Client"):
+        est.fit(X, client_ids=clients, X_server=server)
+    assert est.accountant.ledger == []
+
+
+def test_result_does_not_depend_on_n_jobs_or_backend():
+    X, _, clients, server, _ = mixture(n_clients=40, per_client=500)  # several shards
+    assert len(fi.build_shards(X, clients)) > 1
+    expected = _fresh(n_lloyd_iter=1, privacy_unit="client").fit(X, client_ids=clients,
+                                                                 X_server=server)
+    got = _fresh(n_lloyd_iter=1, privacy_unit="client", n_jobs=2).fit(
+        X, client_ids=clients, X_server=server)
+    with joblib.parallel_config(backend="loky"):
+        loky = _fresh(n_lloyd_iter=1, privacy_unit="client", n_jobs=2).fit(
+            X, client_ids=clients, X_server=server)
+    assert np.array_equal(expected.cluster_centers_, got.cluster_centers_)
+    assert np.array_equal(expected.cluster_centers_, loky.cluster_centers_)
+
+
+def test_sample_level_result_does_not_depend_on_the_partition(data):
+    X, _, clients, server, _ = data
+    by_client = _fresh(n_lloyd_iter=1).fit(X, client_ids=clients, X_server=server)
+    shuffled = np.random.default_rng(5).permutation(clients)
+    other = _fresh(n_lloyd_iter=1).fit(X, client_ids=shuffled, X_server=server)
+    rows = _fresh(n_lloyd_iter=1).fit(X, X_server=server)
+    for fitted in (other, rows):
+        assert np.allclose(fitted.cluster_centers_, by_client.cluster_centers_, atol=1e-8)
+
+
+def test_shards_hold_whole_clients_and_keep_every_row():
+    ids = np.random.default_rng(0).integers(0, 3000, size=30_000).astype(str)
+    X = np.arange(30_000, dtype=float)[:, None]
+    shards = fi.build_shards(X, ids)
+    assert len(shards) > 1
+    assert sum(len(s.X) for s in shards) == 30_000
+    assert np.array_equal(np.sort(np.concatenate([s.X[:, 0] for s in shards])), X[:, 0])
+    sorted_ids = ids[np.concatenate([s.X[:, 0] for s in shards]).astype(int)]
+    boundaries = np.cumsum([len(s.X) for s in shards])[:-1]
+    assert all(sorted_ids[b - 1] != sorted_ids[b] for b in boundaries)  # no client is split
+
+
+# -- validation -----------------------------------------------------------------
+
+
+def _bad_cases(X, clients, server):
+    nan_X = X.copy()
+    nan_X[0, 0] = np.nan
+    nan_server = server.copy()
+    nan_server[0, 0] = np.inf
+    return [
+        ({}, {"X": nan_X}, "NaN"),
+        ({}, {"X_server": nan_server}, "infinity"),
+        ({}, {"X_server": server[:, :3]}, "features"),
+        ({}, {"client_ids": clients[:-1]}, "client_ids"),
+        ({}, {"client_ids": np.where(clients == 0, np.nan, clients)}, "client_ids"),
+        ({"budget_split": {"lloyd": 1.0}}, {}, "budget_split"),
+        ({"budget_split": {"weights": 1.0, "sums": 1.0, "counts": 1.0}}, {}, "projection"),
+        ({"client_clip": {"sums": 1.0}}, {}, "client_clip"),
+        ({"privacy_unit": "client", "client_clip": {"sums": -1.0}}, {}, "client_clip"),
+        ({"init": np.zeros((2, 10))}, {}, "shape"),
+        ({"init": "server_kmeans++"}, {"X_server": None}, "X_server"),
+        ({"init": "sphere_packing", "n_lloyd_iter": 0}, {}, "n_lloyd_iter"),
+        ({}, {"X_server": server[:2]}, "n_clusters"),
+        ({"calibration": "classical", "epsilon": 3.0}, {}, "epsilon < 1"),
+        ({"accounting": "pld", "calibration": "classical"}, {}, "analytic"),
+        ({"epsilon": -1.0}, {}, "epsilon"),
+        ({"delta": 1.5}, {}, "delta"),
+        ({"neighbouring": "swap"}, {}, "neighbouring"),
+    ]
+
+
+def test_bad_input_raises_before_any_spend(data):
+    X, _, clients, server, _ = data
+    accountant = BudgetAccountant()
+    fitted = _fresh(accountant=accountant).fit(X, client_ids=clients, X_server=server)
+    state = {k: v for k, v in vars(fitted).items() if k.endswith("_")}
+    for params, inputs, match in _bad_cases(X, clients, server):
+        arguments = {"X": X, "client_ids": clients, "X_server": server, **inputs}
+        with pytest.raises(ValueError, match=match):
+            fitted.set_params(**params).fit(arguments.pop("X"), **arguments)
+        fitted.set_params(**_fresh().get_params())
+        fitted.set_params(accountant=accountant)
+    assert len(accountant.ledger) == 1
+    assert joblib.hash({k: v for k, v in vars(fitted).items() if k.endswith("_")}) == \
+        joblib.hash(state)
+
+
+def test_server_estimator_must_take_sample_weight(data):
+    from sklearn.cluster import AgglomerativeClustering
+
+    X, _, clients, server, _ = data
+    est = _fresh(base_estimator=AgglomerativeClustering())
+    with pytest.raises(ValueError, match="sample_weight"):
+        est.fit(X, client_ids=clients, X_server=server)
+    assert est.accountant.ledger == []
+
+
+# -- behaviour ------------------------------------------------------------------
+
+
+def _assert_recovers(est, X, y, means, tolerance=0.5):
+    gaps = np.linalg.norm(est.cluster_centers_[:, None] - means[None], axis=-1).min(axis=0)
+    assert gaps.max() < tolerance, gaps
+    assert adjusted_rand_score(y, est.labels_) > 0.97
+    assert np.array_equal(est.labels_, est.predict(X))
+
+
+def test_easy_mixture_is_recovered(data):
+    X, y, clients, server, means = data
+    _assert_recovers(_fresh(epsilon=1.0).fit(X, client_ids=clients, X_server=server), X, y, means)
+
+
+def test_easy_mixture_is_recovered_at_client_level():
+    """5000 clients of 4 rows; by default each client weighs as much as one row."""
+    X, y, clients, server, means = mixture(n_clients=5000, per_client=4)
+    est = _fresh(epsilon=2.0, privacy_unit="client").fit(X, client_ids=clients, X_server=server)
+    _assert_recovers(est, X, y, means)
+
+
+@pytest.mark.parametrize("init", ["server_kmeans++", "server_lloyds", "sphere_packing"])
+def test_baselines_spend_everything_on_lloyd(data, init):
+    X, _, clients, server, _ = data
+    est = _fresh(init=init, epsilon=1.0).fit(X, client_ids=clients, X_server=server)
+    assert est.init_ == init and est.n_lloyd_iter_ == 3 and est.n_rounds_ == 3
+    assert set(est.budget_["steps"]) == {"lloyd_sums", "lloyd_counts"}
+    assert _ledger_sum(est.privacy_ledger_) == pytest.approx((1.0, 1e-6))
+    assert est.components_ is None and est.server_weights_ is None
+
+
+def test_public_centres_as_init(data):
+    X, _, clients, server, means = data
+    est = _fresh(init=means + 0.5, n_lloyd_iter=2, epsilon=8.0)
+    est.fit(X, client_ids=clients, X_server=server)
+    assert est.init_ == "public"
+    assert np.linalg.norm(est.cluster_centers_[:, None] - means[None], axis=-1).min(0).max() < 0.3
+
+
+@pytest.mark.filterwarnings("ignore:.*no X_server was given")
+def test_without_server_data_falls_back_to_sphere_packing(data):
+    X, _, clients, _, _ = data
+    with pytest.warns(UserWarning, match="sphere_packing"):
+        est = _fresh(epsilon=2.0).fit(X, client_ids=clients)
+    assert est.init_ == "sphere_packing" and est.n_lloyd_iter_ == 3
+    assert _ledger_sum(est.privacy_ledger_) == pytest.approx((2.0, 1e-6))
+    with pytest.warns(PrivacyLeakWarning):
+        leaky = _fresh(data_radius=None).fit(X)
+    assert leaky.data_radius_ == pytest.approx(np.linalg.norm(X, axis=1).max())
+
+
+def test_server_radius_is_the_default_bound(data):
+    X, _, clients, server, _ = data
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyLeakWarning)
+        est = _fresh(data_radius=None).fit(X, client_ids=clients, X_server=server)
+    assert est.data_radius_ == pytest.approx(np.linalg.norm(server, axis=1).max())
+
+
+def test_data_center_shifts_the_ball(data):
+    X, _, clients, server, means = data
+    shift = np.full(X.shape[1], 100.0)
+    est = _fresh(data_center=shift).fit(X + shift, client_ids=clients, X_server=server + shift)
+    gaps = np.linalg.norm(est.cluster_centers_[:, None] - (means + shift)[None], axis=-1)
+    assert gaps.min(axis=0).max() < 0.5
+
+
+def test_proxy_weights_filter_and_floor():
+    keep, weights = fi.proxy_weights(np.array([7.0, 1.0, 9.0, 5.0]), 5.0, 2)
+    assert keep.tolist() == [True, False, True, True] and weights.tolist() == [7.0, 9.0, 5.0]
+    keep, weights = fi.proxy_weights(np.array([-3.0, 2.0, -1.0, 2.0]), 5.0, 3)
+    assert keep.tolist() == [False, True, True, True]  # the 3 heaviest, ties by index
+    assert weights.tolist() == [2.0, fi.WEIGHT_FLOOR, 2.0]
+
+
+def test_sphere_packing_spreads_centres_in_the_ball():
+    centers, margin = fi.sphere_packing(2, 1, 10.0, np.random.default_rng(0))
+    assert 4.0 < margin <= 5.0  # +-5 is the optimum on a segment (random draws get close)
+    assert abs(centers[0, 0] - centers[1, 0]) >= 2 * margin
+    centers, margin = fi.sphere_packing(6, 5, 10.0, np.random.default_rng(0))
+    assert np.all(np.linalg.norm(centers, axis=1) <= 10.0 - margin + 1e-12)
+    gaps = np.linalg.norm(centers[:, None] - centers[None], axis=-1) + np.eye(6) * 1e9
+    assert gaps.min() >= 2 * margin and margin > 2.0
+
+
+def test_one_cluster_is_a_private_mean(data):
+    X, _, clients, server, _ = data
+    est = _fresh(n_clusters=1, epsilon=4.0).fit(X, client_ids=clients, X_server=server)
+    assert np.allclose(est.cluster_centers_[0], X.mean(axis=0), atol=0.1)
+
+
+@pytest.mark.parametrize("check", [c for c, _ in dp_checks()], ids=[n for _, n in dp_checks()])
+def test_dp_contract_on_the_feddp_path(check):
+    X = mixture(n_clients=1, per_client=4000, n_features=5, n_clusters=2, seed=2)[0]
+    check(_FitsWithServer(n_clusters=2, data_radius=RADIUS), X)
+
+
+def test_paper_synthetic_anchor():
+    """Spec §6.5: FedDP-Init at eps_init 0.5 (PLD 0.404) gives cost/n ~ 50.17 (optimum 49.9)."""
+    rng = np.random.default_rng(0)
+    means = rng.uniform(size=(10, 100))
+    X = means[rng.integers(10, size=100_000)]
+    X += rng.normal(scale=math.sqrt(0.5), size=X.shape)
+    server = np.vstack([np.repeat(means, 20, axis=0) + rng.normal(scale=math.sqrt(0.5),
+                                                                   size=(200, 100)),
+                        rng.uniform(size=(100, 100))])
+    costs = []
+    for seed in range(3):
+        est = FederatedPrivateKMeans(10, epsilon=0.5, neighbouring="add_remove", random_state=seed,
+                                     accountant=BudgetAccountant())
+        est.fit(X, client_ids=np.repeat(np.arange(100), 1000), X_server=server)
+        costs.append(-est.score(X) / len(X))
+    assert 49.9 < np.median(costs) < 50.7
