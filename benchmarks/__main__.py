@@ -6,7 +6,8 @@ import pkgutil
 import time
 from pathlib import Path
 
-from benchmarks._common import RESULTS, print_table
+from benchmarks._common import RESULTS, print_table, write_csv
+from benchmarks._readme import update_readme
 
 
 def discover():
@@ -36,6 +37,14 @@ def main(argv=None):
     for name in dict.fromkeys(row["benchmark"] for row in summary):
         print_table([row for row in summary if row["benchmark"] == name])
         print()
+    if summary:
+        write_csv("summary", [{"benchmark": r["benchmark"], "headline": _flatten(r)} for r in summary])
+    if not args.only:
+        update_readme(summary, "--quick" if quick else "--full")
+
+
+def _flatten(row):
+    return "; ".join(f"{k}={v}" for k, v in row.items() if k != "benchmark")
 
 
 if __name__ == "__main__":

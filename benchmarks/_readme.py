@@ -1,0 +1,84 @@
+"""Regenerate the "Results" section of README.rst from ``benchmarks/results``.
+
+The section sits between the comment lines ``.. begin-results`` and
+``.. end-results``; everything between them is replaced. The headline table is
+the utility comparison of the stable-k-means benchmark (our estimators against
+diffprivlib's DP-Lloyd, relative to non-private scikit-learn KMeans), followed
+by one line per other benchmark from the runner's summary.
+"""
+
+import csv
+import datetime
+from pathlib import Path
+
+from benchmarks._common import RESULTS
+
+README = Path(__file__).resolve().parent.parent / "README.rst"
+BEGIN, END = ".. begin-results", ".. end-results"
+HEADLINE_COLUMNS = [
+    ("method", "method"), ("n", "n"), ("share", "share of runs on target"), ("ari_min", "ARI (min)"),
+    ("cost_ratio_median", "cost / sklearn (median)"), ("cost_ratio_max", "cost / sklearn (max)"),
+    ("fit_s_median", "fit s (median)"),
+]
+
+
+def _cell(value):
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    if number.is_integer() and abs(number) < 1e12:
+        return f"{int(number):,}"
+    return f"{number:.6g}"
+
+
+def _list_table(header, rows):
+    lines = [".. list-table::", "   :header-rows: 1", ""]
+    for row in [header, *rows]:
+        lines.append("   * - " + "\n     - ".join(_cell(value) for value in row))
+    return lines
+
+
+def headline_lines():
+    """The headline table (from ``stable_summary.csv``) as RST lines, or a note if it is missing."""
+    path = RESULTS / "stable_summary.csv"
+    if not path.exists():
+        return ["(Run ``python -m benchmarks --only stable`` to produce the headline table.)"]
+    with path.open() as handle:
+        rows = list(csv.DictReader(handle))
+    header = [title for _, title in HEADLINE_COLUMNS]
+    body = [[row.get(key, "") for key, _ in HEADLINE_COLUMNS] for row in rows]
+    return _list_table(header, body)
+
+
+def update_readme(summary, mode):
+    """Rewrite the marked section of README.rst; ``summary`` is the runner's list of headline rows."""
+    text = README.read_text()
+    if BEGIN not in text or END not in text:
+        print(f"  README.rst has no {BEGIN} / {END} markers; not updated")
+        return
+    today = datetime.date.today().isoformat()
+    lines = [
+        BEGIN, "",
+        f"Measured on {today} by ``python -m benchmarks {mode}`` (2 cores). Private k-means of a",
+        "well-separated mixture (k = 4, d = 4, unit-variance clusters at least 10 standard deviations",
+        "apart, epsilon = 1, delta = 1e-6, 20 runs per row); the target is ARI >= 0.99 and k-means",
+        "cost <= 1.01 x non-private scikit-learn ``KMeans``. ``doc/benchmarks.rst`` explains every",
+        "benchmark; all tables are in ``benchmarks/results/``.", "",
+        *headline_lines(), "",
+    ]
+    others = [row for row in summary if row.get("benchmark") != "stable"]
+    if others:
+        lines += ["Other headline numbers:", ""]
+        for row in others:
+            details = ", ".join(f"{k}={_cell(v)}" for k, v in row.items() if k != "benchmark")
+            lines.append(f"* **{row['benchmark']}**: {details}")
+        lines.append("")
+    if (RESULTS / "stable_curve_n.png").exists():
+        lines += [".. image:: benchmarks/results/stable_curve_n.png",
+                  "   :alt: ARI and cost ratio against n for the private estimators and DP-Lloyd", ""]
+    lines.append(END)
+    head, rest = text.split(BEGIN, 1)
+    tail = rest.split(END, 1)[1]
+    README.write_text(head + "\n".join(lines) + tail)
+    print(f"  updated the Results section of {README}")
