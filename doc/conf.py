@@ -1,6 +1,11 @@
 """Sphinx configuration for skdpcluster."""
 
+import sys
 from importlib.metadata import version as _version
+from pathlib import Path
+
+# The benchmark modules live beside the package, not inside it.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 project = "skdpcluster"
 author = "skdpcluster developers"

@@ -5,7 +5,10 @@ Subpackages and modules
 accountant
     :class:`BudgetAccountant`, the shared privacy ledger.
 cluster
-    The private clustering estimators (:class:`KTupleClusterer`, ...).
+    The private clustering estimators: :class:`KTupleClusterer`,
+    :class:`PrivateStableKMeans`, :class:`PrivateStableKMedian`,
+    :class:`PrivateHighDimKMeans`, :class:`PrivateHighDimKMedian`,
+    :class:`FederatedPrivateKMeans`.
 mixture
     :class:`PrivateGaussianMixture`.
 model_selection
@@ -28,7 +31,14 @@ utils
 from importlib.metadata import PackageNotFoundError, version
 
 from skdpcluster.accountant import BudgetAccountant
-from skdpcluster.cluster import FederatedPrivateKMeans, KTupleClusterer
+from skdpcluster.cluster import (
+    FederatedPrivateKMeans,
+    KTupleClusterer,
+    PrivateHighDimKMeans,
+    PrivateHighDimKMedian,
+    PrivateStableKMeans,
+    PrivateStableKMedian,
+)
 from skdpcluster.exceptions import (
     BudgetExceededError,
     InsufficientDataError,
@@ -54,6 +64,10 @@ __all__ = [
     "NotSeparatedWarning",
     "PrivacyLeakWarning",
     "PrivateGaussianMixture",
+    "PrivateHighDimKMeans",
+    "PrivateHighDimKMedian",
+    "PrivateStableKMeans",
+    "PrivateStableKMedian",
     "UnprovenPrivacyWarning",
     "__version__",
 ]

@@ -15,7 +15,16 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import FunctionTransformer
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from skdpcluster import BudgetAccountant, FederatedPrivateKMeans, KTupleClusterer, PrivateGaussianMixture
+from skdpcluster import (
+    BudgetAccountant,
+    FederatedPrivateKMeans,
+    KTupleClusterer,
+    PrivateGaussianMixture,
+    PrivateHighDimKMeans,
+    PrivateHighDimKMedian,
+    PrivateStableKMeans,
+    PrivateStableKMedian,
+)
 from skdpcluster.datasets import make_separated_mixture
 from skdpcluster.ktuple import min_tuples
 from skdpcluster.utils.estimator_checks import dp_checks, expected_failed_checks
@@ -26,6 +35,10 @@ SKLEARN_CHECK_INSTANCES = [
                     random_state=0),
     PrivateGaussianMixture(2, epsilon=300.0, delta=0.1, random_state=0),
     FederatedPrivateKMeans(n_clusters=2, epsilon=1e4, data_radius=3.0, random_state=0),
+    PrivateStableKMeans(n_clusters=2, data_radius=10.0, random_state=0),
+    PrivateStableKMedian(n_clusters=2, data_radius=10.0, random_state=0),
+    PrivateHighDimKMeans(n_clusters=2, data_radius=10.0, random_state=0),
+    PrivateHighDimKMedian(n_clusters=2, data_radius=10.0, random_state=0),
 ]
 
 # fit(X) without server data uses FedDP's documented SpherePacking fallback, which warns.
@@ -46,10 +59,20 @@ DP_CHECK_CASES = {
     "PrivateGaussianMixture": (PrivateGaussianMixture(2), lambda: _easy(80_000, n_features=2)),
     "FederatedPrivateKMeans": (FederatedPrivateKMeans(n_clusters=2, data_radius=600.0),
                                lambda: _easy(20_000)),
+    # The stable benchmark's data: k = 4, d = 4, closest means 10 standard deviations apart.
+    "PrivateStableKMeans": (PrivateStableKMeans(n_clusters=4, data_radius=20.0),
+                            lambda: _easy(50_000, n_clusters=4, n_features=4, separation=10 / 2**0.5)),
+    "PrivateStableKMedian": (PrivateStableKMedian(n_clusters=4, data_radius=20.0),
+                             lambda: _easy(50_000, n_clusters=4, n_features=4, separation=10 / 2**0.5)),
+    "PrivateHighDimKMeans": (PrivateHighDimKMeans(n_clusters=4, data_radius=20.0),
+                             lambda: _easy(20_000, n_clusters=4, n_features=8, separation=10.0)),
+    "PrivateHighDimKMedian": (PrivateHighDimKMedian(n_clusters=4, data_radius=20.0),
+                              lambda: _easy(20_000, n_clusters=4, n_features=8, separation=10.0)),
 }
 
 
 @pytest.mark.filterwarnings("ignore::skdpcluster.exceptions.NotSeparatedWarning")
+@pytest.mark.filterwarnings("ignore:GridInitializer")  # tiny check data: few heavy grid cells
 @parametrize_with_checks(SKLEARN_CHECK_INSTANCES, expected_failed_checks=expected_failed_checks)
 def test_sklearn_compatible_estimator(estimator, check):
     check(estimator)

@@ -223,6 +223,14 @@ EXPECTED_FAILED_CHECKS = {
                         _TOO_FEW_ROWS),
         "check_clustering": _UTILITY_ON_50_POINTS,
     },
+    **dict.fromkeys(
+        ["PrivateHighDimKMeans", "PrivateHighDimKMedian"],
+        {"check_clustering": (
+            "DP: check_clustering asserts ARI > 0.4 on 50 points; at epsilon = 1 the private "
+            "candidate counts and local-search scores of Balcan et al. carry noise of the order "
+            "of the whole data set at that size."
+        )},
+    ),
 }
 
 

@@ -1,0 +1,1047 @@
+r"""Private clustering of stable instances (Shechner 2021; Shechner, Sheffet & Stemmer 2020).
+
+:class:`PrivateStableKMeans` is Algorithm Private-Stable-k-Means of the
+thesis (Section 4; ``spec/shechner_stable.md`` §3.1) in the practical form of
+spec §9.5: a private initializer B, ball-restricted ("core") Lloyd steps
+with centred and scaled noisy sums, then a private choice between the
+candidates. :class:`PrivateStableKMedian` is Algorithm Private-Stable-k-median
+(Section 5; spec §4.2, §9.7): a private 1-median per Voronoi cell of B, then
+the same choice.
+
+Both account in zCDP (spec §9.4) and report the (epsilon, delta) actually
+guaranteed; every noisy release goes through :mod:`skdpcluster.mechanisms`
+or :mod:`skdpcluster.averaging`.
+"""
+
+import math
+from dataclasses import dataclass, field, replace
+from numbers import Integral, Real
+
+import numpy as np
+
+from skdpcluster.averaging import _project_onto_ball, private_one_median
+from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _BasePrivateClusterer
+from skdpcluster.cluster._ktuple import KTupleClusterer
+from skdpcluster.cluster._stable_init import (
+    GridInitializer,
+    KTupleInitializer,
+    PublicCenters,
+    cell_sums,
+    center_gaps,
+    lloyd_step,
+    nearest_centers,
+    noisy_cell_sums,
+    random_ball_points,
+)
+from skdpcluster.mechanisms import (
+    PrivacyEvent,
+    analytic_gaussian_sigma,
+    exponential_mechanism,
+    zcdp_rho_for_dp,
+    zcdp_to_dp,
+)
+from skdpcluster.utils._compat import HasMethods, Interval, StrOptions
+from skdpcluster.utils._warnings import warn_user
+
+__all__ = ["PrivateStableKMeans", "PrivateStableKMedian"]
+
+#: zCDP budgets are shaved by this factor so that float rounding of the splits
+#: can never push the converted epsilon above the request.
+_RHO_SAFETY = 1.0 - 1e-10
+_PRIVACY_MODELS = ("zcdp", "dp", "public")
+
+
+# ---------------------------------------------------------------------------
+# Budget
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StableBudget:
+    r"""The named budget of one fit (never a positional tuple; STYLE.md §6, anti-pattern A).
+
+    Attributes
+    ----------
+    initializer : dict
+        What the initializer gets: ``{"rho": ...}`` (zCDP initializers),
+        ``{"epsilon": ..., "delta": ...}`` (``"dp"`` initializers, composed
+        with the rest by basic composition) or ``{}`` (public centres).
+    rho_fallback : float
+        zCDP share reserved for the grid initializer when a fallible
+        initializer fails; it goes to the refinement when it succeeds.
+    rho_refine, rho_lloyd, rho_select : float
+        zCDP shares of the core steps (or medians), of the optional full
+        Lloyd step and of the selection.
+    rho_total : float
+        The zCDP budget of everything but a ``"dp"`` initializer.
+    delta_zcdp : float
+        The delta at which ``rho_total`` is converted to (epsilon, delta).
+    """
+
+    initializer: dict
+    rho_fallback: float
+    rho_refine: float
+    rho_lloyd: float
+    rho_select: float
+    rho_total: float
+    delta_zcdp: float
+
+    def as_dict(self):
+        """Plain dict, for the ``budget_`` attribute."""
+        return {"initializer": dict(self.initializer), "rho_fallback": self.rho_fallback,
+                "rho_refine": self.rho_refine, "rho_lloyd": self.rho_lloyd,
+                "rho_select": self.rho_select, "rho_total": self.rho_total,
+                "delta_zcdp": self.delta_zcdp}
+
+
+def plan_budget(privacy_model, fractions, epsilon, delta):
+    r"""Split (epsilon, delta) into the named budget of a fit (spec §9.4).
+
+    ``fractions`` has keys ``init``, ``fallback``, ``refine``, ``lloyd`` and
+    ``select`` summing to 1.
+
+    * ``"zcdp"`` and ``"public"`` initializers: the whole fit is
+      :math:`\rho`-zCDP with :math:`\rho = (\sqrt{\log(1/\delta) + \varepsilon}
+      - \sqrt{\log(1/\delta)})^2` (the inverse of Bun & Steinke 2016,
+      Proposition 1.3), split by the fractions; public centres give their
+      ``init`` and ``fallback`` shares to the other parts in proportion.
+    * ``"dp"`` initializers get :math:`(f\varepsilon, f\delta)` with
+      :math:`f` the ``init`` fraction; the rest of the fit is
+      :math:`\rho'`-zCDP for :math:`((1-f)\varepsilon, (1-f)\delta)` and the
+      two compose by basic composition (spec §9.4, "a user-supplied
+      initializer").
+    """
+    rho_parts = {name: fractions[name] for name in ("fallback", "refine", "lloyd", "select")}
+    if privacy_model == "dp":
+        share = fractions["init"]
+        initializer = {"epsilon": share * epsilon, "delta": share * delta}
+        delta_zcdp = delta - initializer["delta"]
+        rho_total = zcdp_rho_for_dp(epsilon - initializer["epsilon"], delta_zcdp) * _RHO_SAFETY
+    else:
+        delta_zcdp = delta
+        rho_total = zcdp_rho_for_dp(epsilon, delta) * _RHO_SAFETY
+        if privacy_model == "zcdp":
+            rho_parts["init"] = fractions["init"]
+        else:
+            rho_parts["fallback"] = 0.0
+    scale = rho_total / math.fsum(rho_parts.values())
+    rho = {name: part * scale for name, part in rho_parts.items()}
+    if privacy_model == "zcdp":
+        initializer = {"rho": rho["init"]}
+    elif privacy_model == "public":
+        initializer = {}
+    return StableBudget(initializer, rho["fallback"], rho["refine"], rho["lloyd"],
+                        rho["select"], rho_total, delta_zcdp)
+
+
+def _zcdp_total_event(events, delta, neighbouring):
+    """The composite event: zCDP releases composed (Bun & Steinke 2016, Lemma 2.3) and converted."""
+    rho = math.fsum(event.rho for event in events)
+    return PrivacyEvent(
+        "zcdp_composition", zcdp_to_dp(rho, delta), delta, rho=rho, label="stable/zcdp_total",
+        neighbouring=neighbouring,
+        details={"composition": "zcdp", "conversion": "Bun & Steinke 2016, Proposition 1.3",
+                 "n_releases": len(events)},
+    )
+
+
+def _as_zcdp_event(event, rho, **details):
+    """An event whose cost is carried by the zCDP composite: epsilon = delta = 0, its rho kept."""
+    return replace(event, epsilon=0.0, delta=0.0, rho=float(rho),
+                   details={**event.details, **details, "accounted_in": "stable/zcdp_total"})
+
+
+def _gaussian_rho(epsilon, delta):
+    sigma = analytic_gaussian_sigma(1.0, epsilon, delta)
+    return 1.0 / (2.0 * sigma * sigma)
+
+
+def one_median_privacy(rho):
+    r"""An (epsilon, delta) at which :func:`~skdpcluster.averaging.private_one_median` spends <= rho.
+
+    That primitive takes (epsilon, delta) and spends the zCDP
+    :math:`\mu^2/2` of the Gaussian mechanism that is exactly
+    (epsilon, delta)-DP at sensitivity 1. Here :math:`\delta' =
+    \min(10^{-6}, 0.01\sqrt\rho)` (small enough for a solution to exist, as
+    :math:`\rho \to \pi\delta'^2` when :math:`\varepsilon \to 0`) and
+    :math:`\varepsilon'` is the largest value found by bisection whose
+    :math:`\rho` does not exceed the target.
+
+    Returns
+    -------
+    (float, float)
+    """
+    delta = min(1e-6, 0.01 * math.sqrt(rho))
+    low, high = 1e-300, 1.0
+    while _gaussian_rho(high, delta) <= rho:
+        low, high = high, 2.0 * high
+    for _ in range(200):
+        middle = math.sqrt(low * high) if high > 1e3 * low else 0.5 * (low + high)
+        if _gaussian_rho(middle, delta) <= rho:
+            low = middle
+        else:
+            high = middle
+        if high - low <= 1e-13 * high:
+            break
+    return low, delta
+
+
+# ---------------------------------------------------------------------------
+# Shared base of the two estimators
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _ClippedData:
+    """Rows centred at ``data_center`` and projected into B(0, Lambda), with their squared norms.
+
+    :meth:`assign` remembers its last results, so the selection reuses the
+    assignments the refinement already computed for the same centres.
+    """
+
+    X: np.ndarray
+    sq_norms: np.ndarray
+    radius: float
+    outside: np.ndarray
+    _memo: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_rows(cls, X, center, radius):
+        clipped = X - center
+        sq_norms = np.einsum("ij,ij->i", clipped, clipped)
+        outside = np.flatnonzero(sq_norms > radius * radius)
+        clipped[outside] *= (radius / np.sqrt(sq_norms[outside]))[:, None]
+        sq_norms[outside] = np.einsum("ij,ij->i", clipped[outside], clipped[outside])
+        return cls(clipped, sq_norms, radius, outside)
+
+    def training_labels(self, X, centers, order, center):
+        """Nearest of ``centers[order] + center`` for the raw rows ``X`` (non-private ``labels_``).
+
+        Distances do not change under the translation by ``center``, so only
+        the rows moved by the projection onto the ball need a new assignment.
+        """
+        labels = np.argsort(order)[self.assign(centers)[0]]
+        if len(self.outside):
+            labels[self.outside] = nearest_centers(X[self.outside], centers[order] + center)[0]
+        return labels
+
+    def assign(self, centers):
+        """``nearest_centers`` of the rows, memoised for the last few centre sets."""
+        key = (centers.shape, centers.tobytes())
+        if key not in self._memo:
+            if len(self._memo) >= 4:
+                self._memo.pop(next(iter(self._memo)))
+            self._memo[key] = nearest_centers(self.X, centers, self.sq_norms)
+        return self._memo[key]
+
+
+def _store_parameters(estimator, parameters):
+    """``__init__`` stores its parameters unchanged (scikit-learn's convention), nothing else."""
+    for name, value in parameters.items():
+        if name not in ("self", "__class__"):
+            setattr(estimator, name, value)
+
+
+def _canonical_order(centers):
+    """Row order that sorts the centres lexicographically (DESIGN.md, privacy rule 2)."""
+    return np.lexsort(centers.T[::-1])
+
+
+def _canonical(centers):
+    """Rows in lexicographic order."""
+    return centers[_canonical_order(centers)]
+
+
+class _PrivateStableBase(_BasePrivateClusterer):
+    """Plan, initializer, selection and attributes shared by the two estimators.
+
+    Subclasses set ``_REFINE_KEY``, ``_DEFAULT_SPLIT``, ``_POWER`` (2 for
+    k-means, 1 for k-median) and write ``_refine``.
+    """
+
+    _parameter_constraints: dict = {
+        **{name: rule for name, rule in _BasePrivateClusterer._parameter_constraints.items()
+           if name != "on_failure"},
+        "n_clusters": [Interval(Integral, 1, None, closed="left")],
+        "initializer": [StrOptions({"grid", "ktuple"}), "array-like", KTupleClusterer,
+                        HasMethods(["fit_centers"])],
+        "base_estimator": [None, HasMethods(["fit"])],
+        "beta": [Interval(Real, 0, 1, closed="neither")],
+        "budget_split": [None, dict],
+        "selection": [StrOptions({"truncated", "full", "none"})],
+        "neighbouring": [StrOptions({"replace_one", "add_remove"})],
+    }
+    _REFINE_KEY = "core"
+    _POWER = 2
+    _DEFAULT_SPLIT = {"init": 0.6, "core": 0.3, "select": 0.1}
+
+    def _check_n_clusters(self):
+        """k = 1 is allowed: the core ball is then the whole domain (spec §11, A12)."""
+
+    # -- public plan --------------------------------------------------------------
+    def _plan(self, X):
+        n_features = X.shape[1]
+        center = self._resolve_center(n_features)
+        initializer, name = self._resolve_initializer(n_features, center)
+        fallible = bool(getattr(initializer, "can_fail", True))
+        fractions = self._fractions(initializer.privacy_model, fallible)
+        budget = plan_budget(initializer.privacy_model, fractions, self.epsilon, self.delta)
+        radius = self._resolve_radius(X, center)
+        if isinstance(initializer, KTupleInitializer):
+            initializer.check_input(X, self.n_clusters, budget.initializer, radius)
+        plan = PrivateFitPlan(
+            (float(self.epsilon), float(self.delta)),
+            {"center": center, "radius": radius, "initializer": initializer, "budget": budget},
+            {"data_radius_": radius, "budget_": budget.as_dict(), "initializer_": name},
+        )
+        if self.verbose:
+            print(f"[{type(self).__name__}] plan: initializer={name}, budget={budget}")
+        return plan
+
+    def _resolve_initializer(self, n_features, center):
+        """The initializer object and its name; public centres are checked here."""
+        init = self.initializer
+        ktuple_args = {"base_estimator": self.base_estimator, "beta": self.beta,
+                       "n_jobs": self.n_jobs}
+        if isinstance(init, str) and init == "grid":
+            return GridInitializer(), "grid"
+        if isinstance(init, (str, KTupleClusterer)):
+            if self.neighbouring != "replace_one":
+                raise ValueError("the k-tuple initializer is private under replace-one only; "
+                                 "use neighbouring='replace_one'.")
+            template = None if isinstance(init, str) else init
+            return KTupleInitializer(template, **ktuple_args), "ktuple"
+        if hasattr(init, "fit_centers"):
+            if getattr(init, "privacy_model", None) not in _PRIVACY_MODELS:
+                raise ValueError(
+                    f"an initializer object needs a privacy_model in {_PRIVACY_MODELS}, got "
+                    f"{getattr(init, 'privacy_model', None)!r} on {type(init).__name__}.")
+            return init, type(init).__name__
+        centers = np.asarray(init, dtype=float)
+        if centers.shape != (self.n_clusters, n_features) or not np.all(np.isfinite(centers)):
+            raise ValueError(
+                f"initial centres must be a finite array of shape (n_clusters, n_features) = "
+                f"({self.n_clusters}, {n_features}), got shape {centers.shape}.")
+        return PublicCenters(centers - center), "public"
+
+    def _default_split(self, fallible):
+        split = dict(self._DEFAULT_SPLIT)
+        if fallible:
+            split["fallback"] = split["init"] = split["init"] / 2.0
+        return split
+
+    def _allowed_split_keys(self, fallible):
+        return set(self._default_split(fallible))
+
+    def _fractions(self, privacy_model, fallible):
+        """Validated budget fractions, renamed to the keys of :func:`plan_budget`."""
+        split = self._default_split(fallible) if self.budget_split is None else self.budget_split
+        allowed = self._allowed_split_keys(fallible)
+        unknown = set(split) - allowed
+        values = list(split.values())
+        if unknown or not all(isinstance(v, Real) and math.isfinite(v) and v >= 0
+                              for v in values):
+            raise ValueError(
+                f"budget_split must map keys among {sorted(allowed)} to finite fractions >= 0, "
+                f"got {split!r}.")
+        if abs(math.fsum(values) - 1.0) > 1e-6 or split.get(self._REFINE_KEY, 0) <= 0:
+            raise ValueError(
+                f"budget_split fractions must sum to 1 with {self._REFINE_KEY!r} > 0, got "
+                f"{split!r}.")
+        if privacy_model != "public" and split.get("init", 0) <= 0:
+            raise ValueError("budget_split needs 'init' > 0 for a private initializer.")
+        fractions = {"init": 0.0, "fallback": 0.0, "lloyd": 0.0, "select": 0.0,
+                     **{k: float(v) for k, v in split.items() if k != self._REFINE_KEY},
+                     "refine": float(split[self._REFINE_KEY])}
+        if self.selection == "none":
+            fractions["refine"] += fractions["select"]
+            fractions["select"] = 0.0
+        return fractions
+
+    # -- private part -------------------------------------------------------------------
+    def _fit_private(self, X, plan, rng):
+        values = plan.values
+        data = _ClippedData.from_rows(X, values["center"], values["radius"])
+        init_rng, refine_rng, select_rng = rng.spawn(3)
+        start = self._initial_centers(data, values["initializer"], values["budget"], init_rng)
+        refine_budget = values["budget"].rho_refine + start["rho_extra"]
+        candidates, refine_events, diagnostics = self._refine(
+            data, start["centers"], refine_budget, values["budget"], refine_rng)
+        chosen, select_events = self._select(data, candidates, start["centers"],
+                                             values["budget"].rho_select, select_rng)
+        zcdp_events = start["zcdp_events"] + refine_events + select_events
+        events = start["dp_events"] + zcdp_events
+        events.append(
+            _zcdp_total_event(zcdp_events, values["budget"].delta_zcdp, self.neighbouring))
+        center = values["center"]
+        order = _canonical_order(candidates[chosen])
+        centers = candidates[chosen][order] + center
+        attributes = {
+            "initial_centers_": start["centers"] + center,
+            "candidate_centers_": {name: c + center for name, c in candidates.items()},
+            "selected_": chosen,
+            "initializer_status_": start["status"],
+            "initializer_info_": start["info"],
+            "labels_": data.training_labels(X, candidates[chosen], order, center),
+            **diagnostics,
+        }
+        return PrivateFit(centers, True, events, attributes=attributes,
+                          rho=events[-1].rho)
+
+    def _initial_centers(self, data, initializer, budget, rng):
+        """Run the initializer (and the grid fallback); B projected and in canonical order."""
+        k, n_features = self.n_clusters, data.X.shape[1]
+        centers, events, info = self._run_initializer(initializer, data, budget.initializer, rng)
+        outcome = {"status": "success", "info": info, "rho_extra": 0.0, "dp_events": [],
+                   "zcdp_events": []}
+        outcome["dp_events" if initializer.privacy_model == "dp" else "zcdp_events"] += events
+        if centers is None and budget.rho_fallback > 0:
+            centers, fallback_events, info = self._run_initializer(
+                GridInitializer(), data, {"rho": budget.rho_fallback}, rng)
+            outcome.update(status="fallback_grid", info={**outcome["info"], "fallback": info})
+            outcome["zcdp_events"] += fallback_events
+        elif centers is None:
+            centers = random_ball_points(rng, k, n_features, data.radius / 4.0)
+            outcome["status"] = "fallback_random"
+        else:
+            outcome["rho_extra"] = budget.rho_fallback
+        if outcome["status"] != "success":
+            then = {"fallback_grid": "the grid initializer ran on the 'fallback' share",
+                    "fallback_random": "with no 'fallback' share, the initial centres are "
+                                       "random points"}[outcome["status"]]
+            warn_user(f"{type(self).__name__}: the private initializer failed (a private "
+                      f"outcome, initializer_status_={outcome['status']!r}); {then}.",
+                      UserWarning)
+        outcome["centers"] = _canonical(_project_onto_ball(centers, 0.0, data.radius))
+        return outcome
+
+    def _run_initializer(self, initializer, data, budget, rng):
+        """Call ``fit_centers`` and check its output and its spend against the protocol."""
+        result = initializer.fit_centers(data.X, self.n_clusters, budget=budget,
+                                         data_radius=data.radius, neighbouring=self.neighbouring,
+                                         rng=rng)
+        centers, events, info = (*result, {})[:3] if len(result) == 2 else result
+        events = list(events)
+        _check_initializer_spend(initializer, events, budget)
+        events += _unused_budget_events(initializer.privacy_model, events, budget)
+        if centers is not None:
+            centers = np.asarray(centers, dtype=float)
+            if centers.shape != (self.n_clusters, data.X.shape[1]) or not np.all(
+                    np.isfinite(centers)):
+                raise RuntimeError(
+                    f"{type(initializer).__name__}.fit_centers returned centres of shape "
+                    f"{centers.shape}; expected finite ({self.n_clusters}, {data.X.shape[1]}).")
+        return centers, events, dict(info)
+
+    def _truncation(self, initial, radius):
+        """tau of the selection: (median gap / 2)^p (truncated) or (2 Lambda)^p (full)."""
+        if self.selection == "full":
+            return (2.0 * radius) ** self._POWER
+        gaps = center_gaps(initial)
+        tau = (float(np.median(gaps)) / 2.0) ** self._POWER
+        if not (math.isfinite(tau) and tau > 0):
+            tau = (radius / self.n_clusters) ** self._POWER
+        return tau
+
+    def _point_costs(self, data, centers):
+        sq_distances = data.assign(centers)[1]
+        return sq_distances if self._POWER == 2 else np.sqrt(sq_distances)
+
+    def _select(self, data, candidates, initial, rho, rng):
+        r"""Exponential mechanism over the candidates (spec §9.5 ``select``; thesis step 5).
+
+        Utility :math:`u_j = -\sum_x \min(\mathrm{cost}_x(C_j), \tau)`, of
+        sensitivity :math:`\tau` under both relations; with
+        :math:`\varepsilon_{em} = \sqrt{8\rho}` it is
+        :math:`\varepsilon_{em}`-bounded-range, hence :math:`\rho`-zCDP
+        (Cesar & Rogers 2021).
+        """
+        names = list(candidates)
+        if self.selection == "none" or rho <= 0:
+            return names[-1], []
+        tau = self._truncation(initial, data.radius)
+        utilities = [-float(np.sum(np.minimum(self._point_costs(data, c), tau)))
+                     for c in candidates.values()]
+        index, event = exponential_mechanism(
+            utilities, epsilon=math.sqrt(8.0 * rho), sensitivity=tau, rng=rng,
+            label="stable/selection", neighbouring=self.neighbouring)
+        event = _as_zcdp_event(event, rho, zcdp_bound="bounded range, Cesar & Rogers 2021",
+                               candidates=names)
+        return names[index], [event]
+
+
+def _unused_budget_events(privacy_model, events, budget):
+    """Charge the initializer's whole budget, so the ledger never depends on the data.
+
+    An initializer may spend less than it was given, and how much less could
+    depend on the data (a branch it took); the fit's guarantee is the
+    planned budget either way, so the difference is charged as one more
+    event.
+    """
+    if privacy_model == "zcdp":
+        unused = {"rho": budget["rho"] - math.fsum(e.rho for e in events)}
+        event = PrivacyEvent("unused_budget", 0.0, 0.0, rho=unused["rho"])
+    elif privacy_model == "dp":
+        unused = {"epsilon": budget["epsilon"] - math.fsum(e.cost()[0] for e in events),
+                  "delta": budget["delta"] - math.fsum(e.cost()[1] for e in events)}
+        event = PrivacyEvent("unused_budget", max(unused["epsilon"], 0.0),
+                             max(unused["delta"], 0.0))
+    else:
+        return []
+    if all(value <= 1e-12 * budget[name] for name, value in unused.items()):
+        return []
+    return [event.with_label("stable/initializer_unused_budget")]
+
+
+def _check_initializer_spend(initializer, events, budget):
+    """The protocol's promise: the events spend at most the initializer's budget."""
+    model = initializer.privacy_model
+    tolerance = 1.0 + 1e-9
+    if model == "zcdp":
+        ok = all(e.epsilon == 0 and e.delta == 0 and e.rho is not None for e in events) and (
+            math.fsum(e.rho for e in events) <= budget["rho"] * tolerance)
+    elif model == "dp":
+        ok = (math.fsum(e.cost()[0] for e in events) <= budget["epsilon"] * tolerance
+              and math.fsum(e.cost()[1] for e in events) <= budget["delta"] * tolerance)
+    else:
+        ok = not events
+    if not ok:
+        raise RuntimeError(
+            f"{type(initializer).__name__}.fit_centers spent more than its budget {budget} "
+            f"(or reported events outside its privacy_model={model!r}).")
+
+
+# ---------------------------------------------------------------------------
+# k-means
+# ---------------------------------------------------------------------------
+
+
+def core_statistics(data, centers, radius_factor):
+    r"""Noise-free core sums of thesis steps 2-4, centred and scaled (spec §9.5 ``core_step``).
+
+    :math:`\hat D_i = \min_{j\ne i}\|c_i - c_j\|`, :math:`r_i = f\hat D_i`
+    (:math:`r_1 = 2\Lambda` when k = 1), core
+    :math:`\hat X_i = \{x : \|x - c_i\| \le r_i\}` (disjoint since
+    :math:`f < 1/2`, and every such x has :math:`c_i` as nearest centre),
+    :math:`S_i = \sum_{x\in\hat X_i}(x - c_i)/r_i` (each term of norm
+    :math:`\le 1`) and :math:`N_i = |\hat X_i|`. The noise-free core average
+    is :math:`\bar c_i = c_i + r_i S_i/N_i`.
+
+    Returns
+    -------
+    sums : ndarray of shape (n_clusters, n_features)
+    counts : ndarray of shape (n_clusters,)
+    radii : ndarray of shape (n_clusters,)
+    """
+    gaps = center_gaps(centers)
+    radii = np.where(np.isinf(gaps), 2.0 * data.radius, radius_factor * gaps)
+    labels, sq_distances = data.assign(centers)
+    inside = (radii[labels] > 0) & (sq_distances <= radii[labels] ** 2)
+    sums, counts = cell_sums(data.X, np.where(inside, labels, len(centers)), len(centers))
+    scale = np.where(radii > 0, radii, 1.0)[:, None]
+    return (sums - counts[:, None] * centers) / scale, counts, radii
+
+
+def core_step(data, centers, *, radius_factor, rho, neighbouring, rng, label):
+    r"""One private core step (thesis steps 2-4, spec §9.5): :math:`\rho`-zCDP.
+
+    The core sums and counts of :func:`core_statistics` go through
+    :func:`~skdpcluster.cluster._stable_init.noisy_cell_sums` (disjoint
+    cores: L2 sensitivities 2 and :math:`\sqrt 2` under replace-one, 1 and 1
+    under add/remove). An accepted centre moves to
+    :math:`\Pi_{B(0,\Lambda)}(c_i + r_i\,\mathrm{clip}_1(\tilde S_i/\tilde N_i))`;
+    the others keep their value (spec §11, A9).
+
+    Returns
+    -------
+    centers : ndarray of shape (n_clusters, n_features)
+    fallback : ndarray of bool of shape (n_clusters,)
+    noisy : NoisyCells
+    """
+    sums, counts, radii = core_statistics(data, centers, radius_factor)
+    noisy = noisy_cell_sums(sums, counts, rho=rho, neighbouring=neighbouring, rng=rng,
+                            label=label)
+    accepted = noisy.accepted() & (radii > 0)
+    shift = _project_onto_ball(noisy.means(), 0.0, 1.0) * radii[:, None]
+    moved = _project_onto_ball(centers + shift, 0.0, data.radius)
+    return np.where(accepted[:, None], moved, centers), ~accepted, noisy
+
+
+_SHARED_DOC = r"""
+    epsilon : float, default=1.0
+        Privacy parameter of the **whole** fit (spec §11, A36), > 0.
+    delta : float, default=1e-6
+        Privacy parameter of the whole fit, in (0, 1).
+    initializer : {"grid", "ktuple"}, array-like, KTupleClusterer or object, default="grid"
+        The private algorithm A that gives the initial centres B:
+
+        * ``"grid"``: :class:`~skdpcluster.cluster._stable_init.GridInitializer`,
+          DP-PCA + private grid coreset + DP-Lloyd (spec §9.6), zCDP.
+        * ``"ktuple"`` (or a :class:`~skdpcluster.KTupleClusterer` whose
+          settings to use): k-tuple clustering of the rows with
+          ``base_estimator`` (the reduction of Cohen et al. 2021; spec
+          ``cohen_ktuple.md`` §8.4), (epsilon, delta)-DP under replace-one.
+          Its private test can fail; the decision to fall back is taken from
+          its released ``status_`` and the ``"fallback"`` share of the budget
+          is reserved for it: the grid initializer runs with that share
+          after a failure, and the share goes to the refinement steps after
+          a success, so that both branches spend the same (adaptive
+          composition with a fixed budget per branch).
+        * an array of shape (n_clusters, n_features) of **public** initial
+          centres (original coordinates):
+          no budget is spent on them and their ``init`` share goes to the
+          other steps.
+        * any object following the initializer protocol of
+          :mod:`skdpcluster.cluster._stable_init` (``privacy_model`` and
+          ``fit_centers``); unless its ``can_fail`` attribute is False it
+          may fail like ``"ktuple"`` and gets a ``"fallback"`` share.
+
+        The default is ``"grid"``, from ``benchmarks/bench_stable.py`` (k = 4,
+        d = 4, unit-variance components whose closest means are 10 standard
+        deviations apart, ``data_radius=20``, delta = 1e-6): at epsilon = 1
+        the k-tuple test failed in all 80 runs at n = 10^5 and 10^6 (its
+        noisy-centres test needs k-tuples about :math:`2\Delta + 2`-far with
+        :math:`\Delta` in the thousands), so ``"ktuple"`` always fell back to
+        the grid on half the initializer budget; and the smallest n at which
+        95 % of the runs reached ARI >= 0.99 and cost <= 1.01 times
+        scikit-learn's was 10^4 with ``"grid"`` against 3·10^4 (k-means) or
+        10^5 (k-median) with ``"ktuple"``, and 3·10^4 (k-means; 10^4 for
+        k-median) against 3·10^5 at epsilon = 0.25. ``"ktuple"`` pays off only on data far more
+        separated than this (its test then passes).
+    base_estimator : estimator, default=None
+        Non-private clusterer of the ``"ktuple"`` initializer (see
+        :class:`~skdpcluster.KTupleClusterer`); unused otherwise.
+    beta : float, default=0.05
+        Failure probability of the ``"ktuple"`` initializer's test; the other
+        steps need none (spec §11, A16).
+    selection : {"truncated", "full", "none"}, default="truncated"
+        Thesis step 5, the private choice between the candidates, as an
+        exponential mechanism with utility
+        :math:`-\sum_x\min(\mathrm{cost}_x(C), \tau)`:
+        ``"truncated"`` uses :math:`\tau = (\mathrm{median}_i\hat D_i(B)/2)^p`
+        (spec §9.5; robust, but Theorem 4.3's case 1 then holds only for the
+        truncated cost), ``"full"`` uses :math:`\tau = (2\Lambda)^p`, the
+        plain cost (the thesis' guarantee), ``"none"`` always outputs the
+        refined candidate and gives the ``select`` share to the refinement.
+    neighbouring : {"replace_one", "add_remove"}, default="replace_one"
+        Relation the noise is calibrated to (spec §9.3). ``"replace_one"``
+        calibrates to the larger replace-one sensitivities, and since the
+        exact number of rows is never used (every division is by a noisy
+        count), the fit is then private under add/remove as well, except
+        with the ``"ktuple"`` initializer, which treats the number of rows
+        as public (replace-one only). ``"add_remove"`` uses the smaller
+        sensitivities and gives the guarantee under add/remove only.
+    data_radius : float, default=None
+        Public bound :math:`\Lambda`: rows are projected onto
+        :math:`B(\mathrm{data\_center}, \Lambda)` (a per-row map, so
+        neighbours stay neighbours). ``None`` computes it from the data,
+        emits a :class:`~skdpcluster.exceptions.PrivacyLeakWarning` and
+        stores it only in ``data_radius_``. A loose bound mostly hurts the
+        initializer: the core steps' noise scales with the core radius.
+    data_center : array-like of shape (n_features,), default=None
+        Public centre of that ball; ``None`` means the origin.
+    accountant : BudgetAccountant, default=None
+        Charged once per fit with ``privacy_spent_``; ``None`` uses the
+        default one.
+    random_state : None, int or numpy.random.Generator, default=None
+        ``None`` draws fresh OS entropy; an int or a Generator makes the fit
+        reproducible (noise and the non-private k-means of the coreset).
+    n_jobs : int, default=None
+        Parallel jobs of the ``"ktuple"`` initializer's blocks.
+    verbose : int, default=0
+        Print the public plan when > 0.
+"""
+
+_SHARED_ATTRIBUTES = r"""
+    cluster_centers_ : ndarray of shape (n_clusters, n_features)
+        The released centres (the selected candidate), rows in
+        lexicographic order. A differentially private release.
+    initial_centers_ : ndarray of shape (n_clusters, n_features)
+        B, the initializer's output projected onto the data ball, rows in
+        lexicographic order; private (already paid for).
+    candidate_centers_ : dict of str to ndarray
+        Every candidate of the selection (``"initial"`` and the refined
+        ones), rows in the order of ``initial_centers_``; private releases.
+    selected_ : str
+        Name of the released candidate (the exponential mechanism's output).
+    initializer_ : str
+        ``"grid"``, ``"ktuple"``, ``"public"`` or the class name of a custom
+        initializer.
+    initializer_status_ : {"success", "fallback_grid", "fallback_random"}
+        Whether the initializer returned centres or the fallback ran
+        (decided from the initializer's private output).
+    initializer_info_ : dict
+        Public diagnostics of the initializer (grid level, heavy cells, ...).
+    status_ : {"success"}
+        Centres are always released; see ``initializer_status_`` and
+        ``selected_`` for what happened.
+    labels_ : ndarray of shape (n_samples,)
+        Index of the nearest released centre for every training row.
+        **Not private**: a function of the training data, outside the DP
+        guarantee; release it only if that is acceptable.
+    budget_ : dict
+        The resolved budget split (public).
+    privacy_spent_ : dict
+        ``{"epsilon", "delta", "rho", "proven"}``: the (epsilon, delta)
+        guaranteed by the whole fit (never above the request) and the zCDP
+        ``rho`` of its zCDP part; charged once to the accountant.
+    privacy_ledger_ : list of PrivacyEvent
+        Every release (zCDP releases carry their ``rho`` and zero
+        (epsilon, delta)), followed by the composite ``"zcdp_composition"``
+        event that converts their total; the basic-composition sum of the
+        ledger is ``privacy_spent_``.
+    data_radius_ : float
+        The bound used.
+    n_features_in_ : int
+        Number of features seen during fit.
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
+        Names of features seen during fit, when ``X`` has string column names.
+"""
+
+
+class PrivateStableKMeans(_PrivateStableBase):
+    __doc__ = r"""Private-Stable-k-Means (Shechner 2021, Section 4; Shechner, Sheffet & Stemmer 2020).
+
+    The practical form of the thesis' algorithm (``spec/shechner_stable.md``
+    §3.1, §9.5), differentially private under the relation of
+    ``neighbouring``:
+
+    1. A private initializer gives k centres :math:`B` (thesis step 1; see
+       ``initializer``), projected onto :math:`B(0, \Lambda)`.
+    2. ``n_core_steps`` core steps (thesis steps 2-4): with
+       :math:`\hat D_i = \min_{j \ne i}\|c_i - c_j\|` and
+       :math:`r_i = f\hat D_i` (``core_radius_factor`` f, the thesis' 1/3),
+       the rows within :math:`r_i` of :math:`c_i` form the core
+       :math:`\hat X_i`; the cores are disjoint because :math:`f < 1/2`. The
+       centred, scaled sums :math:`S_i = \sum_{\hat X_i}(x - c_i)/r_i` and the
+       counts :math:`N_i` are released with Gaussian noise (L2 sensitivities 2
+       and :math:`\sqrt 2` under replace-one, spec §9.3), and
+       :math:`c_i \leftarrow \Pi_{B(0,\Lambda)}(c_i + r_i\,
+       \mathrm{clip}_1(\tilde S_i/\tilde N_i))` where the noisy count passes
+       the acceptance rule :math:`\tilde N_i \ge \max(3\sigma_c, 1)`,
+       :math:`(\sigma_s\sqrt d + \sigma_c)/\tilde N_i \le 1/2` (spec §11, A3),
+       else :math:`c_i` stays. Centring at :math:`c_i` makes the noise scale
+       with :math:`r_i` rather than :math:`\Lambda`.
+    3. Optionally (``final_lloyd_step``) one noisy Lloyd step on full Voronoi
+       cells, the extra step of the thesis' footnote 13 behind the
+       Wasserstein guarantee of Theorem 4.6.
+    4. An exponential mechanism chooses between :math:`B` and the refined
+       candidates (thesis step 5; see ``selection``).
+
+    **Guarantee** (Lemma 4.1, Lemma 4.2, Theorem 4.3; spec §3.3-§3.5). If X is
+    :math:`\phi`-separated (:math:`\mathrm{OPT}_k \le \phi^2\mathrm{OPT}_{k-1}`)
+    and :math:`\mathrm{cost}(B) \le w\phi^2\mathrm{OPT}_{k-1}` with
+    :math:`\phi^2(w+1)/(1-\phi^2) \le 1/784`, then the core of every cluster
+    contains its inner part and lies inside it,
+    :math:`X_i^{cor} \subseteq \hat X_i \subseteq X_i^*`, and the noise-free
+    core means satisfy :math:`\|\bar c_i - c_i^*\|^2 \le r_i^{*2}\rho/(1-\rho)`
+    with :math:`\rho = 100\phi^2/(1-\phi^2)`, so that
+
+    .. math::
+
+        \mathrm{cost}(\hat C) \le \Bigl(1 + \frac{200\phi^2}{1 - 101\phi^2}\Bigr)
+            \mathrm{OPT}_k + O\Bigl(\frac{k\Lambda^2\sqrt d}{\varepsilon}
+            \ln\frac{dk}{\beta\delta}\Bigr).
+
+    The proven regime is extreme (clusters about :math:`56\sqrt k` radii
+    apart, spec §1.8) and cannot be checked privately; the algorithm works
+    far outside it on visibly separated data, and the selection is the safety
+    net when it does not apply (spec §11, A17-A18).
+
+    **Privacy.** Every release is a Gaussian mechanism
+    (:math:`\sigma = \Delta/\sqrt{2\rho}`, :math:`\rho`-zCDP, Bun & Steinke
+    2016) or the exponential mechanism (:math:`\varepsilon^2/8`-zCDP, Cesar &
+    Rogers 2021); zCDP composes additively and the total :math:`\rho` is
+    converted with :math:`\varepsilon = \rho + 2\sqrt{\rho\log(1/\delta)}`.
+    The zCDP budget is the largest :math:`\rho` whose conversion is the
+    requested (epsilon, delta), split by ``budget_split``; a ``"dp"``
+    initializer (``"ktuple"``) gets its share of (epsilon, delta) directly and
+    composes with the rest by basic composition. Cores and Voronoi cells are
+    disjoint, so each step's k blocks form one Gaussian mechanism. Only
+    noisy counts are ever divided by.
+
+    Parameters
+    ----------
+    n_clusters : int, default=8
+        Number of clusters k (>= 1).
+    {shared}
+    budget_split : dict, default=None
+        Fractions of the budget, summing to 1, among ``"init"``,
+        ``"fallback"`` (fallible initializers only), ``"core"``, ``"lloyd"``
+        (with ``final_lloyd_step``) and ``"select"``. ``None`` means
+        ``{"init": 0.6, "core": 0.3, "select": 0.1}`` (spec §8.3), with
+        ``"init"`` halved into ``"init"`` and ``"fallback"`` for fallible
+        initializers, and ``{"init": 0.5, "core": 0.25, "lloyd": 0.15,
+        "select": 0.1}`` with ``final_lloyd_step=True``.
+    n_core_steps : int, default=2
+        Core steps; the thesis uses 1, a second removes the remaining bias of
+        the truncated mean towards :math:`b_i` (spec §11, A7).
+    core_radius_factor : float, default=1/3
+        f in (0, 1/2): the core radius as a fraction of :math:`\hat D_i`
+        (the thesis' 1/3). Values of 1/2 or more would break the disjointness
+        the accounting relies on.
+    final_lloyd_step : bool, default=False
+        Add the full-Voronoi noisy Lloyd step of footnote 13 as a third
+        candidate (its noise scales with :math:`\Lambda`; it usually costs
+        more than the core candidate, spec §8.3 finding 5).
+
+    Attributes
+    ----------
+    {attributes}
+    core_noisy_counts_ : ndarray of shape (n_clusters,)
+        Noisy core counts :math:`\tilde N_i` of the last core step, per row
+        of ``initial_centers_``; private.
+    core_fallback_ : ndarray of bool of shape (n_clusters,)
+        True where the last core step kept the previous centre.
+
+    See Also
+    --------
+    PrivateStableKMedian : The k-median version.
+    skdpcluster.KTupleClusterer : Private k-tuple clustering.
+
+    References
+    ----------
+    M. Shechner. Differentially Private Algorithms for Clustering with
+    Stability Assumptions. M.Sc. thesis, Ben-Gurion University, 2021.
+    M. Shechner, O. Sheffet, U. Stemmer. Private k-Means Clustering with
+    Stability Assumptions. AISTATS 2020.
+
+    Examples
+    --------
+    >>> from skdpcluster.cluster._stable import PrivateStableKMeans
+    >>> from skdpcluster.datasets import make_separated_mixture
+    >>> X, y = make_separated_mixture(50_000, n_clusters=4, n_features=4,
+    ...                               separation=10, random_state=0)
+    >>> est = PrivateStableKMeans(n_clusters=4, epsilon=1.0, delta=1e-6,
+    ...                           data_radius=30.0, random_state=0).fit(X)
+    >>> est.cluster_centers_.shape
+    (4, 4)
+    >>> est.privacy_spent_["epsilon"] <= 1.0
+    True
+    """.replace("{shared}", _SHARED_DOC.strip()).replace("{attributes}", _SHARED_ATTRIBUTES.strip())
+
+    _parameter_constraints: dict = {
+        **_PrivateStableBase._parameter_constraints,
+        "n_core_steps": [Interval(Integral, 1, None, closed="left")],
+        "core_radius_factor": [Interval(Real, 0, 0.5, closed="neither")],
+        "final_lloyd_step": ["boolean"],
+    }
+
+    def __init__(
+        self,
+        n_clusters=8,
+        *,
+        epsilon=1.0,
+        delta=1e-6,
+        initializer="grid",
+        base_estimator=None,
+        beta=0.05,
+        budget_split=None,
+        n_core_steps=2,
+        core_radius_factor=1 / 3,
+        final_lloyd_step=False,
+        selection="truncated",
+        neighbouring="replace_one",
+        data_radius=None,
+        data_center=None,
+        accountant=None,
+        random_state=None,
+        n_jobs=None,
+        verbose=0,
+    ):
+        _store_parameters(self, locals())
+
+    def _default_split(self, fallible):
+        if not self.final_lloyd_step:
+            return super()._default_split(fallible)
+        split = {"init": 0.5, "core": 0.25, "lloyd": 0.15, "select": 0.1}
+        if fallible:
+            split["fallback"] = split["init"] = 0.25
+        return split
+
+    def _refine(self, data, initial, rho_refine, budget, rng):
+        """Core steps (and the optional full Lloyd step): the refined candidates."""
+        centers, events = initial, []
+        rho_step = rho_refine / self.n_core_steps
+        for step in range(self.n_core_steps):
+            centers, fallback, noisy = core_step(
+                data, centers, radius_factor=self.core_radius_factor, rho=rho_step,
+                neighbouring=self.neighbouring, rng=rng, label=f"stable/core_{step + 1}")
+            events += noisy.events
+        candidates = {"initial": initial, "core": centers}
+        if self.final_lloyd_step:
+            candidates["lloyd"], _, noisy_lloyd = lloyd_step(
+                data.X, centers, data_radius=data.radius, rho=budget.rho_lloyd,
+                neighbouring=self.neighbouring, rng=rng, label="stable/final_lloyd",
+                sq_norms=data.sq_norms)
+            events += noisy_lloyd.events
+        diagnostics = {"core_noisy_counts_": noisy.counts, "core_fallback_": fallback}
+        return candidates, events, diagnostics
+
+
+# ---------------------------------------------------------------------------
+# k-median
+# ---------------------------------------------------------------------------
+
+
+class PrivateStableKMedian(_PrivateStableBase):
+    __doc__ = r"""Private-Stable-k-median (Shechner 2021, Section 5): private 1-medians of the cells of B.
+
+    The thesis' algorithm (``spec/shechner_stable.md`` §4.2) in the form of
+    spec §9.7, differentially private under the relation of
+    ``neighbouring``:
+
+    1. A private initializer gives k centres :math:`B` (the k-means
+       initializers are used; spec §11, A21).
+    2. The rows are split into the full Voronoi cells :math:`X_{b_i}` of B
+       (not balls).
+    3. In every cell, a private 1-median by noisy projected gradient descent
+       (:func:`~skdpcluster.averaging.private_one_median`, the practical form
+       of the thesis' private convex ERM tool, Theorem 5.1 of Bassily, Smith &
+       Thakurta 2014): ``gd_iterations`` steps
+       :math:`w \leftarrow \Pi_{B(b_i, R_i)}(w - \eta_t \tilde g/\tilde N)`,
+       :math:`\eta_t = s R_i/\sqrt{t+1}`, on the domain
+       :math:`B(b_i, \hat D_i/2)` (``median_domain="local"``) or
+       :math:`B(0, \Lambda)` (``"global"``, the thesis), suffix-averaged.
+       The cells are disjoint, so the k gradient sums of a step form one
+       Gaussian mechanism (sensitivity 2 under replace-one).
+    4. An exponential mechanism chooses between :math:`B` and the medians
+       with the (truncated) k-median cost (thesis step 4; ``selection``).
+
+    **Guarantee** (Lemma 5.3; spec §4.3). If X is :math:`\phi`-separated for
+    k-median (:math:`\mathrm{OPT}^1_k \le \phi\,\mathrm{OPT}^1_{k-1}`) and
+    :math:`\mathrm{cost}^1(B) \le w\,\mathrm{OPT}^1_k`, then
+
+    .. math::
+
+        \mathrm{cost}^1(\hat C) \le \Bigl(1 + \frac{8(w+1)\phi}{1 - (8w+9)\phi}\Bigr)
+            \mathrm{OPT}^1_k + \tilde O\Bigl(\frac{k\Lambda\sqrt d}{\varepsilon}\Bigr).
+
+    **Privacy** as for :class:`PrivateStableKMeans`: zCDP throughout (the
+    1-median primitive's releases are Gaussian and it reports their zCDP
+    :math:`\rho`), converted to (epsilon, delta) once.
+
+    Parameters
+    ----------
+    n_clusters : int, default=8
+        Number of clusters k (>= 1).
+    {shared}
+    budget_split : dict, default=None
+        Fractions summing to 1 among ``"init"``, ``"fallback"`` (fallible
+        initializers only), ``"median"`` and ``"select"``. ``None`` means
+        ``{"init": 0.5, "median": 0.4, "select": 0.1}`` (spec §9.1), with
+        ``"init"`` halved into ``"init"`` and ``"fallback"`` for fallible
+        initializers.
+    gd_iterations : int, default=50
+        Gradient steps T of every 1-median.
+    gd_step_scale : float, default=0.5
+        Step factor s.
+    median_domain : {"local", "global"}, default="local"
+        ``"local"``: each median lives in :math:`B(b_i, \hat D_i/2)`, starts
+        at :math:`b_i` (spec §11, A20); ``"global"``: :math:`B(0, \Lambda)`
+        from the origin, the thesis' domain.
+
+    Attributes
+    ----------
+    {attributes}
+
+    See Also
+    --------
+    PrivateStableKMeans : The k-means version.
+
+    References
+    ----------
+    M. Shechner. Differentially Private Algorithms for Clustering with
+    Stability Assumptions. M.Sc. thesis, Ben-Gurion University, 2021.
+
+    Examples
+    --------
+    >>> from skdpcluster.cluster._stable import PrivateStableKMedian
+    >>> from skdpcluster.datasets import make_separated_mixture
+    >>> X, y = make_separated_mixture(50_000, n_clusters=4, n_features=4,
+    ...                               separation=10, random_state=0)
+    >>> est = PrivateStableKMedian(n_clusters=4, data_radius=30.0,
+    ...                            random_state=0).fit(X)
+    >>> est.cluster_centers_.shape
+    (4, 4)
+    >>> est.privacy_spent_["epsilon"] <= 1.0
+    True
+    """.replace("{shared}", _SHARED_DOC.strip()).replace("{attributes}", _SHARED_ATTRIBUTES.strip())
+
+    _parameter_constraints: dict = {
+        **_PrivateStableBase._parameter_constraints,
+        "gd_iterations": [Interval(Integral, 1, None, closed="left")],
+        "gd_step_scale": [Interval(Real, 0, None, closed="neither")],
+        "median_domain": [StrOptions({"local", "global"})],
+    }
+    _REFINE_KEY = "median"
+    _POWER = 1
+    _DEFAULT_SPLIT = {"init": 0.5, "median": 0.4, "select": 0.1}
+
+    def __init__(
+        self,
+        n_clusters=8,
+        *,
+        epsilon=1.0,
+        delta=1e-6,
+        initializer="grid",
+        base_estimator=None,
+        beta=0.05,
+        budget_split=None,
+        gd_iterations=50,
+        gd_step_scale=0.5,
+        median_domain="local",
+        selection="truncated",
+        neighbouring="replace_one",
+        data_radius=None,
+        data_center=None,
+        accountant=None,
+        random_state=None,
+        n_jobs=None,
+        verbose=0,
+    ):
+        _store_parameters(self, locals())
+
+    def _median_domains(self, initial, radius):
+        """Centre and radius of every cell's domain (public: functions of B and Lambda)."""
+        if self.median_domain == "global":
+            return np.zeros_like(initial), np.full(len(initial), radius)
+        gaps = center_gaps(initial)
+        return initial, np.where(np.isinf(gaps), 2.0 * radius, gaps / 2.0)
+
+    def _refine(self, data, initial, rho_refine, budget, rng):
+        """Private 1-median of every Voronoi cell of B (spec §9.7 step 3)."""
+        epsilon, delta = one_median_privacy(rho_refine)
+        labels, _ = data.assign(initial)
+        order = np.argsort(labels, kind="stable")
+        bounds = np.concatenate(([0], np.cumsum(np.bincount(labels, minlength=len(initial)))))
+        domain_centers, domain_radii = self._median_domains(initial, data.radius)
+        medians, spent = initial.copy(), [0.0]
+        for i in np.flatnonzero(domain_radii > 0):
+            cell = data.X[order[bounds[i]:bounds[i + 1]]]
+            median, event = private_one_median(
+                cell, center=domain_centers[i], radius=float(domain_radii[i]), epsilon=epsilon,
+                delta=delta, rng=rng, n_iter=self.gd_iterations, step_scale=self.gd_step_scale,
+                neighbouring=self.neighbouring)
+            medians[i] = median
+            spent.append(event.rho)
+        event = PrivacyEvent(
+            "private_one_median", 0.0, 0.0, rho=max(max(spent), rho_refine),
+            label="stable/medians", neighbouring=self.neighbouring,
+            details={"cells": len(initial), "composition": "parallel: disjoint Voronoi cells, "
+                     "one joint Gaussian mechanism per step (spec §9.3, §9.7)",
+                     "per_cell_epsilon": epsilon, "per_cell_delta": delta,
+                     "n_iter": self.gd_iterations, "accounted_in": "stable/zcdp_total"})
+        medians = _project_onto_ball(medians, 0.0, data.radius)
+        return {"initial": initial, "median": medians}, [event], {}
+
+    def score(self, X, y=None):
+        """Negative k-median cost of ``X`` against the released centres (higher is better).
+
+        Non-private: computed on whatever ``X`` is passed.
+
+        Returns
+        -------
+        score : float
+        """
+        return -float(np.sum(self.transform(X).min(axis=1)))
