@@ -393,3 +393,23 @@ def test_issue_target_at_n_1e5(Estimator):
         est = Estimator(4, data_radius=RADIUS, random_state=seed).fit(X)
         assert adjusted_rand_score(y, est.labels_) >= 0.99
         assert kmeans_cost(X, est.cluster_centers_) <= 1.01 * optimum
+
+
+@pytest.mark.parametrize("estimator_class", [PrivateStableKMeans, PrivateStableKMedian])
+def test_failed_ktuple_initializer_can_fall_back_to_the_highdim_method(estimator_class):
+    """Issue 8: when the easy-instance test fails, the reserved share goes to Balcan et al."""
+    X, _ = make_separated_mixture(100_000, n_clusters=4, n_features=4, separation=10 / 2**0.5,
+                                  random_state=0)
+    acc = BudgetAccountant()
+    with pytest.warns(UserWarning, match="high-dimensional method"):
+        est = estimator_class(n_clusters=4, initializer="ktuple", fallback="highdim",
+                              data_radius=20.0, accountant=acc, random_state=0).fit(X)
+    assert est.initializer_status_ == "fallback_highdim"
+    assert est.privacy_spent_["epsilon"] <= 1.0 and est.privacy_spent_["delta"] <= 1e-6
+    assert acc.total() == pytest.approx((est.privacy_spent_["epsilon"], est.privacy_spent_["delta"]))
+    grid = estimator_class(n_clusters=4, initializer="ktuple", data_radius=20.0,
+                           random_state=0)
+    with pytest.warns(UserWarning, match="grid initializer"):
+        grid.fit(X)
+    assert grid.initializer_status_ == "fallback_grid"
+    assert grid.privacy_spent_["epsilon"] == pytest.approx(est.privacy_spent_["epsilon"])

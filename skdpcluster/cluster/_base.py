@@ -242,14 +242,21 @@ class _BasePrivateClusterer(
         X, centers = self._validated_input_and_centers(X)
         return euclidean_distances(X, centers)
 
+    #: Exponent of the distance in the clustering cost: 2 for k-means, 1 for k-median.
+    _POWER = 2
+
     def score(self, X, y=None):
-        """Negative k-means cost of ``X`` against the released centres (higher is better).
+        """Negative clustering cost of ``X`` against the released centres (higher is better).
+
+        The k-means cost (sum of squared distances to the nearest centre), or
+        the k-median cost (sum of distances) for the k-median estimators.
+        Non-private: computed on whatever ``X`` is passed.
 
         Returns
         -------
         score : float
         """
-        return -float(np.sum(self.transform(X).min(axis=1) ** 2))
+        return -float(np.sum(self.transform(X).min(axis=1) ** self._POWER))
 
     @property
     def _n_features_out(self):

@@ -864,16 +864,6 @@ class PrivateHighDimKMedian(_PrivateHighDimBase):
     ):
         _store_parameters(self, locals())
 
-    def score(self, X, y=None):
-        """Negative k-median cost of ``X`` against the released centres (higher is better).
-
-        Non-private: computed on whatever ``X`` is passed.
-
-        Returns
-        -------
-        score : float
-        """
-        return -float(np.sum(self.transform(X).min(axis=1)))
 
 
 # ---------------------------------------------------------------------------
@@ -982,6 +972,9 @@ class HighDimInitializer:
     params : dict, default=None
         Other estimator parameters (pure-DP ones only).
     """
+
+    #: A general-purpose method always releases centres: no fallback share is reserved for it.
+    can_fail = False
 
     def __init__(self, objective="kmeans", privacy_model="zcdp", params=None):
         if privacy_model not in ("zcdp", "dp"):

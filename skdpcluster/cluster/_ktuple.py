@@ -5,6 +5,7 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.base import clone
 from sklearn.cluster import KMeans
+from sklearn.metrics import pairwise_distances_argmin
 from sklearn.utils.validation import validate_data
 
 from skdpcluster._tuples import generate_tuples
@@ -318,8 +319,7 @@ class KTupleClusterer(_BasePrivateClusterer):
     def _training_labels(X, centers):
         if centers is None:
             return np.full(X.shape[0], -1, dtype=np.intp)
-        distances = ((X[:, None, :] - centers[None, :, :]) ** 2).sum(axis=-1)
-        return np.argmin(distances, axis=1).astype(np.intp)
+        return pairwise_distances_argmin(X, centers).astype(np.intp)  # chunked: bounded memory
 
     # -- precomputed tuples ---------------------------------------------------------------
     @fit_context(prefer_skip_nested_validation=True)

@@ -21,6 +21,7 @@ import numpy as np
 
 from skdpcluster.averaging import _project_onto_ball, private_one_median
 from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _BasePrivateClusterer
+from skdpcluster.cluster._highdim import HighDimInitializer
 from skdpcluster.cluster._ktuple import KTupleClusterer
 from skdpcluster.cluster._stable_init import (
     GridInitializer,
@@ -265,6 +266,7 @@ class _PrivateStableBase(_BasePrivateClusterer):
         "n_clusters": [Interval(Integral, 1, None, closed="left")],
         "initializer": [StrOptions({"grid", "ktuple"}), "array-like", KTupleClusterer,
                         HasMethods(["fit_centers"])],
+        "fallback": [StrOptions({"grid", "highdim"})],
         "base_estimator": [None, HasMethods(["fit"])],
         "beta": [Interval(Real, 0, 1, closed="neither")],
         "budget_split": [None, dict],
@@ -388,6 +390,12 @@ class _PrivateStableBase(_BasePrivateClusterer):
         return PrivateFit(centers, True, events, attributes=attributes,
                           rho=events[-1].rho)
 
+    def _fallback_initializer(self):
+        """The initializer run on the "fallback" share when a fallible one fails."""
+        if self.fallback == "highdim":
+            return HighDimInitializer(objective="kmeans" if self._POWER == 2 else "kmedian")
+        return GridInitializer()
+
     def _initial_centers(self, data, initializer, budget, rng):
         """Run the initializer (and the grid fallback); B projected and in canonical order."""
         k, n_features = self.n_clusters, data.X.shape[1]
@@ -397,8 +405,9 @@ class _PrivateStableBase(_BasePrivateClusterer):
         outcome["dp_events" if initializer.privacy_model == "dp" else "zcdp_events"] += events
         if centers is None and budget.rho_fallback > 0:
             centers, fallback_events, info = self._run_initializer(
-                GridInitializer(), data, {"rho": budget.rho_fallback}, rng)
-            outcome.update(status="fallback_grid", info={**outcome["info"], "fallback": info})
+                self._fallback_initializer(), data, {"rho": budget.rho_fallback}, rng)
+            outcome.update(status=f"fallback_{self.fallback}",
+                           info={**outcome["info"], "fallback": info})
             outcome["zcdp_events"] += fallback_events
         elif centers is None:
             centers = random_ball_points(rng, k, n_features, data.radius / 4.0)
@@ -407,6 +416,8 @@ class _PrivateStableBase(_BasePrivateClusterer):
             outcome["rho_extra"] = budget.rho_fallback
         if outcome["status"] != "success":
             then = {"fallback_grid": "the grid initializer ran on the 'fallback' share",
+                    "fallback_highdim": "the high-dimensional method (Balcan et al. 2017) ran "
+                                        "on the 'fallback' share",
                     "fallback_random": "with no 'fallback' share, the initial centres are "
                                        "random points"}[outcome["status"]]
             warn_user(f"{type(self).__name__}: the private initializer failed (a private "
@@ -608,6 +619,14 @@ _SHARED_DOC = r"""
         10^5 (k-median) with ``"ktuple"``, and 3·10^4 (k-means; 10^4 for
         k-median) against 3·10^5 at epsilon = 0.25. ``"ktuple"`` pays off only on data far more
         separated than this (its test then passes).
+    fallback : {"grid", "highdim"}, default="grid"
+        What runs on the reserved ``"fallback"`` share of the budget when a
+        fallible initializer (``"ktuple"``) fails its private test: the grid
+        initializer, or the general-purpose high-dimensional method of Balcan
+        et al. (2017; :class:`~skdpcluster.PrivateHighDimKMeans`) for data
+        that is not an easy instance. Which branch runs is decided by the
+        initializer's released status; both branches spend the same share, so
+        the accounting is unchanged (``"fallback"`` in ``budget_``).
     base_estimator : estimator, default=None
         Non-private clusterer of the ``"ktuple"`` initializer (see
         :class:`~skdpcluster.KTupleClusterer`); unused otherwise.
@@ -667,7 +686,7 @@ _SHARED_ATTRIBUTES = r"""
     initializer_ : str
         ``"grid"``, ``"ktuple"``, ``"public"`` or the class name of a custom
         initializer.
-    initializer_status_ : {"success", "fallback_grid", "fallback_random"}
+    initializer_status_ : {"success", "fallback_grid", "fallback_highdim", "fallback_random"}
         Whether the initializer returned centres or the fallback ran
         (decided from the initializer's private output).
     initializer_info_ : dict
@@ -834,6 +853,7 @@ class PrivateStableKMeans(_PrivateStableBase):
         epsilon=1.0,
         delta=1e-6,
         initializer="grid",
+        fallback="grid",
         base_estimator=None,
         beta=0.05,
         budget_split=None,
@@ -985,6 +1005,7 @@ class PrivateStableKMedian(_PrivateStableBase):
         epsilon=1.0,
         delta=1e-6,
         initializer="grid",
+        fallback="grid",
         base_estimator=None,
         beta=0.05,
         budget_split=None,
@@ -1035,13 +1056,3 @@ class PrivateStableKMedian(_PrivateStableBase):
         medians = _project_onto_ball(medians, 0.0, data.radius)
         return {"initial": initial, "median": medians}, [event], {}
 
-    def score(self, X, y=None):
-        """Negative k-median cost of ``X`` against the released centres (higher is better).
-
-        Non-private: computed on whatever ``X`` is passed.
-
-        Returns
-        -------
-        score : float
-        """
-        return -float(np.sum(self.transform(X).min(axis=1)))
