@@ -39,13 +39,22 @@ def _list_table(header, rows):
     return lines
 
 
-def headline_lines():
-    """The headline table (from ``stable_summary.csv``) as RST lines, or a note if it is missing."""
+#: Rows per other benchmark in the README's list (the CSV files have them all).
+OTHER_ROWS_PER_BENCHMARK = 3
+
+
+def _stable_rows():
     path = RESULTS / "stable_summary.csv"
     if not path.exists():
-        return ["(Run ``python -m benchmarks --only stable`` to produce the headline table.)"]
+        return []
     with path.open() as handle:
-        rows = list(csv.DictReader(handle))
+        return list(csv.DictReader(handle))
+
+
+def headline_lines(rows):
+    """The headline table (from ``stable_summary.csv``) as RST lines, or a note if it is missing."""
+    if not rows:
+        return ["(Run ``python -m benchmarks --only stable`` to produce the headline table.)"]
     header = [title for _, title in HEADLINE_COLUMNS]
     body = [[row.get(key, "") for key, _ in HEADLINE_COLUMNS] for row in rows]
     return _list_table(header, body)
@@ -58,21 +67,24 @@ def update_readme(summary, mode):
         print(f"  README.rst has no {BEGIN} / {END} markers; not updated")
         return
     today = datetime.date.today().isoformat()
+    stable = _stable_rows()
+    runs = stable[0]["runs"] if stable else "?"
     lines = [
         BEGIN, "",
         f"Measured on {today} by ``python -m benchmarks {mode}`` (2 cores). Private k-means of a",
         "well-separated mixture (k = 4, d = 4, unit-variance clusters at least 10 standard deviations",
-        "apart, epsilon = 1, delta = 1e-6, 20 runs per row); the target is ARI >= 0.99 and k-means",
-        "cost <= 1.01 x non-private scikit-learn ``KMeans``. ``doc/benchmarks.rst`` explains every",
-        "benchmark; all tables are in ``benchmarks/results/``.", "",
-        *headline_lines(), "",
+        f"apart, epsilon = 1, delta = 1e-6, {runs} runs per row; ``--full`` runs 20 and n = 10^6 too);",
+        "the target is ARI >= 0.99 and k-means cost <= 1.01 x non-private scikit-learn ``KMeans``.",
+        "``doc/benchmarks.rst`` explains every benchmark; all tables are in ``benchmarks/results/``.",
+        "", *headline_lines(stable), "",
     ]
     others = [row for row in summary if row.get("benchmark") != "stable"]
     if others:
-        lines += ["Other headline numbers:", ""]
-        for row in others:
-            details = ", ".join(f"{k}={_cell(v)}" for k, v in row.items() if k != "benchmark")
-            lines.append(f"* **{row['benchmark']}**: {details}")
+        lines += ["Other headline numbers (first rows of each benchmark's summary):", ""]
+        for name in dict.fromkeys(row["benchmark"] for row in others):
+            for row in [r for r in others if r["benchmark"] == name][:OTHER_ROWS_PER_BENCHMARK]:
+                details = ", ".join(f"{k}={_cell(v)}" for k, v in row.items() if k != "benchmark")
+                lines.append(f"* **{name}**: {details}")
         lines.append("")
     if (RESULTS / "stable_curve_n.png").exists():
         lines += [".. image:: benchmarks/results/stable_curve_n.png",
