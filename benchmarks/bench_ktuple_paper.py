@@ -59,9 +59,10 @@ How to read the output
 * ``searched``: ``samples_per_tuple`` (NoisyCenters) or ``n_tuples``
   (Averages); ``size_95`` and ``size_50`` are its smallest grid values from
   which on every grid point run had at least 19/20 (``--quick``: all of the
-  runs), or at least half of the runs, successful; ``total_95`` the samples of one run at ``size_95``. An
-  empty ``size_95`` means the search stopped at ``MAX_SAMPLES`` samples per
-  run first; ``max_size`` is the largest grid value it ran.
+  runs), or at least half of the runs, successful; ``total_95`` is the
+  samples of one run at ``size_95``. An empty ``size_95`` means the search
+  stopped at ``MAX_SAMPLES`` samples per run first; ``max_size`` is the
+  largest grid value it ran; ``runs`` the nominal runs per grid point.
 * ``spec_low``/``spec_high``: spec §10.3's prototype prediction for the
   same quantity ([PROTO]; made with the paper's formulas at 4296 tuples
   and at least 7/8 successes, or 5/6-6/6 for Averages), shown beside both
@@ -113,20 +114,24 @@ from scipy.stats import chi2
 from benchmarks._common import plot_lines, print_table, write_csv
 from skdpcluster import BudgetAccountant, KTupleClusterer
 from skdpcluster.datasets import make_separated_mixture
-from skdpcluster.exceptions import NotSeparatedWarning, PrivacyLeakWarning, UnprovenPrivacyWarning
+from skdpcluster.exceptions import (
+    NotSeparatedWarning,
+    PrivacyLeakWarning,
+    UnprovenPrivacyWarning,
+)
 from skdpcluster.ktuple import compute_m_eps1, min_tuples
 from skdpcluster.ktuple.noisy_centers import default_separation, noise_to_gap_ratio
 
 __all__ = [
     "MODES",
     "Setting",
+    "failure_floor",
     "run",
     "run_once",
     "search",
     "separates",
     "settings",
     "success_count",
-    "failure_floor",
 ]
 
 EPSILON, DELTA, BETA = 1.0, math.exp(-28), 0.05
@@ -134,7 +139,9 @@ SEED = 20210718
 #: Estimator parameters of the two privacy configurations.
 MODES = {
     "corrected": {"accounting": "corrected"},
-    "paper": {"accounting": "paper", "lambda_mechanism": "paper", "gaussian_calibration": "classical"},
+    "paper": {
+        "accounting": "paper", "lambda_mechanism": "paper", "gaussian_calibration": "classical",
+    },
 }
 #: Samples per tuple of PrivatekAverages, per cluster ("about 15 k samples", spec §10.1).
 AVERAGES_ROWS_PER_CLUSTER = 15
@@ -171,7 +178,9 @@ class Setting:
         return min_tuples(EPSILON, DELTA, BETA, MODES[self.mode]["accounting"])
 
     def rows_per_tuple(self, size):
-        return AVERAGES_ROWS_PER_CLUSTER * self.n_clusters if self.method == "averages" else int(size)
+        if self.method == "averages":
+            return AVERAGES_ROWS_PER_CLUSTER * self.n_clusters
+        return int(size)
 
     def estimator(self, n_tuples, rng):
         """The estimator of one run; a fresh accountant, so the default ledger does not grow."""
@@ -442,7 +451,7 @@ def summarize(setting, grid, n_runs, floor=""):
 
 def _label(setting):
     varying = {"Test1": f"R={setting.separation:g}", "Test2": f"k={setting.n_clusters}",
-               "Test3": f"d={setting.n_features}"}.get(setting.test, setting.method)
+               "Test3": f"d={setting.n_features}"}.get(setting.test, f"R={setting.separation:g}")
     return f"{setting.test} {varying} {setting.mode}"
 
 

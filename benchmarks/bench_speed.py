@@ -26,11 +26,12 @@ Lloyd, scikit-learn's OpenMP threads).
   For the separated data the row also splits the private fit into tuple
   generation (``tuples_s``: ``generate_tuples``, batched path), the private
   aggregation on those tuples (``aggregate_s``: ``fit_tuples``) and the rest
-  (``rest_s``: validation and the non-private ``labels_``), and times the
+  (``rest_s``: validation and the non-private ``labels_``; a difference of
+  best times, so it can come out slightly negative), and times the
   per-block tuple generation (one scikit-learn ``KMeans`` fit per block,
   ``per_block_s``; ``batched_speedup`` = per-block / batched).
 * **Scaling** (``speed_scaling.csv``, ``speed_scaling.png``): the same
-  comparison on the separated data for n from 2·10^4 to 5·10^5
+  comparison on the separated data for n from 2·10^4 to 10^6
   (``--quick``) or 10^7 (``--full``), and the fitted growth exponents (the
   slope of log time, and of log peak memory, against log n) of both
   estimators. n = 10^4 is not possible: 1963 blocks need at least
@@ -54,7 +55,7 @@ not grow with n). Timings on a shared machine are indicative.
 
 Usage::
 
-    python -m benchmarks.bench_speed --quick   # n = 2e5 headline, curve to 5e5 (about a minute)
+    python -m benchmarks.bench_speed --quick   # n = 2e5 headline, curve to 1e6 (under a minute)
     python -m benchmarks.bench_speed --full    # n = 1e6 headline, curve to 1e7 if memory allows
 """
 
@@ -80,8 +81,8 @@ N_CLUSTERS = N_FEATURES = 10
 WELL_SEPARATED = 10_000.0
 #: The papers' smallest R (make_separated_mixture's default); the test fails at k = 10.
 PAPER_SEPARATION = 32.0
-QUICK_SIZES = (20_000, 50_000, 100_000, 200_000, 500_000)
-FULL_SIZES = QUICK_SIZES + (1_000_000, 2_000_000, 5_000_000, 10_000_000)
+QUICK_SIZES = (20_000, 50_000, 100_000, 200_000, 500_000, 1_000_000)
+FULL_SIZES = QUICK_SIZES + (2_000_000, 5_000_000, 10_000_000)
 
 
 def make_data(n_samples, separation, n_clusters=N_CLUSTERS, n_features=N_FEATURES, seed=0):
@@ -236,12 +237,12 @@ def _report(rows, curve, slopes):
 
 def run(quick, repeat=None, max_gib=None):
     """Run the benchmark; write the CSV and PNG files; return the headline rows."""
-    repeat = repeat or (2 if quick else 3)
+    repeat = repeat or 3
     print(f"numpy {np.__version__}, scikit-learn {sklearn.__version__}; best of {repeat} runs")
     compare(make_data(40_000, WELL_SEPARATED))  # warm-up: imports, thread pools
     rows = headline(200_000 if quick else 1_000_000, repeat)
     known = {row["n_samples"]: row for row in rows if row["separation"] == WELL_SEPARATED}
-    curve = scaling(QUICK_SIZES if quick else FULL_SIZES, repeat=1 if quick else 2,
+    curve = scaling(QUICK_SIZES if quick else FULL_SIZES, repeat=repeat,
                     max_gib=max_gib or (2.0 if quick else 6.0), known=known)
     measured = [row for row in curve if row["status"] != "skipped"]
     slopes = {f"slope_{key}": growth_exponent(measured, key)

@@ -12,9 +12,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import bench_ktuple_paper as paper  # noqa: E402
-from benchmarks import bench_speed as speed  # noqa: E402
-from skdpcluster.ktuple import min_tuples  # noqa: E402
+from benchmarks import bench_ktuple_paper as paper
+from benchmarks import bench_speed as speed
+from skdpcluster.ktuple import min_tuples
 
 
 @pytest.mark.parametrize(
