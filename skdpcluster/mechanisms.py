@@ -44,6 +44,7 @@ __all__ = [
     "gaussian_mechanism",
     "gaussian_sigma",
     "laplace_mechanism",
+    "laplace_zero_cells_above",
     "subsampled_epsilon_delta",
     "subsampled_event",
     "zcdp_gaussian_mechanism",
@@ -171,6 +172,61 @@ def laplace_mechanism(value, *, sensitivity, epsilon, rng, label="", neighbourin
         "laplace", epsilon, 0.0, sensitivity, scale, label=label, neighbouring=neighbouring
     )
     return (noisy.item() if noisy.ndim == 0 else noisy), event
+
+
+#: Above this many cells (beyond NumPy's int64 binomial) the count of cells over the threshold is Poisson.
+_POISSON_ABOVE = 2.0**62
+
+
+def laplace_zero_cells_above(n_cells, *, scale, threshold, rng, max_released=None):
+    r"""The Laplace mechanism on ``n_cells`` cells of true count 0, thresholded, sampled lazily.
+
+    A histogram released as ``count + Lap(scale)`` and kept only where the
+    noisy value exceeds ``threshold`` has, on its empty cells, exactly this
+    law: the number of kept cells is :math:`\mathrm{Binomial}(N, f)` with
+    :math:`f = \Pr[\mathrm{Lap}(b) > \gamma] = e^{-\gamma/b}/2` (for
+    :math:`\gamma \ge 0`), and each kept value is
+    :math:`\gamma + \mathrm{Exp}(b)` by the memorylessness of the Laplace
+    tail. This samples that law without listing the (possibly :math:`2^{p}`
+    many) empty cells. Two shortcuts change the law by a negligible total
+    variation: 0 kept when :math:`N f < e^{-700}`, and a Poisson count of
+    mean :math:`N f` above :math:`2^{62}` cells (error at most :math:`N f^2`).
+
+    The noise is part of the caller's histogram release, which its
+    :func:`laplace_mechanism` event on the occupied cells prices (the cells
+    are disjoint, so one event covers the whole histogram); no event is
+    returned here.
+
+    Parameters
+    ----------
+    n_cells : float
+        Number of empty cells N (may exceed 2**63).
+    scale : float
+        Laplace scale b > 0.
+    threshold : float
+        gamma >= 0.
+    rng : numpy.random.Generator
+    max_released : int, default=None
+        Keep the values of at most this many cells (post-processing).
+
+    Returns
+    -------
+    n_above : int
+        Number of empty cells over the threshold.
+    values : ndarray of shape (min(n_above, max_released),)
+        Their noisy values.
+    """
+    if not (scale > 0 and threshold >= 0):
+        raise ValueError(f"need scale > 0 and threshold >= 0, got scale={scale!r}, threshold={threshold!r}.")
+    log_probability = math.log(0.5) - threshold / scale
+    if n_cells <= 0 or math.log(n_cells) + log_probability < -700.0:
+        n_above = 0
+    elif n_cells > _POISSON_ABOVE:
+        n_above = int(rng.poisson(math.exp(math.log(n_cells) + log_probability)))
+    else:
+        n_above = int(rng.binomial(int(n_cells), math.exp(log_probability)))
+    n_values = n_above if max_released is None else min(n_above, max_released)
+    return n_above, threshold + rng.exponential(scale, size=n_values)
 
 
 # ---------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from scipy import stats
 
 from skdpcluster import BudgetAccountant
 from skdpcluster.cluster import _highdim_candidates as hc
+from skdpcluster.mechanisms import laplace_zero_cells_above
 from skdpcluster.cluster._highdim import (
     _PROFILE_RULES,
     HighDimBudget,
@@ -88,7 +89,6 @@ def test_activation_rule_matches_the_probability_f():
         expected = 0.5 * math.exp(-(level.gamma - m) / level.scale)
         observed = np.mean(m + draws > level.gamma)
         assert abs(observed - expected) < 5 * math.sqrt(expected * (1 - expected) / draws.size)
-    assert math.isclose(math.exp(level.log_empty_probability), 0.5 * math.exp(-1.5))
 
 
 @pytest.mark.parametrize("depth,p", [(3, 4), (20, 4)])
@@ -145,7 +145,8 @@ def test_empty_children_by_rejection_are_uniform_distinct_and_empty():
     level = hc._Level(epsilon=1.0, gamma=-math.log(2e-3), sensitivity=1.0,
                       neighbouring="add_remove")
     n_empty = 2**p - 1
-    counts = [hc._empty_activation_count(n_empty, level, rng) for _ in range(300)]
+    counts = [laplace_zero_cells_above(n_empty, scale=level.scale, threshold=level.gamma, rng=rng)[0]
+              for _ in range(300)]
     mean = n_empty * 1e-3
     assert abs(np.mean(counts) - mean) < 5 * math.sqrt(mean / 300)
     picked = hc._sample_empty_children(parents, occupied, 500, rng)
@@ -157,12 +158,12 @@ def test_empty_children_by_rejection_are_uniform_distinct_and_empty():
 
 
 def test_empty_activation_handles_huge_trees_in_log_space():
-    level = hc._Level(epsilon=1.0, gamma=2000.0, sensitivity=1.0, neighbouring="add_remove")
-    assert hc._empty_activation_count(2.0**90, level, np.random.default_rng(0)) == 0
-    generous = hc._Level(epsilon=1.0, gamma=52.0, sensitivity=1.0, neighbouring="add_remove")
+    rng = np.random.default_rng(0)
+    assert laplace_zero_cells_above(2.0**90, scale=1.0, threshold=2000.0, rng=rng)[0] == 0
     mean = 2.0**90 * 0.5 * math.exp(-52.0)  # about 1.6e4: the Poisson path
-    count = hc._empty_activation_count(2.0**90, generous, np.random.default_rng(0))
-    assert abs(count - mean) < 5 * math.sqrt(mean)
+    count, values = laplace_zero_cells_above(2.0**90, scale=1.0, threshold=52.0, rng=rng,
+                                             max_released=100)
+    assert abs(count - mean) < 5 * math.sqrt(mean) and values.shape == (100,)
 
 
 def test_residual_weights_subtract_activated_children():

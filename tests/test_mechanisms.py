@@ -101,6 +101,24 @@ def test_invalid_parameters_raise_value_error(call, match):
         call(np.random.default_rng(0))
 
 
+def test_lazy_zero_cells_match_the_thresholded_laplace_histogram():
+    """Binomial count and gamma + Exp(b) values equal the law of 0 + Lap(b) kept above gamma."""
+    scale, threshold, n_cells = 2.0, 3.0, 5000
+    rng = np.random.default_rng(4)
+    direct = rng.laplace(0.0, scale, size=(200, n_cells))
+    kept = direct[direct > threshold]
+    lazy = [M.laplace_zero_cells_above(n_cells, scale=scale, threshold=threshold, rng=rng)
+            for _ in range(200)]
+    counts = np.array([n for n, _ in lazy])
+    expected = n_cells * 0.5 * math.exp(-threshold / scale)
+    assert abs(counts.mean() - expected) < 5 * math.sqrt(expected / 200)
+    assert abs((direct > threshold).sum(axis=1).mean() - expected) < 5 * math.sqrt(expected / 200)
+    _, p_value = stats.ks_2samp(np.concatenate([v for _, v in lazy]), kept)
+    assert p_value > 1e-4
+    with pytest.raises(ValueError, match="threshold"):
+        M.laplace_zero_cells_above(10, scale=1.0, threshold=-1.0, rng=rng)
+
+
 def test_events_record_the_calibration():
     rng = np.random.default_rng(0)
     _, event = M.laplace_mechanism(np.zeros(3), sensitivity=2.0, epsilon=0.5, rng=rng, label="x")

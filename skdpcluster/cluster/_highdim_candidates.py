@@ -30,7 +30,7 @@ from threadpoolctl import threadpool_limits
 
 from skdpcluster.averaging import _project_onto_ball
 from skdpcluster.cluster._stable_init import random_ball_points
-from skdpcluster.mechanisms import exponential_mechanism, laplace_mechanism
+from skdpcluster.mechanisms import exponential_mechanism, laplace_mechanism, laplace_zero_cells_above
 
 __all__ = [
     "CandidateSet",
@@ -53,8 +53,6 @@ MAX_EMPTY_ACTIVATIONS = 100_000
 _ENUMERATE_CHILDREN = 2**16
 #: Restarts of the k-means on the (small) weighted candidate set.
 _CORESET_N_INIT = 10
-#: Above this many empty children (beyond NumPy's int64 binomial) the draw is Poisson.
-_POISSON_ABOVE = 2.0**62
 
 
 def merge_repeats(events):
@@ -126,32 +124,6 @@ class _Level:
     def scale(self):
         return self.sensitivity / self.epsilon
 
-    @property
-    def log_empty_probability(self):
-        r""":math:`\log f(0) = \log(\tfrac12 e^{-\gamma/b})`; f(0) activates an empty cube."""
-        return math.log(0.5) - self.gamma / self.scale
-
-
-def _empty_activation_count(n_empty, level, rng):
-    r"""Number of empty children activated: :math:`\mathrm{Binomial}(N, f(0))` (spec §5.3).
-
-    Each of the :math:`N` empty children is activated independently iff
-    :math:`0 + \mathrm{Lap}(b) > \gamma`, which has probability :math:`f(0)`.
-    Two shortcuts differ from the exact law by a negligible total variation
-    (a delta far below that of floating-point noise): 0 when
-    :math:`N f(0) < e^{-700}`, and a Poisson draw of mean :math:`N f(0)`
-    above :math:`2^{62}` children (error at most :math:`N f(0)^2`; only the
-    paper profile's :math:`p = 8\ln n` gets there, with :math:`f(0)` tiny).
-    """
-    if n_empty <= 0:
-        return 0
-    log_mean = math.log(n_empty) + level.log_empty_probability
-    if log_mean < -700.0:
-        return 0
-    if n_empty > _POISSON_ABOVE:
-        return int(rng.poisson(math.exp(log_mean)))
-    return int(rng.binomial(int(n_empty), math.exp(level.log_empty_probability)))
-
 
 def _sample_empty_children(parents, occupied, n_pick, rng):
     """``n_pick`` distinct children of ``parents``, uniform among those not in ``occupied``.
@@ -219,10 +191,11 @@ def _level_step(Y, alive, parents, depth, level, grid, rng):
         label="highdim/candidates/level_counts", neighbouring=level.neighbouring)
     active = np.atleast_1d(noisy) > level.gamma
     n_empty = len(parents) * 2.0 ** Y.shape[1] - len(cells)
-    n_pick = min(_empty_activation_count(n_empty, level, rng), MAX_EMPTY_ACTIVATIONS)
+    _, empty_counts = laplace_zero_cells_above(
+        n_empty, scale=level.scale, threshold=level.gamma, rng=rng,
+        max_released=MAX_EMPTY_ACTIVATIONS)
     occupied = {row.tobytes() for row in cells}
-    empty = _sample_empty_children(parents, occupied, n_pick, rng)
-    empty_counts = level.gamma + rng.exponential(level.scale, size=len(empty))
+    empty = _sample_empty_children(parents, occupied, len(empty_counts), rng)
     new_parents = np.concatenate([cells[active], empty])
     weights = np.concatenate([np.atleast_1d(noisy)[active], empty_counts])
     return alive[active[inverse]], new_parents, weights, event
