@@ -364,7 +364,7 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         n_features = data.X.shape[1]
         center = self._resolve_center(n_features)
         init, public_centers = self._resolve_init(data.server, n_features, center)
-        radius = self._resolve_federated_radius(data, center)
+        radius, unproven = self._resolve_federated_radius(data, center)
         n_lloyd = self._resolved_lloyd_iter(init)
         active = self._active_steps(init, n_lloyd, min(self.n_clusters, n_features) < n_features)
         unit_bounds = self._unit_bounds(radius)
@@ -378,9 +378,11 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         attributes = {"data_radius_": radius, "init_": init, "n_lloyd_iter_": n_lloyd,
                       "budget_": budget.as_dict()}
         if self.verbose:
-            print(f"[{type(self).__name__}] plan: init={init}, T={n_lloyd}, radius={radius:.4g}, "
+            print(f"[{type(self).__name__}] plan: init={init}, T={n_lloyd}, "
                   f"budget={budget.as_dict()}")
-        return PrivateFitPlan(budget.total, values, attributes)
+        if unproven:  # the budget's sensitivities and scales are multiples of the radius
+            unproven["budget_"] = unproven["data_radius_"]
+        return PrivateFitPlan(budget.total, values, attributes, unproven)
 
     def _resolve_init(self, server, n_features, center):
         """The initialisation's name and, for an array, the public centres (centred)."""
@@ -407,11 +409,14 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         return "public", centers - center
 
     def _resolve_federated_radius(self, data, center):
-        """Delta: the parameter, else the public server radius, else the data's (leak warning)."""
+        """Delta: the parameter, else the public server radius, else the data's (leak warning).
+
+        Returns the radius and the plan's ``unproven`` dict (see ``_resolve_radius``).
+        """
         if self.data_radius is None and data.server is not None:
             radius = float(np.max(np.linalg.norm(data.server - center, axis=1)))
             if radius > 0:
-                return radius
+                return radius, {}
         return self._resolve_radius(data.X, center)
 
     def _resolved_lloyd_iter(self, init):

@@ -288,21 +288,24 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
             self._fractions(n_trials), self.epsilon, self.delta if self._uses_delta() else 0.0,
             n_trials, n_mean_steps)
         center = self._resolve_center(n_features)
-        radius = self._resolve_bounds(X, center)
+        radius, unproven = self._resolve_bounds(X, center)
         plan = PrivateFitPlan(budget.cost(), {"center": center, "radius": radius, "budget": budget},
-                              {"data_radius_": radius, "budget_": budget.as_dict()})
+                              {"data_radius_": radius, "budget_": budget.as_dict()}, unproven)
         if self.verbose:
-            print(f"[{type(self).__name__}] plan: radius={radius:.4g}, budget={budget}")
+            print(f"[{type(self).__name__}] plan: budget={budget}")
         return plan
 
     def _resolve_bounds(self, X, center):
-        r"""L2 radius :math:`\Lambda`; sparse: :math:`\min(\Lambda, \sqrt s\,\Lambda_\infty)`."""
+        r"""L2 radius :math:`\Lambda`; sparse: :math:`\min(\Lambda, \sqrt s\,\Lambda_\infty)`.
+
+        Returns the radius and the plan's ``unproven`` dict (see ``_resolve_radius``).
+        """
         if self.recovery != "sparse":
             return self._resolve_radius(X, center)
         sparse_radius = math.sqrt(self.sparsity) * float(self.coord_bound)
         if self.data_radius is None:
-            return sparse_radius
-        return min(sparse_radius, float(self.data_radius))
+            return sparse_radius, {}
+        return min(sparse_radius, float(self.data_radius)), {}
 
     # -- private part -------------------------------------------------------------------
     def _prepare(self, X, center, radius):
@@ -327,13 +330,21 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
         attributes = {
             "labels_": nearest_centers(X, centers)[0],
             "n_samples_noisy_": float(n_noisy),
-            "settings_": asdict(settings),
+            "settings_": self._public_settings(settings, plan),
             "projection_dim_": settings.proj_dim,
             "n_candidates_": [trial["n_candidates"] for trial in trials],
             "candidate_depth_": [trial["max_depth"] for trial in trials],
             "selected_trial_": chosen,
         }
         return PrivateFit(centers, True, events + select_events, attributes=attributes)
+
+    @staticmethod
+    def _public_settings(settings, plan):
+        """``settings_``: the projection radius is hidden (nan) when the radius came from the data."""
+        public = asdict(settings)
+        if "data_radius_" in plan.unproven:
+            public["proj_radius"] = math.nan
+        return public
 
     def _settings(self, n, n_features, radius, budget):
         """Hyperparameters from the noisy count ``n`` and the profile (spec §5.2)."""

@@ -288,13 +288,14 @@ class _PrivateStableBase(_BasePrivateClusterer):
         fallible = bool(getattr(initializer, "can_fail", True))
         fractions = self._fractions(initializer.privacy_model, fallible)
         budget = plan_budget(initializer.privacy_model, fractions, self.epsilon, self.delta)
-        radius = self._resolve_radius(X, center)
+        radius, unproven = self._resolve_radius(X, center)
         if isinstance(initializer, KTupleInitializer):
             initializer.check_input(X, self.n_clusters, budget.initializer, radius)
         plan = PrivateFitPlan(
             (float(self.epsilon), float(self.delta)),
             {"center": center, "radius": radius, "initializer": initializer, "budget": budget},
             {"data_radius_": radius, "budget_": budget.as_dict(), "initializer_": name},
+            unproven,
         )
         if self.verbose:
             print(f"[{type(self).__name__}] plan: initializer={name}, budget={budget}")

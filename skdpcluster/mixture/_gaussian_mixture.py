@@ -603,15 +603,15 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
     def _plan(self, X):
         n_samples, n_features = X.shape
         center = self._resolve_center(n_features)
-        radius = self.data_radius
+        radius, unproven = self.data_radius, {}
         if self.tuple_method == "averages":
-            radius = self._resolve_radius(X, center)
+            radius, unproven = self._resolve_radius(X, center)
+        unproven.update(self._check_sigma_bounds())
         clusterer = self._tuple_clusterer(radius)
         n_tuples = clusterer._resolved_n_tuples(int(n_samples * TUPLE_SHARE))
         samples_per_tuple = self._plan_blocks(n_samples, n_tuples)
         tuple_plan = clusterer._plan_tuples(n_tuples, n_features)
         clusterer._plan_radius(tuple_plan, X)
-        self._check_sigma_bounds()
         budget = _FreshBudget.for_target(self.epsilon, self.delta)
         attributes = {**tuple_plan.attributes, "samples_per_tuple_": samples_per_tuple,
                       "n_fresh_": n_samples - n_tuples * samples_per_tuple}
@@ -619,7 +619,7 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         cost = (max(tuple_plan.cost[0], budget.epsilon), max(tuple_plan.cost[1], budget.delta))
         if self.verbose:
             print(f"[PrivateGaussianMixture] plan: {attributes}, cost={cost}")
-        return PrivateFitPlan(cost, values, attributes)
+        return PrivateFitPlan(cost, values, attributes, unproven)
 
     def _plan_blocks(self, n_samples, n_tuples):
         """Rows per block; raise if the blocks and at least k fresh rows do not fit."""
@@ -640,16 +640,23 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         return samples_per_tuple
 
     def _check_sigma_bounds(self):
+        """Check the learner's bounds; return the plan's ``unproven`` entries of data-derived ones.
+
+        A bound that is ``None`` is computed from the data: its fitted
+        attribute (``sigma_min_`` or ``sigma_max_``) is then all ``nan``.
+        """
         low, high = self.sigma_min, self.sigma_max
         if isinstance(low, Real) and isinstance(high, Real) and low > high:
             raise ValueError(f"sigma_min={low!r} must not exceed sigma_max={high!r}.")
-        if low is None or high is None:
-            warn_user(
-                "PrivateGaussianMixture: sigma_min or sigma_max is None, so the learner's bounds "
-                "are computed from the data; the result is not differentially private with "
-                "respect to them. Pass public floats, or 'auto' (derived privately).",
-                PrivacyLeakWarning,
-            )
+        if low is not None and high is not None:
+            return {}
+        reason = (
+            "PrivateGaussianMixture: sigma_min or sigma_max is None, so the learner's bounds "
+            "are computed from the data; the result is not differentially private with "
+            "respect to them. Pass public floats, or 'auto' (derived privately)."
+        )
+        warn_user(reason, PrivacyLeakWarning)
+        return {"sigma_bounds": reason}
 
     # -- private part ---------------------------------------------------------------
     def _fit_private(self, X, plan, rng):
@@ -680,6 +687,10 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         log_prob = _weighted_log_prob(X, released["weights_"], released["means_"],
                                       released["precisions_cholesky_"], self.covariance_type)
         return log_prob.argmax(axis=1).astype(np.intp)
+
+    def _failure_attributes(self, plan):
+        """After a failed private step: no parameters, as after a failed test."""
+        return {**self._empty_release(), "tuple_centers_": None, "converged_": False}
 
     @staticmethod
     def _empty_release():
@@ -733,6 +744,10 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         """Released parameters in scikit-learn's formats (post-processing only)."""
         columns = list(zip(*estimates))[:4]  # the events are recorded elsewhere
         means, full, sigma_min, sigma_max = (np.array(column) for column in columns)
+        # A bound computed from the data (parameter None) is used, never stored.
+        sigma_min, sigma_max = (np.full_like(bounds, np.nan) if parameter is None else bounds
+                                for parameter, bounds in ((self.sigma_min, sigma_min),
+                                                          (self.sigma_max, sigma_max)))
         weights = np.maximum(counts, 1.0) / np.maximum(counts, 1.0).sum()
         full = full + self.reg_covar * np.eye(means.shape[1])
         covariances = _covariances_of_type(full, weights, self.covariance_type)
