@@ -5,6 +5,7 @@ __all__ = [
     "InsufficientDataError",
     "NotSeparatedError",
     "NotSeparatedWarning",
+    "PrivacyAccountingError",
     "PrivacyLeakWarning",
     "PrivateStepFailedWarning",
     "UnprovenPrivacyWarning",
@@ -71,4 +72,14 @@ class PrivateStepFailedWarning(UserWarning):
     never contains data-dependent text. It signals a defect (a data value that
     a private step should have handled); the test suite turns it into an
     error.
+    """
+
+
+class PrivacyAccountingError(RuntimeError):
+    """A component spent more than its budget: a defect of the code, not a property of the data.
+
+    For example a custom initializer whose events exceed the share it was
+    given. Raised as it is, through the safety net of a fit's private step
+    (which turns every other exception into a charged failure, see
+    :class:`PrivateStepFailedWarning`); nothing is charged or released.
     """

@@ -26,6 +26,7 @@ from skdpcluster.accountant import BudgetAccountant
 from skdpcluster.exceptions import (
     NotSeparatedError,
     NotSeparatedWarning,
+    PrivacyAccountingError,
     PrivacyLeakWarning,
     PrivateStepFailedWarning,
 )
@@ -179,6 +180,8 @@ class _PrivateFitMixin:
         """
         try:
             result = private_step(data, plan, rng)
+        except PrivacyAccountingError:
+            raise  # a defect of the code (an overspending component), whatever the data
         except Exception:  # noqa: BLE001 - any escaping exception would leak; see the docstring
             result = self._failed_private_step(plan)
         result.events = _mark_unproven(result.events, plan.unproven)
@@ -277,7 +280,13 @@ class _PrivateFitMixin:
             "data_radius (and data_center) to keep the guarantee."
         )
         warn_user(reason, PrivacyLeakWarning)
-        radius = float(np.max(np.linalg.norm(X - center, axis=1))) or 1.0
+        with np.errstate(over="ignore"):
+            radius = float(np.max(np.linalg.norm(X - center, axis=1))) or 1.0
+        if not math.isfinite(radius):  # before any randomness, on a path that is not private
+            raise ValueError(
+                "data_radius=None: the largest norm of X - data_center overflows float64; pass "
+                "a public data_radius (rows outside the ball are projected onto it)."
+            )
         return radius, {"data_radius_": reason}
 
 

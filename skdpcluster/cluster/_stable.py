@@ -34,6 +34,7 @@ from skdpcluster.cluster._stable_init import (
     noisy_cell_sums,
     random_ball_points,
 )
+from skdpcluster.exceptions import PrivacyAccountingError
 from skdpcluster.mechanisms import (
     PrivacyEvent,
     analytic_gaussian_sigma,
@@ -518,7 +519,7 @@ def _check_initializer_spend(initializer, events, budget):
     else:
         ok = not events
     if not ok:
-        raise RuntimeError(
+        raise PrivacyAccountingError(
             f"{type(initializer).__name__}.fit_centers spent more than its budget {budget} "
             f"(or reported events outside its privacy_model={model!r}).")
 

@@ -57,6 +57,11 @@ AUTO_SIGMA_MAX_FACTOR = 2.5
 #: directions collapse and ruin the likelihood; one above it would bias ill-conditioned
 #: components upwards.
 AUTO_FLOOR_DIVISOR = 10.0
+#: Every coordinate of a fresh row is clipped to ``[-NUMERIC_BOUND, NUMERIC_BOUND]`` (a public
+#: per-row map, so privacy is unchanged): the squared distances of the learner then cannot
+#: overflow, which on extreme rows ended the private step in a data-dependent exception
+#: (issue #12, item 5). No row of a realistic data set is moved.
+NUMERIC_BOUND = 1e100
 AUTO_FLOOR_DIMENSION = 10.0
 #: Steps of the learner's mean and covariance stages (``n_iter_mean``, ``n_iter_cov``): the
 #: refinement pass already gives a good initial ball, so the covariance gets more steps.
@@ -664,7 +669,8 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         clusterer, tuple_plan = plan.values["clusterer"], plan.values["tuple_plan"]
         n_tuples, block = plan.attributes["n_tuples_"], plan.attributes["samples_per_tuple_"]
         order = split_rng.permutation(X.shape[0])
-        tuple_rows, fresh = X[order[: n_tuples * block]], X[order[n_tuples * block:]]
+        tuple_rows = X[order[: n_tuples * block]]
+        fresh = np.clip(X[order[n_tuples * block:]], -NUMERIC_BOUND, NUMERIC_BOUND)
         tuples = generate_tuples(
             tuple_rows, clusterer._base_estimator(), self.n_components, n_tuples,
             rng=tuple_rng, samples_per_tuple=block, output="label_means", n_jobs=self.n_jobs,
