@@ -6,6 +6,7 @@ Each test names the item it covers; all of them failed on the code before the fi
 """
 
 import math
+import re
 import warnings
 
 import numpy as np
@@ -14,7 +15,13 @@ from sklearn.base import clone
 from sklearn.cluster import KMeans
 from sklearn.mixture import GaussianMixture
 
-from skdpcluster import BudgetAccountant, KTupleClusterer, PrivateGaussianMixture, PrivateStableKMeans
+from skdpcluster import (
+    BudgetAccountant,
+    KTupleClusterer,
+    PrivateGaussianMixture,
+    PrivateHighDimKMeans,
+    PrivateStableKMeans,
+)
 from skdpcluster._tuples import generate_tuples
 from skdpcluster.cluster._stable_init import GridInitializer
 from skdpcluster.datasets import make_separated_mixture
@@ -224,7 +231,26 @@ def test_fit_tuples_with_averages_and_no_radius_is_unproven():
 def test_an_overflowing_data_bound_is_refused_before_any_randomness():
     X = np.array([[1e200, 0.0], [-1e200, 1.0]] * 2000)
     accountant = BudgetAccountant()
-    with pytest.warns(PrivacyLeakWarning), pytest.raises(ValueError, match="overflows"):
+    with pytest.warns(PrivacyLeakWarning), pytest.raises(ValueError, match="data_radius=None"):
         PrivateStableKMeans(2, accountant=accountant, random_state=0).fit(X)
     assert accountant.ledger == []
-    assert math.isinf(np.linalg.norm([1e200, 1e200]))
+
+
+@pytest.mark.parametrize("estimator, limit", [
+    (PrivateStableKMeans(2), 1e100),
+    # The local search sums n float32 squared distances: sqrt(3.4e38 / (8 n)) at n = 4000.
+    (PrivateHighDimKMeans(2), math.sqrt(float(np.finfo(np.float32).max) / (8 * 4000))),
+])
+def test_a_public_bound_whose_arithmetic_overflows_is_refused_before_any_randomness(estimator,
+                                                                                    limit):
+    # Before the fix these raised inside the private step (PrivateHighDimKMeans from 1e17
+    # on, with "scores must be ... finite"), whatever the data.
+    X = make_separated_mixture(4000, n_clusters=2, n_features=2, separation=20,
+                               random_state=0)[0]
+    accountant = BudgetAccountant()
+    estimator = clone(estimator).set_params(accountant=accountant, random_state=0)
+    estimator.set_params(data_radius=limit * 0.9).fit(X)
+    assert estimator.status_ == "success"
+    with pytest.raises(ValueError, match=re.escape(f"data_radius is above {limit:.3g}")):
+        estimator.set_params(data_radius=limit * 1.1).fit(X)
+    assert len(accountant.ledger) == 1

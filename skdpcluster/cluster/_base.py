@@ -273,7 +273,7 @@ class _PrivateFitMixin:
             proven private, and ``data_radius_`` is stored as ``nan``.
         """
         if self.data_radius is not None:
-            return float(self.data_radius), {}
+            return self._checked_radius(float(self.data_radius), X.shape[0]), {}
         reason = (
             f"{type(self).__name__}: data_radius=None, so the bound was computed from the data; "
             "the result is not differentially private with respect to it. Pass a public "
@@ -282,12 +282,32 @@ class _PrivateFitMixin:
         warn_user(reason, PrivacyLeakWarning)
         with np.errstate(over="ignore"):
             radius = float(np.max(np.linalg.norm(X - center, axis=1))) or 1.0
-        if not math.isfinite(radius):  # before any randomness, on a path that is not private
+        return self._checked_radius(radius, X.shape[0]), {"data_radius_": reason}
+
+    #: Above this bound on the data the squared distances and sums of the private steps
+    #: can overflow float64 (``(2 Lambda)^2 n`` must stay finite).
+    _MAX_DATA_RADIUS = 1e100
+
+    def _max_data_radius(self, n_samples):
+        """The largest bound whose arithmetic cannot overflow (public: n is public)."""
+        return self._MAX_DATA_RADIUS
+
+    def _checked_radius(self, radius, n_samples):
+        """Refuse, before any randomness, a bound whose arithmetic would overflow.
+
+        Inside the private step such an overflow would end the fit in an
+        exception (or, with the safety net, in a charged failure).
+        """
+        limit = self._max_data_radius(n_samples)
+        if not radius <= limit:
+            source = ("data_radius" if self.data_radius is not None
+                      else "data_radius=None: the largest norm of X - data_center, which")
             raise ValueError(
-                "data_radius=None: the largest norm of X - data_center overflows float64; pass "
-                "a public data_radius (rows outside the ball are projected onto it)."
+                f"{source} is above {limit:.3g}, where the distances of "
+                f"{type(self).__name__} overflow; rescale X (and data_center) so that its "
+                "norms are smaller, and pass a public data_radius."
             )
-        return radius, {"data_radius_": reason}
+        return radius
 
 
 

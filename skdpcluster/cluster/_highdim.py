@@ -295,6 +295,11 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
             print(f"[{type(self).__name__}] plan: budget={budget}")
         return plan
 
+    def _max_data_radius(self, n_samples):
+        r"""The local search sums :math:`n` squared distances of up to :math:`2\Lambda_p` in float32."""
+        float32_max = float(np.finfo(np.float32).max)
+        return math.sqrt(float32_max / (8.0 * max(n_samples, 1))) / self.proj_clip_factor
+
     def _resolve_bounds(self, X, center):
         r"""L2 radius :math:`\Lambda`; sparse: :math:`\min(\Lambda, \sqrt s\,\Lambda_\infty)`.
 
@@ -303,9 +308,9 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
         if self.recovery != "sparse":
             return self._resolve_radius(X, center)
         sparse_radius = math.sqrt(self.sparsity) * float(self.coord_bound)
-        if self.data_radius is None:
-            return sparse_radius, {}
-        return min(sparse_radius, float(self.data_radius)), {}
+        if self.data_radius is not None:
+            sparse_radius = min(sparse_radius, float(self.data_radius))
+        return self._checked_radius(sparse_radius, X.shape[0]), {}
 
     # -- private part -------------------------------------------------------------------
     def _prepare(self, X, center, radius):
