@@ -184,8 +184,10 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         Public bound :math:`\Delta` on :math:`\|x - c\|`; rows outside are
         projected onto the ball. ``None``: the radius of ``X_server`` around
         c (public; the paper's choice, §5.1), or, without ``X_server``, the
-        radius of ``X``, with a :class:`PrivacyLeakWarning`. Stored in
-        ``data_radius_`` only.
+        radius of ``X``, with a :class:`PrivacyLeakWarning`: the fit then
+        uses it without storing it (``data_radius_`` and ``budget_`` are
+        ``nan``) and reports ``privacy_spent_["proven"] = False`` (see the
+        privacy page). At most 1e100.
     data_center : array-like of shape (n_features,), default=None
         Public centre c of the data ball; ``None`` means the origin (the
         paper's uncentred second moment).
@@ -234,9 +236,10 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         The resolved calibration: per release, its mechanism, (epsilon,
         delta) per use, sensitivity, noise scale and uses (public).
     data_radius_ : float
-        The bound :math:`\Delta` used.
+        The bound :math:`\Delta` used; ``nan`` when it was computed from ``X``.
     status_ : str
-        Always ``"success"``: centres are always released.
+        ``"success"``: centres are always released; ``"failure"`` only when the private step failed (a
+        :class:`~skdpcluster.exceptions.PrivateStepFailedWarning`; nothing released).
     labels_ : ndarray of shape (n_samples,)
         Nearest released centre of every training row. **Not private**: a
         function of the training data, outside the DP guarantee.

@@ -591,9 +591,12 @@ _SHARED_PARAMETERS = r"""
         Public bound :math:`\Lambda`: rows are projected onto
         :math:`B(\mathrm{data\_center}, \Lambda)` (a per-row map). ``None``
         computes it from the data, emits a
-        :class:`~skdpcluster.exceptions.PrivacyLeakWarning` and stores it only
-        in ``data_radius_``. The error of the noisy means grows linearly with
-        it: give a tight public bound.
+        :class:`~skdpcluster.exceptions.PrivacyLeakWarning`, uses it without
+        storing it (``data_radius_`` and ``settings_["proj_radius"]`` are
+        ``nan``) and reports ``privacy_spent_["proven"] = False``. At most
+        :math:`\sqrt{3.4\cdot 10^{38}/(8n)}` divided by ``proj_clip_factor``
+        (the local search sums squared distances in float32). The error of
+        the noisy means grows linearly with it: give a tight public bound.
     data_center : array-like of shape (n_features,), default=None
         Public centre of that ball; ``None`` means the origin.
     accountant : BudgetAccountant, default=None
@@ -618,8 +621,10 @@ _SHARED_ATTRIBUTES = r"""
         Index of the nearest released centre of every training row.
         **Not private**: a function of the training data, outside the DP
         guarantee; release it only if that is acceptable.
-    status_ : {"success"}
-        Centres are always released (the method needs no easy instance).
+    status_ : {"success", "failure"}
+        Centres are always released (the method needs no easy instance);
+        ``"failure"`` only when the private step failed (a
+        :class:`~skdpcluster.exceptions.PrivateStepFailedWarning`; nothing released).
     n_samples_noisy_ : float
         The noisy number of rows :math:`\tilde n` (private) that set the
         hyperparameters.
@@ -637,7 +642,7 @@ _SHARED_ATTRIBUTES = r"""
     budget_ : dict
         The resolved budget (:class:`HighDimBudget`, public).
     data_radius_ : float
-        The L2 bound :math:`\Lambda` used.
+        The L2 bound :math:`\Lambda` used; ``nan`` when it was computed from ``X``.
     privacy_spent_ : dict
         ``{"epsilon", "delta", "proven"}`` charged to the accountant, never
         more than requested; ``delta`` is 0 in the pure-DP default.

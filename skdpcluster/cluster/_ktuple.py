@@ -78,8 +78,9 @@ class KTupleClusterer(_BasePrivateClusterer):
     data_radius : float, default=None
         Public bound Lambda on ``||x - data_center||``, used by
         ``"averages"`` (rows outside are projected onto the ball). ``None``
-        computes it from the data, emits a :class:`PrivacyLeakWarning` and
-        stores it only in ``data_radius_``.
+        computes it from the data, emits a :class:`PrivacyLeakWarning`, uses
+        it without storing it (``data_radius_`` is ``nan``) and reports
+        ``privacy_spent_["proven"] = False``. At most 1e100.
     data_center : array-like of shape (n_features,), default=None
         Public centre of the data ball; ``None`` means the origin.
     r_min : float, default=None
@@ -134,7 +135,8 @@ class KTupleClusterer(_BasePrivateClusterer):
     separation_ : float
         The Delta used.
     data_radius_ : float
-        The bound used by ``"averages"`` (``nan`` for ``"noisy_centers"``).
+        The bound used by ``"averages"`` (``nan`` for ``"noisy_centers"``, and
+        when the bound was computed from the data).
     privacy_spent_ : dict
         ``{"epsilon", "delta", "proven"}`` charged to the accountant; never
         more than requested in the default modes.

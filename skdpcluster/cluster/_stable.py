@@ -656,8 +656,9 @@ _SHARED_DOC = r"""
         Public bound :math:`\Lambda`: rows are projected onto
         :math:`B(\mathrm{data\_center}, \Lambda)` (a per-row map, so
         neighbours stay neighbours). ``None`` computes it from the data,
-        emits a :class:`~skdpcluster.exceptions.PrivacyLeakWarning` and
-        stores it only in ``data_radius_``. A loose bound mostly hurts the
+        emits a :class:`~skdpcluster.exceptions.PrivacyLeakWarning`, uses it
+        without storing it (``data_radius_`` is ``nan``) and reports
+        ``privacy_spent_["proven"] = False``. At most 1e100. A loose bound mostly hurts the
         initializer: the core steps' noise scales with the core radius.
     data_center : array-like of shape (n_features,), default=None
         Public centre of that ball; ``None`` means the origin.
@@ -693,9 +694,10 @@ _SHARED_ATTRIBUTES = r"""
         (decided from the initializer's private output).
     initializer_info_ : dict
         Public diagnostics of the initializer (grid level, heavy cells, ...).
-    status_ : {"success"}
+    status_ : {"success", "failure"}
         Centres are always released; see ``initializer_status_`` and
-        ``selected_`` for what happened.
+        ``selected_`` for what happened. ``"failure"`` only when the private step failed (a
+        :class:`~skdpcluster.exceptions.PrivateStepFailedWarning`; nothing released).
     labels_ : ndarray of shape (n_samples,)
         Index of the nearest released centre for every training row.
         **Not private**: a function of the training data, outside the DP
@@ -712,7 +714,7 @@ _SHARED_ATTRIBUTES = r"""
         event that converts their total; the basic-composition sum of the
         ledger is ``privacy_spent_``.
     data_radius_ : float
-        The bound used.
+        The bound used; ``nan`` when it was computed from ``X``.
     n_features_in_ : int
         Number of features seen during fit.
     feature_names_in_ : ndarray of shape (`n_features_in_`,)

@@ -400,8 +400,9 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
     data_radius : float, default=None
         Public bound Lambda on ``||x - data_center||``, used by ``"averages"``
         only. ``None`` with ``"averages"`` computes it from the data, emits a
-        :class:`~skdpcluster.exceptions.PrivacyLeakWarning` and stores it only
-        in ``data_radius_``.
+        :class:`~skdpcluster.exceptions.PrivacyLeakWarning`, uses it without
+        storing it (``data_radius_`` is ``nan``) and reports
+        ``privacy_spent_["proven"] = False``. At most 1e100.
     data_center : array-like of shape (n_features,), default=None
         Public centre of the data ball; ``None`` means the origin.
     r_min : float, default=None
@@ -419,7 +420,10 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         mean eigenvalue above d = 10): lower floors let noise-dominated
         directions collapse and ruin the likelihood. ``None`` takes them from the
         extreme eigenvalues of the component's fresh rows, widened by a factor
-        2, and emits a :class:`~skdpcluster.exceptions.PrivacyLeakWarning`.
+        2, and emits a :class:`~skdpcluster.exceptions.PrivacyLeakWarning`;
+        such a bound is used but not stored (its ``sigma_min_`` or
+        ``sigma_max_`` is ``nan``), and the fit reports
+        ``privacy_spent_["proven"] = False``.
         The learner's accuracy scales with ``sigma_max``.
     reg_covar : float, default=1e-6
         Added to the diagonal of every released covariance, as in scikit-learn.
@@ -464,7 +468,8 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
     tuple_centers_ : ndarray of shape (n_components, n_features) or None
         The k private centres of step 3 (a private release).
     sigma_min_, sigma_max_ : ndarray of shape (n_components,) or None
-        The learner's bounds for every component.
+        The learner's bounds for every component; all ``nan`` for a bound
+        computed from the data (``sigma_min=None`` or ``sigma_max=None``).
     labels_ : ndarray of shape (n_samples,)
         :meth:`predict` on the training rows (-1 after a failure). **Not
         private**: a function of the training data.
