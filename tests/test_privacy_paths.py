@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from sklearn.base import clone
 from sklearn.cluster import KMeans
+from sklearn.exceptions import NotFittedError
 from sklearn.mixture import GaussianMixture
 
 from skdpcluster import (
@@ -162,6 +163,27 @@ def test_a_raising_private_step_is_a_charged_unproven_failure_without_data_in_th
     (event,) = est.privacy_ledger_
     assert event.mechanism == "private_step_failed" and event.cost() == (1.0, 1e-6)
     assert len(accountant.ledger) == 2 and accountant.total() == pytest.approx((2.0, 2e-6))
+
+
+class _MixtureWithFailingLearner(PrivateGaussianMixture):
+    """A stand-in for a data-dependent failure of the learner: none is known after the fix."""
+
+    def _fit_fresh(self, fresh, centers, budget, rng):
+        raise FloatingPointError(f"overflow at {fresh[0]!r}")
+
+
+def test_a_failed_private_step_of_the_mixture_releases_no_parameters():
+    X = make_separated_mixture(100_000, n_clusters=2, n_features=3, separation=50,
+                               random_state=0)[0]
+    gm = _MixtureWithFailingLearner(2, epsilon=EPSILON, delta=DELTA, n_tuples=400,
+                                    random_state=0)
+    with pytest.warns(PrivateStepFailedWarning):
+        gm = _fit_charged(gm, X)
+    assert gm.status_ == "failure" and gm.converged_ is False and gm.labels_ is None
+    assert gm.means_ is None and gm.weights_ is None and gm.tuple_centers_ is None
+    assert gm.privacy_spent_["proven"] is False and gm.n_tuples_ == 400
+    with pytest.raises(NotFittedError, match="released no parameters"):
+        gm.predict(X[:2])
 
 
 def test_the_suite_treats_a_failed_private_step_as_an_error():

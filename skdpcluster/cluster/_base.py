@@ -218,8 +218,8 @@ class _PrivateFitMixin:
                           attributes={**stale, **self._failure_attributes(plan)})
 
     def _failure_attributes(self, plan):
-        """Fitted attributes of a fit whose private step failed (a hook; none by default)."""
-        return {}
+        """Fitted attributes of a fit whose private step failed (a hook): no labels by default."""
+        return {"labels_": None}
 
     def _commit(self, plan, result, spent):
         # A data-derived public value is used by the private step, but never stored exactly.

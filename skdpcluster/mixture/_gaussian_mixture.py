@@ -701,7 +701,8 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
 
     def _failure_attributes(self, plan):
         """After a failed private step: no parameters, as after a failed test."""
-        return {**self._empty_release(), "tuple_centers_": None, "converged_": False}
+        return {**super()._failure_attributes(plan), **self._empty_release(),
+                "tuple_centers_": None, "converged_": False}
 
     @staticmethod
     def _empty_release():
