@@ -258,6 +258,7 @@ def test_an_overflowing_data_bound_is_refused_before_any_randomness():
     assert accountant.ledger == []
 
 
+@pytest.mark.filterwarnings("ignore:GridInitializer:UserWarning")  # the radius is vast on purpose
 @pytest.mark.parametrize("estimator, limit", [
     (PrivateStableKMeans(2), 1e100),
     # The local search sums n float32 squared distances: sqrt(3.4e38 / (8 n)) at n = 4000.
