@@ -141,6 +141,7 @@ MODES = {
     "corrected": {"accounting": "corrected"},
     "paper": {
         "accounting": "paper", "lambda_mechanism": "paper", "gaussian_calibration": "classical",
+        "allow_unproven": True,
     },
 }
 #: Samples per tuple of PrivatekAverages, per cluster ("about 15 k samples", spec §10.1).

@@ -45,6 +45,7 @@ from skdpcluster.exceptions import (
     NotSeparatedError,
     NotSeparatedWarning,
     PrivacyLeakWarning,
+    PrivateStepFailedWarning,
     UnprovenPrivacyWarning,
 )
 from skdpcluster.mixture import PrivateGaussianMixture
@@ -68,6 +69,7 @@ __all__ = [
     "PrivateHighDimKMedian",
     "PrivateStableKMeans",
     "PrivateStableKMedian",
+    "PrivateStepFailedWarning",
     "UnprovenPrivacyWarning",
     "__version__",
 ]

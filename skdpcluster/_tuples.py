@@ -44,7 +44,7 @@ from threadpoolctl import threadpool_limits
 
 from skdpcluster.utils import spawn_generators
 
-__all__ = ["generate_tuples", "sort_tuple_rows"]
+__all__ = ["generate_tuples", "replace_bad_tuples", "sort_tuple_rows"]
 
 # Bytes one chunk of blocks may occupy (its data and the temporaries of the
 # batched path). Every busy worker holds one chunk.
@@ -124,15 +124,21 @@ def generate_tuples(
     -------
     tuples : ndarray of shape (n_tuples, n_clusters, n_features)
         float64. Row order inside a tuple is whatever the clusterer gave;
-        see :func:`sort_tuple_rows` for a canonical order.
+        see :func:`sort_tuple_rows` for a canonical order. A block whose fit
+        raises or whose tuple is not finite (for example k-means arithmetic
+        overflowing on extreme rows) gives the public bad tuple of
+        :func:`replace_bad_tuples`.
 
     Raises
     ------
     ValueError
-        For an unknown option, blocks that do not fit in ``X`` or have fewer
-        than ``n_clusters`` rows, ``method="batched"`` with a base estimator
-        it cannot run, or ``output="centers"`` with a clusterer that has no
-        centres of shape ``(n_clusters, n_features)``.
+        Only for public facts, never for data values: an unknown option,
+        blocks that do not fit in ``X`` or have fewer than ``n_clusters``
+        rows, ``method="batched"`` with a base estimator it cannot run, or
+        ``output="centers"`` with a clusterer that, once fitted, has neither
+        ``cluster_centers_`` nor ``means_`` (a property of its class). A
+        centre array of another shape may depend on the data (a clusterer
+        that finds its own number of clusters), so it gives a bad tuple.
 
     Notes
     -----
@@ -150,7 +156,36 @@ def generate_tuples(
         solver = _BatchedKMeans.from_kmeans(estimator, output, block_size)
     else:
         solver = _PerBlockFits(estimator, output, (n_clusters, n_features))
-    return _solve_in_chunks(solver, np.asarray(X, dtype=np.float64), blocks, block_rngs, n_jobs)
+    tuples = _solve_in_chunks(solver, np.asarray(X, dtype=np.float64), blocks, block_rngs, n_jobs)
+    return replace_bad_tuples(tuples)
+
+
+def replace_bad_tuples(tuples):
+    """Replace every tuple with a non-finite value by the public *bad tuple* (all zeros).
+
+    A base clusterer can fail on some blocks' values (an exception, or
+    arithmetic that overflows on extreme rows); the tuple of such a block
+    becomes a fixed public value, so that the failure is neither an exception
+    nor a non-finite array after the randomness was drawn. The k rows of the
+    bad tuple coincide, so it can never pass the partition test and is counted
+    as not partitioned by any balls (``DESIGN.md``, privacy rule 1;
+    :func:`~skdpcluster.ktuple.partition.ball_radii` gives it radius 0). A
+    tuple with fewer than k distinct rows is left as it is: the test already
+    treats it in exactly this way. Each block's tuple is replaced (or not)
+    from that block alone, so a replace-one change of the data still changes
+    at most one tuple.
+
+    Parameters
+    ----------
+    tuples : ndarray of shape (n_tuples, n_clusters, n_features)
+        Modified in place.
+
+    Returns
+    -------
+    tuples : ndarray of shape (n_tuples, n_clusters, n_features)
+    """
+    tuples[~np.isfinite(tuples).all(axis=(1, 2))] = 0.0
+    return tuples
 
 
 def sort_tuple_rows(tuples):
@@ -296,23 +331,37 @@ class _PerBlockFits:
             )
 
     def _fit_block(self, X, seed):
+        """The block's tuple; NaN (a bad tuple) when the fit or its read-out raises.
+
+        Whether a base clusterer raises can depend on the block's values
+        (for example a GaussianMixture on an extreme row), and a raise after
+        the blocks were drawn would leak that, so every failure becomes a
+        bad tuple. Only the structural error of :meth:`_fitted_centers` is raised.
+        """
         model = clone(self.estimator)
         if "random_state" in model.get_params(deep=False):
             model.set_params(random_state=seed)
-        model.fit(X)
-        if self.output == "label_means":
-            labels = model.labels_ if hasattr(model, "labels_") else model.predict(X)
-            return _label_means(X.T[None], np.asarray(labels)[None], self.tuple_shape[0])[0]
+        try:
+            with np.errstate(all="ignore"):
+                model.fit(X)
+                if self.output == "label_means":
+                    labels = model.labels_ if hasattr(model, "labels_") else model.predict(X)
+                    return _label_means(X.T[None], np.asarray(labels)[None], self.tuple_shape[0])[0]
+        except Exception:  # noqa: BLE001 - a data-dependent failure must not escape
+            return np.full(self.tuple_shape, np.nan)
         return self._fitted_centers(model)
 
     def _fitted_centers(self, model):
+        """``cluster_centers_`` (or ``means_``); NaN when its shape is not ``tuple_shape``."""
         centers = getattr(model, "cluster_centers_", getattr(model, "means_", None))
-        if centers is None or np.shape(centers) != self.tuple_shape:
+        if centers is None:
             raise ValueError(
-                f"{type(model).__name__} has no cluster_centers_ or means_ of shape "
-                f"{self.tuple_shape}; use output='label_means' for a clusterer that only labels."
+                f"{type(model).__name__} has no cluster_centers_ or means_; use "
+                "output='label_means' for a clusterer that only labels."
             )
-        return centers
+        if np.shape(centers) != self.tuple_shape:
+            return np.full(self.tuple_shape, np.nan)
+        return np.asarray(centers, dtype=np.float64)
 
 
 # The batched path: many small k-means problems as one 3-D computation ---------
@@ -371,9 +420,12 @@ class _BatchedKMeans:
 
     def __call__(self, X_blocks, uniforms):
         X = np.ascontiguousarray(X_blocks.transpose(0, 2, 1))
-        centers, labels, _ = self.fit(X, uniforms)
-        if self.output == "label_means":
-            return _label_means(X, labels, self.n_clusters)
+        # Extreme rows can overflow to inf or NaN in a block; such a block's tuple is
+        # non-finite and becomes the bad tuple (replace_bad_tuples). Blocks never mix.
+        with np.errstate(all="ignore"):
+            centers, labels, _ = self.fit(X, uniforms)
+            if self.output == "label_means":
+                return _label_means(X, labels, self.n_clusters)
         return centers
 
     def fit(self, X, uniforms):

@@ -5,7 +5,9 @@ __all__ = [
     "InsufficientDataError",
     "NotSeparatedError",
     "NotSeparatedWarning",
+    "PrivacyAccountingError",
     "PrivacyLeakWarning",
+    "PrivateStepFailedWarning",
     "UnprovenPrivacyWarning",
 ]
 
@@ -57,4 +59,27 @@ class UnprovenPrivacyWarning(UserWarning):
 
     Such modes exist only to reproduce published experiments; the defaults are
     the provably private variants.
+    """
+
+
+class PrivateStepFailedWarning(UserWarning):
+    """The private step of a fit raised after its randomness was drawn.
+
+    The fit then releases nothing (``status_="failure"``), charges the whole
+    planned budget, and reports ``privacy_spent_["proven"] = False``: the
+    failure is a function of the data that no noise protects, so it is
+    accounted but not covered by the estimator's privacy proof. The message
+    never contains data-dependent text. It signals a defect (a data value that
+    a private step should have handled); the test suite turns it into an
+    error.
+    """
+
+
+class PrivacyAccountingError(RuntimeError):
+    """A component spent more than its budget: a defect of the code, not a property of the data.
+
+    For example a custom initializer whose events exceed the share it was
+    given. Raised as it is, through the safety net of a fit's private step
+    (which turns every other exception into a charged failure, see
+    :class:`PrivateStepFailedWarning`); nothing is charged or released.
     """

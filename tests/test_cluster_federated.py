@@ -406,7 +406,10 @@ def test_without_server_data_falls_back_to_sphere_packing(data):
     assert _ledger_sum(est.privacy_ledger_) == pytest.approx((2.0, 1e-6))
     with pytest.warns(PrivacyLeakWarning):
         leaky = _fresh(data_radius=None).fit(X)
-    assert leaky.data_radius_ == pytest.approx(np.linalg.norm(X, axis=1).max())
+    # Issue #12 item 7: the exact bound is used, but neither stored nor reported as proven.
+    assert np.isnan(leaky.data_radius_) and np.isnan(leaky.budget_)
+    assert leaky.privacy_spent_["proven"] is False
+    assert leaky.privacy_ledger_[-1].details["hidden_attributes"] == ["budget_", "data_radius_"]
 
 
 def test_server_radius_is_the_default_bound(data):

@@ -499,7 +499,11 @@ def test_missing_radius_warns_and_is_not_written_back():
     est = PrivateHighDimKMeans(n_clusters=2, accountant=BudgetAccountant(), random_state=0)
     with pytest.warns(PrivacyLeakWarning):
         est.fit(X)
-    assert est.data_radius is None and est.data_radius_ > 0
+    # Issue #12 item 7: the exact bound is used, but neither stored nor reported as proven.
+    assert est.data_radius is None and np.isnan(est.data_radius_)
+    assert np.isnan(est.settings_["proj_radius"])
+    assert est.privacy_spent_["proven"] is False
+    assert all(event.scale is None and event.sensitivity is None for event in est.privacy_ledger_)
 
 
 # ---------------------------------------------------------------------------

@@ -151,7 +151,13 @@ def test_missing_radius_warns_and_is_not_written_back():
     X, _ = make_separated_mixture(N_TUPLES * 6, n_clusters=2, n_features=1, separation=100, random_state=1)
     with pytest.warns(PrivacyLeakWarning):
         est = KTupleClusterer(n_clusters=2, method="averages", random_state=0).fit(X)
-    assert est.data_radius is None and est.data_radius_ == pytest.approx(np.abs(X).max())
+    # Issue #12 item 7: the exact bound is used, but neither stored nor reported as proven.
+    assert est.data_radius is None and np.isnan(est.data_radius_)
+    assert est.privacy_spent_["proven"] is False
+    marker = est.privacy_ledger_[-1]
+    assert marker.mechanism == "unproven" and marker.cost() == (0.0, 0.0)
+    assert marker.details["hidden_attributes"] == ["data_radius_"]
+    assert all(event.scale is None and event.sensitivity is None for event in est.privacy_ledger_)
 
 
 def test_fit_tuples_on_precomputed_tuples():

@@ -347,8 +347,11 @@ def test_selection_modes_and_final_lloyd_step(mixture):
 def test_missing_radius_warns_and_is_not_written_back(mixture):
     with pytest.warns(PrivacyLeakWarning):
         est = PrivateStableKMeans(4, random_state=0).fit(mixture[0][:4000])
-    assert est.data_radius is None
-    assert est.data_radius_ == pytest.approx(np.linalg.norm(mixture[0][:4000], axis=1).max())
+    # Issue #12 item 7: the exact bound is used, but neither stored nor reported as proven.
+    assert est.data_radius is None and np.isnan(est.data_radius_)
+    assert est.privacy_spent_["proven"] is False
+    assert est.privacy_ledger_[-1].details["hidden_attributes"] == ["data_radius_"]
+    assert all(event.scale is None for event in est.privacy_ledger_)
 
 
 class _HalfGrid(GridInitializer):

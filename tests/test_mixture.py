@@ -371,13 +371,16 @@ def test_data_derived_bounds_warn_and_are_not_written_back(small):
     with pytest.warns(PrivacyLeakWarning, match="sigma_min or sigma_max"):
         gm = PrivateGaussianMixture(2, sigma_min=None, sigma_max=None, random_state=0).fit(X)
     assert gm.sigma_min is None and gm.sigma_max is None
-    assert np.all(gm.sigma_max_ >= 2.0 * 0.9) and np.all(gm.sigma_min_ <= 0.5 * 1.1)
+    # Issue #12 item 7: bounds from the data are used but not stored, and the fit is unproven.
+    assert gm.status_ == "success" and np.isnan(gm.sigma_min_).all() and np.isnan(gm.sigma_max_).all()
+    assert gm.privacy_spent_["proven"] is False
+    assert gm.privacy_ledger_[-1].mechanism == "unproven"
     with pytest.warns(PrivacyLeakWarning, match="data_radius=None"), warnings.catch_warnings():
         warnings.simplefilter("ignore", NotSeparatedWarning)  # far too few tuples for averages
         gm = PrivateGaussianMixture(2, tuple_method="averages", n_tuples=N_TUPLES,
                                     random_state=0).fit(X)
-    assert gm.data_radius is None
-    assert gm.data_radius_ == pytest.approx(np.linalg.norm(X, axis=1).max())
+    assert gm.data_radius is None and np.isnan(gm.data_radius_)
+    assert gm.privacy_spent_["proven"] is False
 
 
 def test_public_float_bounds_are_used_as_given(small):

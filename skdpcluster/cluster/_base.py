@@ -12,7 +12,7 @@ A new estimator writes ``_plan``, ``_fit_private`` and its constraints.
 """
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from numbers import Integral, Real
 
 import numpy as np
@@ -23,7 +23,14 @@ from sklearn.metrics.pairwise import euclidean_distances
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from skdpcluster.accountant import BudgetAccountant
-from skdpcluster.exceptions import NotSeparatedError, NotSeparatedWarning, PrivacyLeakWarning
+from skdpcluster.exceptions import (
+    NotSeparatedError,
+    NotSeparatedWarning,
+    PrivacyAccountingError,
+    PrivacyLeakWarning,
+    PrivateStepFailedWarning,
+)
+from skdpcluster.mechanisms import PrivacyEvent
 from skdpcluster.utils import check_random_state
 from skdpcluster.utils._compat import Interval, StrOptions, fit_context
 from skdpcluster.utils._warnings import warn_user
@@ -45,11 +52,21 @@ class PrivateFitPlan:
         fitted attributes.
     attributes : dict
         Fitted attributes decided by the plan.
+    unproven : dict
+        ``{name: reason}`` for every value of the plan that was computed from
+        the data (with a :class:`PrivacyLeakWarning`) instead of being public.
+        The fit then reports ``privacy_spent_["proven"] = False``, its ledger
+        holds a zero-cost ``"unproven"`` event listing the reasons (the other
+        events lose their sensitivity, scale and details, which could reveal
+        the value), and a fitted attribute with that ``name`` is stored as
+        ``nan``, never as the exact data-derived value (or a value computed
+        from it).
     """
 
     cost: tuple
     values: dict = field(default_factory=dict)
     attributes: dict = field(default_factory=dict)
+    unproven: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -62,6 +79,7 @@ class PrivateFit:
     proven: bool = True
     attributes: dict = field(default_factory=dict)
     rho: float | None = None
+    step_failed: bool = False
 
     def spent(self):
         """Basic composition of the events."""
@@ -69,6 +87,29 @@ class PrivateFit:
             math.fsum(event.cost()[0] for event in self.events),
             math.fsum(event.cost()[1] for event in self.events),
         )
+
+
+def _mark_unproven(events, unproven):
+    """The events of a fit whose plan used data-derived values, redacted, and one marker event.
+
+    A noise scale or sensitivity calibrated to a data-derived bound would
+    reveal that bound exactly, so ``sensitivity``, ``scale`` and ``details``
+    are dropped; the costs stay. The zero-cost ``"unproven"`` event says why
+    the fit is not proven private and which fitted attributes are hidden.
+    """
+    if not unproven:
+        return list(events)
+    redacted = [
+        replace(event, sensitivity=None, scale=None,
+                details={"redacted": "calibrated to a data-derived bound"})
+        for event in events
+    ]
+    marker = PrivacyEvent(
+        "unproven", 0.0, 0.0, label="unproven/data_derived_public_values",
+        details={"proven": False, "reasons": sorted(set(unproven.values())),
+                 "hidden_attributes": sorted(name for name in unproven if name.endswith("_"))},
+    )
+    return redacted + [marker]
 
 
 def _random_state_constraint():
@@ -120,7 +161,7 @@ class _PrivateFitMixin:
         accountant = self._resolve_accountant()
         accountant.check(*plan.cost)
         rng = check_random_state(self.random_state)
-        result = (private_step or self._fit_private)(data, plan, rng)
+        result = self._run_private_step(private_step or self._fit_private, data, plan, rng)
         spent = result.spent()
         if not (spent[0] <= plan.cost[0] * (1 + 1e-9) and spent[1] <= plan.cost[1] * (1 + 1e-9)):
             raise RuntimeError(
@@ -129,15 +170,68 @@ class _PrivateFitMixin:
         accountant.spend(*spent, label=f"{type(self).__name__}.fit", events=result.events)
         return plan, result, spent
 
+    def _run_private_step(self, private_step, data, plan, rng):
+        """Run the private step; a raise becomes a charged, unproven failure; mark unproven plans.
+
+        Once ``rng`` exists, no data-dependent exception may escape a fit
+        (the raise itself would be a free, exact distinguisher between
+        neighbours). Private steps handle the data values they can meet at
+        their source; this is the last line of defence.
+        """
+        try:
+            result = private_step(data, plan, rng)
+        except PrivacyAccountingError:
+            raise  # a defect of the code (an overspending component), whatever the data
+        except Exception:  # noqa: BLE001 - any escaping exception would leak; see the docstring
+            result = self._failed_private_step(plan)
+        result.events = _mark_unproven(result.events, plan.unproven)
+        # An event marked unproven (a reproduction mode, or a nested fit's failed step)
+        # makes the whole fit unproven.
+        marked = any(event.details.get("proven", True) is False for event in result.events)
+        result.proven = result.proven and not marked
+        return result
+
+    def _failed_private_step(self, plan):
+        """Release nothing and charge the whole planned cost (a public value) as one event.
+
+        The warning's text is fixed: neither the exception nor its message
+        (which may quote data values) is shown or kept.
+        """
+        warn_user(
+            f"{type(self).__name__}: the private step raised on this data after its randomness "
+            "was drawn; nothing was released (status_='failure') and the whole planned budget "
+            "was charged. The failure is not covered by the privacy proof (proven=False). "
+            "Please report it: the private step should handle this data.",
+            PrivateStepFailedWarning,
+        )
+        event = PrivacyEvent(
+            "private_step_failed", float(plan.cost[0]), float(plan.cost[1]),
+            label=f"{type(self).__name__}/private_step_failed",
+            details={"reason": "the private step raised; the planned cost is charged in full",
+                     "proven": False},
+        )
+        # Nothing of an earlier fit may pass for this fit's release.
+        kept = {"n_features_in_", "feature_names_in_", *plan.attributes}
+        stale = {name: None for name in vars(self)
+                 if name.endswith("_") and not name.startswith("_") and name not in kept}
+        return PrivateFit(None, False, [event], proven=False, step_failed=True,
+                          attributes={**stale, **self._failure_attributes(plan)})
+
+    def _failure_attributes(self, plan):
+        """Fitted attributes of a fit whose private step failed (a hook): no labels by default."""
+        return {"labels_": None}
+
     def _commit(self, plan, result, spent):
-        for name, value in {**plan.attributes, **result.attributes}.items():
+        # A data-derived public value is used by the private step, but never stored exactly.
+        hidden = {name: np.nan for name in plan.unproven if name.endswith("_")}
+        for name, value in {**plan.attributes, **result.attributes, **hidden}.items():
             setattr(self, name, value)
         self.status_ = "success" if result.success else "failure"
         self.privacy_spent_ = {"epsilon": spent[0], "delta": spent[1], "proven": result.proven}
         if result.rho is not None:
             self.privacy_spent_["rho"] = result.rho
         self.privacy_ledger_ = list(result.events)
-        if not result.success:
+        if not (result.success or result.step_failed):
             self._report_failure()
 
     def _report_failure(self):
@@ -166,16 +260,54 @@ class _PrivateFitMixin:
         return center
 
     def _resolve_radius(self, X, center):
-        """Public bound Lambda: ``data_radius``, or computed from X with a PrivacyLeakWarning."""
+        r"""Public bound Lambda: ``data_radius``, or computed from X with a PrivacyLeakWarning.
+
+        Returns
+        -------
+        radius : float
+            The bound the private step uses.
+        unproven : dict
+            ``{}`` for a public ``data_radius``; else ``{"data_radius_":
+            reason}``, for :attr:`PrivateFitPlan.unproven`: the exact bound
+            :math:`\max_i\|x_i - c\|` is a data value, so the fit is not
+            proven private, and ``data_radius_`` is stored as ``nan``.
+        """
         if self.data_radius is not None:
-            return float(self.data_radius)
-        warn_user(
+            return self._checked_radius(float(self.data_radius), X.shape[0]), {}
+        reason = (
             f"{type(self).__name__}: data_radius=None, so the bound was computed from the data; "
             "the result is not differentially private with respect to it. Pass a public "
-            "data_radius (and data_center) to keep the guarantee.",
-            PrivacyLeakWarning,
+            "data_radius (and data_center) to keep the guarantee."
         )
-        return float(np.max(np.linalg.norm(X - center, axis=1))) or 1.0
+        warn_user(reason, PrivacyLeakWarning)
+        with np.errstate(over="ignore"):
+            radius = float(np.max(np.linalg.norm(X - center, axis=1))) or 1.0
+        return self._checked_radius(radius, X.shape[0]), {"data_radius_": reason}
+
+    #: Above this bound on the data the squared distances and sums of the private steps
+    #: can overflow float64 (``(2 Lambda)^2 n`` must stay finite).
+    _MAX_DATA_RADIUS = 1e100
+
+    def _max_data_radius(self, n_samples):
+        """The largest bound whose arithmetic cannot overflow (public: n is public)."""
+        return self._MAX_DATA_RADIUS
+
+    def _checked_radius(self, radius, n_samples):
+        """Refuse, before any randomness, a bound whose arithmetic would overflow.
+
+        Inside the private step such an overflow would end the fit in an
+        exception (or, with the safety net, in a charged failure).
+        """
+        limit = self._max_data_radius(n_samples)
+        if not radius <= limit:
+            source = ("data_radius" if self.data_radius is not None
+                      else "data_radius=None: the largest norm of X - data_center, which")
+            raise ValueError(
+                f"{source} is above {limit:.3g}, where the distances of "
+                f"{type(self).__name__} overflow; rescale X (and data_center) so that its "
+                "norms are smaller, and pass a public data_radius."
+            )
+        return radius
 
 
 

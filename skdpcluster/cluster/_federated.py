@@ -184,8 +184,10 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         Public bound :math:`\Delta` on :math:`\|x - c\|`; rows outside are
         projected onto the ball. ``None``: the radius of ``X_server`` around
         c (public; the paper's choice, §5.1), or, without ``X_server``, the
-        radius of ``X``, with a :class:`PrivacyLeakWarning`. Stored in
-        ``data_radius_`` only.
+        radius of ``X``, with a :class:`PrivacyLeakWarning`: the fit then
+        uses it without storing it (``data_radius_`` and ``budget_`` are
+        ``nan``) and reports ``privacy_spent_["proven"] = False`` (see the
+        privacy page). At most 1e100.
     data_center : array-like of shape (n_features,), default=None
         Public centre c of the data ball; ``None`` means the origin (the
         paper's uncentred second moment).
@@ -234,9 +236,10 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         The resolved calibration: per release, its mechanism, (epsilon,
         delta) per use, sensitivity, noise scale and uses (public).
     data_radius_ : float
-        The bound :math:`\Delta` used.
+        The bound :math:`\Delta` used; ``nan`` when it was computed from ``X``.
     status_ : str
-        Always ``"success"``: centres are always released.
+        ``"success"``: centres are always released; ``"failure"`` only when the private step failed (a
+        :class:`~skdpcluster.exceptions.PrivateStepFailedWarning`; nothing released).
     labels_ : ndarray of shape (n_samples,)
         Nearest released centre of every training row. **Not private**: a
         function of the training data, outside the DP guarantee.
@@ -364,7 +367,7 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         n_features = data.X.shape[1]
         center = self._resolve_center(n_features)
         init, public_centers = self._resolve_init(data.server, n_features, center)
-        radius = self._resolve_federated_radius(data, center)
+        radius, unproven = self._resolve_federated_radius(data, center)
         n_lloyd = self._resolved_lloyd_iter(init)
         active = self._active_steps(init, n_lloyd, min(self.n_clusters, n_features) < n_features)
         unit_bounds = self._unit_bounds(radius)
@@ -378,9 +381,11 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         attributes = {"data_radius_": radius, "init_": init, "n_lloyd_iter_": n_lloyd,
                       "budget_": budget.as_dict()}
         if self.verbose:
-            print(f"[{type(self).__name__}] plan: init={init}, T={n_lloyd}, radius={radius:.4g}, "
+            print(f"[{type(self).__name__}] plan: init={init}, T={n_lloyd}, "
                   f"budget={budget.as_dict()}")
-        return PrivateFitPlan(budget.total, values, attributes)
+        if unproven:  # the budget's sensitivities and scales are multiples of the radius
+            unproven["budget_"] = unproven["data_radius_"]
+        return PrivateFitPlan(budget.total, values, attributes, unproven)
 
     def _resolve_init(self, server, n_features, center):
         """The initialisation's name and, for an array, the public centres (centred)."""
@@ -407,11 +412,14 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         return "public", centers - center
 
     def _resolve_federated_radius(self, data, center):
-        """Delta: the parameter, else the public server radius, else the data's (leak warning)."""
+        """Delta: the parameter, else the public server radius, else the data's (leak warning).
+
+        Returns the radius and the plan's ``unproven`` dict (see ``_resolve_radius``).
+        """
         if self.data_radius is None and data.server is not None:
             radius = float(np.max(np.linalg.norm(data.server - center, axis=1)))
             if radius > 0:
-                return radius
+                return radius, {}
         return self._resolve_radius(data.X, center)
 
     def _resolved_lloyd_iter(self, init):

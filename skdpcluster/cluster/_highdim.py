@@ -288,21 +288,29 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
             self._fractions(n_trials), self.epsilon, self.delta if self._uses_delta() else 0.0,
             n_trials, n_mean_steps)
         center = self._resolve_center(n_features)
-        radius = self._resolve_bounds(X, center)
+        radius, unproven = self._resolve_bounds(X, center)
         plan = PrivateFitPlan(budget.cost(), {"center": center, "radius": radius, "budget": budget},
-                              {"data_radius_": radius, "budget_": budget.as_dict()})
+                              {"data_radius_": radius, "budget_": budget.as_dict()}, unproven)
         if self.verbose:
-            print(f"[{type(self).__name__}] plan: radius={radius:.4g}, budget={budget}")
+            print(f"[{type(self).__name__}] plan: budget={budget}")
         return plan
 
+    def _max_data_radius(self, n_samples):
+        r"""The local search sums :math:`n` squared distances of up to :math:`2\Lambda_p` in float32."""
+        float32_max = float(np.finfo(np.float32).max)
+        return math.sqrt(float32_max / (8.0 * max(n_samples, 1))) / self.proj_clip_factor
+
     def _resolve_bounds(self, X, center):
-        r"""L2 radius :math:`\Lambda`; sparse: :math:`\min(\Lambda, \sqrt s\,\Lambda_\infty)`."""
+        r"""L2 radius :math:`\Lambda`; sparse: :math:`\min(\Lambda, \sqrt s\,\Lambda_\infty)`.
+
+        Returns the radius and the plan's ``unproven`` dict (see ``_resolve_radius``).
+        """
         if self.recovery != "sparse":
             return self._resolve_radius(X, center)
         sparse_radius = math.sqrt(self.sparsity) * float(self.coord_bound)
-        if self.data_radius is None:
-            return sparse_radius
-        return min(sparse_radius, float(self.data_radius))
+        if self.data_radius is not None:
+            sparse_radius = min(sparse_radius, float(self.data_radius))
+        return self._checked_radius(sparse_radius, X.shape[0]), {}
 
     # -- private part -------------------------------------------------------------------
     def _prepare(self, X, center, radius):
@@ -327,13 +335,21 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
         attributes = {
             "labels_": nearest_centers(X, centers)[0],
             "n_samples_noisy_": float(n_noisy),
-            "settings_": asdict(settings),
+            "settings_": self._public_settings(settings, plan),
             "projection_dim_": settings.proj_dim,
             "n_candidates_": [trial["n_candidates"] for trial in trials],
             "candidate_depth_": [trial["max_depth"] for trial in trials],
             "selected_trial_": chosen,
         }
         return PrivateFit(centers, True, events + select_events, attributes=attributes)
+
+    @staticmethod
+    def _public_settings(settings, plan):
+        """``settings_``: the projection radius is hidden (nan) when the radius came from the data."""
+        public = asdict(settings)
+        if "data_radius_" in plan.unproven:
+            public["proj_radius"] = math.nan
+        return public
 
     def _settings(self, n, n_features, radius, budget):
         """Hyperparameters from the noisy count ``n`` and the profile (spec §5.2)."""
@@ -575,9 +591,12 @@ _SHARED_PARAMETERS = r"""
         Public bound :math:`\Lambda`: rows are projected onto
         :math:`B(\mathrm{data\_center}, \Lambda)` (a per-row map). ``None``
         computes it from the data, emits a
-        :class:`~skdpcluster.exceptions.PrivacyLeakWarning` and stores it only
-        in ``data_radius_``. The error of the noisy means grows linearly with
-        it: give a tight public bound.
+        :class:`~skdpcluster.exceptions.PrivacyLeakWarning`, uses it without
+        storing it (``data_radius_`` and ``settings_["proj_radius"]`` are
+        ``nan``) and reports ``privacy_spent_["proven"] = False``. At most
+        :math:`\sqrt{3.4\cdot 10^{38}/(8n)}` divided by ``proj_clip_factor``
+        (the local search sums squared distances in float32). The error of
+        the noisy means grows linearly with it: give a tight public bound.
     data_center : array-like of shape (n_features,), default=None
         Public centre of that ball; ``None`` means the origin.
     accountant : BudgetAccountant, default=None
@@ -602,8 +621,10 @@ _SHARED_ATTRIBUTES = r"""
         Index of the nearest released centre of every training row.
         **Not private**: a function of the training data, outside the DP
         guarantee; release it only if that is acceptable.
-    status_ : {"success"}
-        Centres are always released (the method needs no easy instance).
+    status_ : {"success", "failure"}
+        Centres are always released (the method needs no easy instance);
+        ``"failure"`` only when the private step failed (a
+        :class:`~skdpcluster.exceptions.PrivateStepFailedWarning`; nothing released).
     n_samples_noisy_ : float
         The noisy number of rows :math:`\tilde n` (private) that set the
         hyperparameters.
@@ -621,7 +642,7 @@ _SHARED_ATTRIBUTES = r"""
     budget_ : dict
         The resolved budget (:class:`HighDimBudget`, public).
     data_radius_ : float
-        The L2 bound :math:`\Lambda` used.
+        The L2 bound :math:`\Lambda` used; ``nan`` when it was computed from ``X``.
     privacy_spent_ : dict
         ``{"epsilon", "delta", "proven"}`` charged to the accountant, never
         more than requested; ``delta`` is 0 in the pure-DP default.

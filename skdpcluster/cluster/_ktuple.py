@@ -13,7 +13,8 @@ from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _BasePrivateCl
 from skdpcluster.exceptions import InsufficientDataError
 from skdpcluster.ktuple import min_tuples
 from skdpcluster.ktuple._framework import check_tuple_parameters, conditioning_event
-from skdpcluster.ktuple.averages import AVERAGES_SEPARATION, private_k_averages
+from skdpcluster.ktuple.averages import AVERAGES_SEPARATION, per_cluster_budget, private_k_averages
+from skdpcluster.ktuple.noisy_centers import _check_modes as check_noisy_centers_modes
 from skdpcluster.ktuple.noisy_centers import default_separation, private_k_noisy_centers
 from skdpcluster.ktuple.partition import _outer_ell, compute_m_eps1
 from skdpcluster.utils._compat import HasMethods, Interval, StrOptions, fit_context
@@ -77,8 +78,9 @@ class KTupleClusterer(_BasePrivateClusterer):
     data_radius : float, default=None
         Public bound Lambda on ``||x - data_center||``, used by
         ``"averages"`` (rows outside are projected onto the ball). ``None``
-        computes it from the data, emits a :class:`PrivacyLeakWarning` and
-        stores it only in ``data_radius_``.
+        computes it from the data, emits a :class:`PrivacyLeakWarning`, uses
+        it without storing it (``data_radius_`` is ``nan``) and reports
+        ``privacy_spent_["proven"] = False``. At most 1e100.
     data_center : array-like of shape (n_features,), default=None
         Public centre of the data ball; ``None`` means the origin.
     r_min : float, default=None
@@ -89,9 +91,18 @@ class KTupleClusterer(_BasePrivateClusterer):
         reports the larger delta that can actually be proven.
     lambda_mechanism : {"log_laplace", "paper"}, default="log_laplace"
         See :func:`~skdpcluster.ktuple.noisy_centers.private_k_noisy_centers`;
-        ``"paper"`` is a reproduction mode whose privacy is not proven.
+        ``"paper"`` is a reproduction mode whose privacy is not proven (its
+        measured loss exceeds the nominal epsilon; review, finding 4): it is
+        refused unless ``allow_unproven=True``.
     gaussian_calibration : {"analytic_joint", "classical"}, default="analytic_joint"
         Noise calibration of ``"noisy_centers"``.
+    allow_unproven : bool, default=False
+        A reproduction switch: ``True`` allows ``lambda_mechanism="paper"``
+        (with ``method="noisy_centers"``). The fit then charges the nominal
+        cost, marks the events of that step ``details["proven"] = False``,
+        reports ``privacy_spent_["proven"] = False`` and emits an
+        :class:`~skdpcluster.exceptions.UnprovenPrivacyWarning`. Never use it
+        with an accountant whose total must be a guarantee.
     on_failure : {"warn", "raise"}, default="warn"
         When the private test fails: ``"warn"`` sets ``status_="failure"``,
         ``cluster_centers_=None`` and emits a :class:`NotSeparatedWarning`;
@@ -124,7 +135,8 @@ class KTupleClusterer(_BasePrivateClusterer):
     separation_ : float
         The Delta used.
     data_radius_ : float
-        The bound used by ``"averages"`` (``nan`` for ``"noisy_centers"``).
+        The bound used by ``"averages"`` (``nan`` for ``"noisy_centers"``, and
+        when the bound was computed from the data).
     privacy_spent_ : dict
         ``{"epsilon", "delta", "proven"}`` charged to the accountant; never
         more than requested in the default modes.
@@ -168,6 +180,7 @@ class KTupleClusterer(_BasePrivateClusterer):
         "accounting": [StrOptions({"corrected", "paper"})],
         "lambda_mechanism": [StrOptions({"log_laplace", "paper"})],
         "gaussian_calibration": [StrOptions({"analytic_joint", "classical"})],
+        "allow_unproven": ["boolean"],
     }
 
     def __init__(
@@ -187,6 +200,7 @@ class KTupleClusterer(_BasePrivateClusterer):
         accounting="corrected",
         lambda_mechanism="log_laplace",
         gaussian_calibration="analytic_joint",
+        allow_unproven=False,
         on_failure="warn",
         accountant=None,
         random_state=None,
@@ -207,6 +221,7 @@ class KTupleClusterer(_BasePrivateClusterer):
         self.accounting = accounting
         self.lambda_mechanism = lambda_mechanism
         self.gaussian_calibration = gaussian_calibration
+        self.allow_unproven = allow_unproven
         self.on_failure = on_failure
         self.accountant = accountant
         self.random_state = random_state
@@ -237,13 +252,37 @@ class KTupleClusterer(_BasePrivateClusterer):
         paper = conditioning_event(self.delta, {"m": m, "eps1": eps1}, "paper")
         return self.epsilon + paper.epsilon, self.delta / 4 + paper.delta
 
+    def _check_unproven_modes(self):
+        """Refuse a mode whose privacy is not proven unless ``allow_unproven=True`` (review, finding 4)."""
+        if (self.method == "noisy_centers" and self.lambda_mechanism == "paper"
+                and not self.allow_unproven):
+            raise ValueError(
+                "lambda_mechanism='paper' reproduces Figure 4 of Cohen et al. (2021) as printed; "
+                "its privacy is not proven (its measured loss exceeds the nominal epsilon, see "
+                "the k-tuple review, finding 4), so it would overspend any accountant it is "
+                "charged to. Use lambda_mechanism='log_laplace' (the default), or set "
+                "allow_unproven=True to reproduce the paper (the fit then reports proven=False)."
+            )
+
+    def _check_aggregation_parameters(self, n_tuples):
+        """The aggregation's own checks of public values, run here so that they raise before any
+        randomness (inside the private step they would end the fit as a charged failure)."""
+        if self.method == "averages":
+            ell_value = _outer_ell(n_tuples, self.epsilon, self.delta, self.beta, self.accounting)
+            per_cluster_budget(self.epsilon, self.delta, self.n_clusters, ell_value)
+        else:
+            check_noisy_centers_modes(self.lambda_mechanism, self.gaussian_calibration,
+                                      self.n_clusters, self.epsilon)
+
     def _plan_tuples(self, n_tuples, n_features):
         """Checks and attributes shared by ``fit`` and ``fit_tuples`` (public values only)."""
+        self._check_unproven_modes()
         separation = self._resolved_separation()
         shape_probe = np.zeros((n_tuples, self.n_clusters, 1))
         check_tuple_parameters(
             shape_probe, self.epsilon, self.delta, self.beta, separation, self.accounting
         )
+        self._check_aggregation_parameters(n_tuples)
         center = self._resolve_center(n_features)
         m, _ = compute_m_eps1(n_tuples, self.epsilon / 2, self.delta / 4, self.beta / 2)
         attributes = {
@@ -274,8 +313,9 @@ class KTupleClusterer(_BasePrivateClusterer):
     def _plan_radius(self, plan, X):
         center = plan.values["center"]
         if self.method == "averages":
-            radius = self._resolve_radius(X, center)
+            radius, unproven = self._resolve_radius(X, center)
             r_min = self.r_min if self.r_min is not None else DEFAULT_R_MIN_FRACTION * radius
+            plan.unproven.update(unproven)
         else:
             radius, r_min = np.nan, np.nan
         plan.values.update(data_radius=radius, r_min=r_min)

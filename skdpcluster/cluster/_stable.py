@@ -34,6 +34,7 @@ from skdpcluster.cluster._stable_init import (
     noisy_cell_sums,
     random_ball_points,
 )
+from skdpcluster.exceptions import PrivacyAccountingError
 from skdpcluster.mechanisms import (
     PrivacyEvent,
     analytic_gaussian_sigma,
@@ -288,13 +289,14 @@ class _PrivateStableBase(_BasePrivateClusterer):
         fallible = bool(getattr(initializer, "can_fail", True))
         fractions = self._fractions(initializer.privacy_model, fallible)
         budget = plan_budget(initializer.privacy_model, fractions, self.epsilon, self.delta)
-        radius = self._resolve_radius(X, center)
+        radius, unproven = self._resolve_radius(X, center)
         if isinstance(initializer, KTupleInitializer):
             initializer.check_input(X, self.n_clusters, budget.initializer, radius)
         plan = PrivateFitPlan(
             (float(self.epsilon), float(self.delta)),
             {"center": center, "radius": radius, "initializer": initializer, "budget": budget},
             {"data_radius_": radius, "budget_": budget.as_dict(), "initializer_": name},
+            unproven,
         )
         if self.verbose:
             print(f"[{type(self).__name__}] plan: initializer={name}, budget={budget}")
@@ -517,7 +519,7 @@ def _check_initializer_spend(initializer, events, budget):
     else:
         ok = not events
     if not ok:
-        raise RuntimeError(
+        raise PrivacyAccountingError(
             f"{type(initializer).__name__}.fit_centers spent more than its budget {budget} "
             f"(or reported events outside its privacy_model={model!r}).")
 
@@ -654,8 +656,9 @@ _SHARED_DOC = r"""
         Public bound :math:`\Lambda`: rows are projected onto
         :math:`B(\mathrm{data\_center}, \Lambda)` (a per-row map, so
         neighbours stay neighbours). ``None`` computes it from the data,
-        emits a :class:`~skdpcluster.exceptions.PrivacyLeakWarning` and
-        stores it only in ``data_radius_``. A loose bound mostly hurts the
+        emits a :class:`~skdpcluster.exceptions.PrivacyLeakWarning`, uses it
+        without storing it (``data_radius_`` is ``nan``) and reports
+        ``privacy_spent_["proven"] = False``. At most 1e100. A loose bound mostly hurts the
         initializer: the core steps' noise scales with the core radius.
     data_center : array-like of shape (n_features,), default=None
         Public centre of that ball; ``None`` means the origin.
@@ -691,9 +694,10 @@ _SHARED_ATTRIBUTES = r"""
         (decided from the initializer's private output).
     initializer_info_ : dict
         Public diagnostics of the initializer (grid level, heavy cells, ...).
-    status_ : {"success"}
+    status_ : {"success", "failure"}
         Centres are always released; see ``initializer_status_`` and
-        ``selected_`` for what happened.
+        ``selected_`` for what happened. ``"failure"`` only when the private step failed (a
+        :class:`~skdpcluster.exceptions.PrivateStepFailedWarning`; nothing released).
     labels_ : ndarray of shape (n_samples,)
         Index of the nearest released centre for every training row.
         **Not private**: a function of the training data, outside the DP
@@ -710,7 +714,7 @@ _SHARED_ATTRIBUTES = r"""
         event that converts their total; the basic-composition sum of the
         ledger is ``privacy_spent_``.
     data_radius_ : float
-        The bound used.
+        The bound used; ``nan`` when it was computed from ``X``.
     n_features_in_ : int
         Number of features seen during fit.
     feature_names_in_ : ndarray of shape (`n_features_in_`,)

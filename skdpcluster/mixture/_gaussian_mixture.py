@@ -57,6 +57,11 @@ AUTO_SIGMA_MAX_FACTOR = 2.5
 #: directions collapse and ruin the likelihood; one above it would bias ill-conditioned
 #: components upwards.
 AUTO_FLOOR_DIVISOR = 10.0
+#: Every coordinate of a fresh row is clipped to ``[-NUMERIC_BOUND, NUMERIC_BOUND]`` (a public
+#: per-row map, so privacy is unchanged): the squared distances of the learner then cannot
+#: overflow, which on extreme rows ended the private step in a data-dependent exception
+#: (issue #12, item 5). No row of a realistic data set is moved.
+NUMERIC_BOUND = 1e100
 AUTO_FLOOR_DIMENSION = 10.0
 #: Steps of the learner's mean and covariance stages (``n_iter_mean``, ``n_iter_cov``): the
 #: refinement pass already gives a good initial ball, so the covariance gets more steps.
@@ -395,8 +400,9 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
     data_radius : float, default=None
         Public bound Lambda on ``||x - data_center||``, used by ``"averages"``
         only. ``None`` with ``"averages"`` computes it from the data, emits a
-        :class:`~skdpcluster.exceptions.PrivacyLeakWarning` and stores it only
-        in ``data_radius_``.
+        :class:`~skdpcluster.exceptions.PrivacyLeakWarning`, uses it without
+        storing it (``data_radius_`` is ``nan``) and reports
+        ``privacy_spent_["proven"] = False``. At most 1e100.
     data_center : array-like of shape (n_features,), default=None
         Public centre of the data ball; ``None`` means the origin.
     r_min : float, default=None
@@ -414,7 +420,10 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         mean eigenvalue above d = 10): lower floors let noise-dominated
         directions collapse and ruin the likelihood. ``None`` takes them from the
         extreme eigenvalues of the component's fresh rows, widened by a factor
-        2, and emits a :class:`~skdpcluster.exceptions.PrivacyLeakWarning`.
+        2, and emits a :class:`~skdpcluster.exceptions.PrivacyLeakWarning`;
+        such a bound is used but not stored (its ``sigma_min_`` or
+        ``sigma_max_`` is ``nan``), and the fit reports
+        ``privacy_spent_["proven"] = False``.
         The learner's accuracy scales with ``sigma_max``.
     reg_covar : float, default=1e-6
         Added to the diagonal of every released covariance, as in scikit-learn.
@@ -459,7 +468,8 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
     tuple_centers_ : ndarray of shape (n_components, n_features) or None
         The k private centres of step 3 (a private release).
     sigma_min_, sigma_max_ : ndarray of shape (n_components,) or None
-        The learner's bounds for every component.
+        The learner's bounds for every component; all ``nan`` for a bound
+        computed from the data (``sigma_min=None`` or ``sigma_max=None``).
     labels_ : ndarray of shape (n_samples,)
         :meth:`predict` on the training rows (-1 after a failure). **Not
         private**: a function of the training data.
@@ -603,15 +613,15 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
     def _plan(self, X):
         n_samples, n_features = X.shape
         center = self._resolve_center(n_features)
-        radius = self.data_radius
+        radius, unproven = self.data_radius, {}
         if self.tuple_method == "averages":
-            radius = self._resolve_radius(X, center)
+            radius, unproven = self._resolve_radius(X, center)
+        unproven.update(self._check_sigma_bounds())
         clusterer = self._tuple_clusterer(radius)
         n_tuples = clusterer._resolved_n_tuples(int(n_samples * TUPLE_SHARE))
         samples_per_tuple = self._plan_blocks(n_samples, n_tuples)
         tuple_plan = clusterer._plan_tuples(n_tuples, n_features)
         clusterer._plan_radius(tuple_plan, X)
-        self._check_sigma_bounds()
         budget = _FreshBudget.for_target(self.epsilon, self.delta)
         attributes = {**tuple_plan.attributes, "samples_per_tuple_": samples_per_tuple,
                       "n_fresh_": n_samples - n_tuples * samples_per_tuple}
@@ -619,7 +629,7 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         cost = (max(tuple_plan.cost[0], budget.epsilon), max(tuple_plan.cost[1], budget.delta))
         if self.verbose:
             print(f"[PrivateGaussianMixture] plan: {attributes}, cost={cost}")
-        return PrivateFitPlan(cost, values, attributes)
+        return PrivateFitPlan(cost, values, attributes, unproven)
 
     def _plan_blocks(self, n_samples, n_tuples):
         """Rows per block; raise if the blocks and at least k fresh rows do not fit."""
@@ -640,16 +650,23 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         return samples_per_tuple
 
     def _check_sigma_bounds(self):
+        """Check the learner's bounds; return the plan's ``unproven`` entries of data-derived ones.
+
+        A bound that is ``None`` is computed from the data: its fitted
+        attribute (``sigma_min_`` or ``sigma_max_``) is then all ``nan``.
+        """
         low, high = self.sigma_min, self.sigma_max
         if isinstance(low, Real) and isinstance(high, Real) and low > high:
             raise ValueError(f"sigma_min={low!r} must not exceed sigma_max={high!r}.")
-        if low is None or high is None:
-            warn_user(
-                "PrivateGaussianMixture: sigma_min or sigma_max is None, so the learner's bounds "
-                "are computed from the data; the result is not differentially private with "
-                "respect to them. Pass public floats, or 'auto' (derived privately).",
-                PrivacyLeakWarning,
-            )
+        if low is not None and high is not None:
+            return {}
+        reason = (
+            "PrivateGaussianMixture: sigma_min or sigma_max is None, so the learner's bounds "
+            "are computed from the data; the result is not differentially private with "
+            "respect to them. Pass public floats, or 'auto' (derived privately)."
+        )
+        warn_user(reason, PrivacyLeakWarning)
+        return {"sigma_bounds": reason}
 
     # -- private part ---------------------------------------------------------------
     def _fit_private(self, X, plan, rng):
@@ -657,7 +674,8 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         clusterer, tuple_plan = plan.values["clusterer"], plan.values["tuple_plan"]
         n_tuples, block = plan.attributes["n_tuples_"], plan.attributes["samples_per_tuple_"]
         order = split_rng.permutation(X.shape[0])
-        tuple_rows, fresh = X[order[: n_tuples * block]], X[order[n_tuples * block:]]
+        tuple_rows = X[order[: n_tuples * block]]
+        fresh = np.clip(X[order[n_tuples * block:]], -NUMERIC_BOUND, NUMERIC_BOUND)
         tuples = generate_tuples(
             tuple_rows, clusterer._base_estimator(), self.n_components, n_tuples,
             rng=tuple_rng, samples_per_tuple=block, output="label_means", n_jobs=self.n_jobs,
@@ -680,6 +698,11 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         log_prob = _weighted_log_prob(X, released["weights_"], released["means_"],
                                       released["precisions_cholesky_"], self.covariance_type)
         return log_prob.argmax(axis=1).astype(np.intp)
+
+    def _failure_attributes(self, plan):
+        """After a failed private step: no parameters, as after a failed test."""
+        return {**super()._failure_attributes(plan), **self._empty_release(),
+                "tuple_centers_": None, "converged_": False}
 
     @staticmethod
     def _empty_release():
@@ -733,6 +756,10 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         """Released parameters in scikit-learn's formats (post-processing only)."""
         columns = list(zip(*estimates))[:4]  # the events are recorded elsewhere
         means, full, sigma_min, sigma_max = (np.array(column) for column in columns)
+        # A bound computed from the data (parameter None) is used, never stored.
+        sigma_min, sigma_max = (np.full_like(bounds, np.nan) if parameter is None else bounds
+                                for parameter, bounds in ((self.sigma_min, sigma_min),
+                                                          (self.sigma_max, sigma_max)))
         weights = np.maximum(counts, 1.0) / np.maximum(counts, 1.0).sum()
         full = full + self.reg_covar * np.eye(means.shape[1])
         covariances = _covariances_of_type(full, weights, self.covariance_type)
