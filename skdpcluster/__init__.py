@@ -41,7 +41,10 @@ from skdpcluster.cluster import (
 )
 from skdpcluster.exceptions import (
     BudgetExceededError,
+    DetachedAccountantError,
     InsufficientDataError,
+    NoiseReuseError,
+    NoiseReuseWarning,
     NotSeparatedError,
     NotSeparatedWarning,
     PrivacyLeakWarning,
@@ -57,9 +60,12 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 __all__ = [
     "BudgetAccountant",
     "BudgetExceededError",
+    "DetachedAccountantError",
     "FederatedPrivateKMeans",
     "InsufficientDataError",
     "KTupleClusterer",
+    "NoiseReuseError",
+    "NoiseReuseWarning",
     "NotSeparatedError",
     "NotSeparatedWarning",
     "PrivacyLeakWarning",
