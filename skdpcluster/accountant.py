@@ -111,7 +111,8 @@ class LedgerEntry:
         object.__setattr__(self, "delta", delta)
         if not isinstance(self.label, str):
             raise ValueError(f"label must be a str, got label={self.label!r}.")
-        if not (isinstance(self.events, tuple) and all(isinstance(e, PrivacyEvent) for e in self.events)):
+        events_ok = isinstance(self.events, tuple) and all(isinstance(e, PrivacyEvent) for e in self.events)
+        if not events_ok:
             raise ValueError(f"events must be a tuple of PrivacyEvent, got events={self.events!r}.")
         if not (self.noise_key is None or isinstance(self.noise_key, str)):
             raise ValueError(f"noise_key must be a str or None, got noise_key={self.noise_key!r}.")
@@ -202,7 +203,8 @@ def noise_fingerprint(owner, random_state):
     """
     if random_state is None:
         return None
-    generator = random_state if isinstance(random_state, np.random.Generator) else np.random.default_rng(random_state)
+    generator = (random_state if isinstance(random_state, np.random.Generator)
+                 else np.random.default_rng(random_state))
     bit_generator = generator.bit_generator
     # ``seed_seq`` is public from numpy 1.25; ``_seed_seq`` before.
     seed_seq = getattr(bit_generator, "seed_seq", None) or getattr(bit_generator, "_seed_seq", None)
@@ -297,7 +299,8 @@ class BudgetAccountant:
             raise ValueError(f"slack={slack!r} cannot exceed the delta ceiling delta={delta!r}.")
         if on_repeated_noise not in ("warn", "raise"):
             raise ValueError(
-                f"on_repeated_noise must be 'warn' or 'raise', got on_repeated_noise={on_repeated_noise!r}."
+                "on_repeated_noise must be 'warn' or 'raise', got "
+                f"on_repeated_noise={on_repeated_noise!r}."
             )
         self._epsilon = float(epsilon)
         self._delta = float(delta)
@@ -532,7 +535,8 @@ class BudgetAccountant:
     def __setstate__(self, state):
         """Unpickle as a detached copy, validating every field as :meth:`from_json` does."""
         if not isinstance(state, dict):
-            raise ValueError(f"a pickled BudgetAccountant must hold a dict, got {type(state).__name__}.")
+            raise ValueError(
+                f"a pickled BudgetAccountant must hold a dict, got {type(state).__name__}.")
         _check_keys(state, required={"epsilon", "delta", "slack", "entries"},
                     allowed={"epsilon", "delta", "slack", "on_repeated_noise", "entries"},
                     what="a pickled BudgetAccountant")
@@ -543,7 +547,7 @@ class BudgetAccountant:
 
     def _load_entries(self, entries):
         """Install a saved ledger after checking its entries and that its total is within the ceiling."""
-        if not (isinstance(entries, list) and all(isinstance(entry, LedgerEntry) for entry in entries)):
+        if not (isinstance(entries, list) and all(isinstance(e, LedgerEntry) for e in entries)):
             raise ValueError("ledger must be a list of ledger entries.")
         total = self._compose(entries)
         if not self._fits(total):
@@ -584,7 +588,8 @@ class BudgetAccountant:
         try:
             data = json.loads(text)
         except (TypeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"from_json needs the JSON text of BudgetAccountant.to_json: {exc}") from exc
+            raise ValueError(
+                f"from_json needs the JSON text of BudgetAccountant.to_json: {exc}") from exc
         if not isinstance(data, dict):
             raise ValueError(f"a saved accountant must be a JSON object, got {type(data).__name__}.")
         _check_keys(data, required={"epsilon", "delta", "slack", "ledger"},

@@ -164,7 +164,7 @@ class _temporarily:
 
 
 def _pinned_inputs(search, X, y, groups):
-    """The splits (as a list) and, for a randomized search without an int seed, a seed drawn from OS entropy.
+    """The splits as a list and, for a randomized search without an int seed, one drawn from OS entropy.
 
     Fixing both for the duration of the search makes the candidates and the
     splits that are priced exactly the ones that are fitted.
@@ -203,8 +203,8 @@ def _final_step(estimator):
 def _selection_radius(search, candidates, data_radius):
     """Public bound Lambda of the selection: ``data_radius``, or the largest of the candidates' own."""
     if data_radius is None:
-        radii = [_final_step(clone(search.estimator).set_params(**params)).get_params().get("data_radius")
-                 for params in candidates]
+        finals = [_final_step(clone(search.estimator).set_params(**params)) for params in candidates]
+        radii = [final.get_params().get("data_radius") for final in finals]
         if any(radius is None for radius in radii):
             raise ValueError(
                 "selection='private' needs a public bound on the data: set data_radius on the "
@@ -219,7 +219,7 @@ def _selection_radius(search, candidates, data_radius):
 
 
 class _HeldOutClippedCost:
-    r"""Scorer: minus the clipped k-means cost of the held-out rows, :math:`-\sum_x \min(\|x - c(x)\|^2, C)`.
+    r"""Scorer: minus the clipped k-means cost of held-out rows, :math:`-\sum_x \min(\|x - c(x)\|^2, C)`.
 
     ``C`` = ``ceiling``. An estimator that released no centres gets the worst
     score, ``-C`` per row. For a pipeline, the rows go through the steps
@@ -271,14 +271,17 @@ def _private_selection(search, candidates, splits, n_samples, *, epsilon, data_r
     """The scorer and the ``refit`` callable of a private choice; validated before any spend."""
     if isinstance(epsilon, bool) or not isinstance(epsilon, Real) or not (
             math.isfinite(epsilon) and epsilon > 0):
-        raise ValueError(f"selection_epsilon must be a finite number > 0, got selection_epsilon={epsilon!r}.")
+        raise ValueError(
+            f"selection_epsilon must be a finite number > 0, got selection_epsilon={epsilon!r}.")
     if not search.refit:
         raise ValueError("selection='private' chooses and refits one candidate: set refit=True on the "
                          "search, or use selection='non_private' (not private).")
     ceiling = (2.0 * _selection_radius(search, candidates, data_radius)) ** 2
-    multiplicity = int(np.bincount(np.concatenate([test for _, test in splits]), minlength=n_samples).max())
+    held_out = np.concatenate([test for _, test in splits])
+    multiplicity = int(np.bincount(held_out, minlength=n_samples).max())
     worst = [-ceiling * len(test) for _, test in splits]
-    choice = _PrivateChoice(float(epsilon), multiplicity * ceiling, worst, check_random_state(random_state))
+    rng = check_random_state(random_state)
+    choice = _PrivateChoice(float(epsilon), multiplicity * ceiling, worst, rng)
     return _HeldOutClippedCost(ceiling), choice
 
 

@@ -23,7 +23,12 @@ from sklearn.metrics.pairwise import euclidean_distances
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from skdpcluster.accountant import BudgetAccountant, noise_fingerprint
-from skdpcluster.exceptions import DetachedAccountantError, NotSeparatedError, NotSeparatedWarning, PrivacyLeakWarning
+from skdpcluster.exceptions import (
+    DetachedAccountantError,
+    NotSeparatedError,
+    NotSeparatedWarning,
+    PrivacyLeakWarning,
+)
 from skdpcluster.utils import check_random_state
 from skdpcluster.utils._compat import Interval, StrOptions, fit_context
 from skdpcluster.utils._warnings import warn_user
