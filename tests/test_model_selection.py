@@ -120,8 +120,12 @@ def small():
 
 
 def _fast(**params):
-    """A KTupleClusterer that releases on ``small`` in milliseconds (a huge epsilon); |x| < 600."""
-    return KTupleClusterer(n_clusters=2, epsilon=1e5, delta=0.1, **params)
+    """A KTupleClusterer that releases on ``small`` in milliseconds; |x| < 600.
+
+    A huge epsilon, and a tiny beta: with the default beta=0.05 about 5% of seeds fail the
+    private test on this data; with beta=1e-6 none of 300 seeds did.
+    """
+    return KTupleClusterer(n_clusters=2, epsilon=1e5, delta=0.1, beta=1e-6, **params)
 
 
 def test_process_parallel_search_refuses_instead_of_under_charging(small):
