@@ -146,6 +146,14 @@ def test_process_parallel_search_refuses_instead_of_under_charging(small):
     assert charged.best_estimator_.status_ == "success" and charged.best_estimator_.accountant is acc
 
 
+def test_threaded_search_charges_every_fit_to_the_shared_accountant(small):
+    acc = BudgetAccountant()
+    search = GridSearchCV(_fast(accountant=acc), {"epsilon": [1e5, 2e5]}, cv=3, n_jobs=2)
+    with joblib.parallel_config(backend="threading"):
+        search.fit(small)
+    assert len(acc.ledger) == 7 and acc.total()[0] == pytest.approx(3 * 3e5 + search.best_params_["epsilon"])
+
+
 def test_refit_is_priced_at_the_componentwise_maximum(small):
     """Regression (issue #12, item 2): max() of (epsilon, delta) tuples took the delta of the wrong candidate."""
     grid = [{"epsilon": [1.0], "delta": [1e-9]}, {"epsilon": [0.9], "delta": [1e-3]}]
