@@ -41,7 +41,10 @@ from skdpcluster.cluster import (
 )
 from skdpcluster.exceptions import (
     BudgetExceededError,
+    DetachedAccountantError,
     InsufficientDataError,
+    NoiseReuseError,
+    NoiseReuseWarning,
     NotSeparatedError,
     NotSeparatedWarning,
     PrivacyLeakWarning,
@@ -58,9 +61,12 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 __all__ = [
     "BudgetAccountant",
     "BudgetExceededError",
+    "DetachedAccountantError",
     "FederatedPrivateKMeans",
     "InsufficientDataError",
     "KTupleClusterer",
+    "NoiseReuseError",
+    "NoiseReuseWarning",
     "NotSeparatedError",
     "NotSeparatedWarning",
     "PrivacyLeakWarning",

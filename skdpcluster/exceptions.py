@@ -2,8 +2,11 @@
 
 __all__ = [
     "BudgetExceededError",
+    "DetachedAccountantError",
     "InsufficientDataError",
     "NotSeparatedError",
+    "NoiseReuseError",
+    "NoiseReuseWarning",
     "NotSeparatedWarning",
     "PrivacyAccountingError",
     "PrivacyLeakWarning",
@@ -82,4 +85,34 @@ class PrivacyAccountingError(RuntimeError):
     given. Raised as it is, through the safety net of a fit's private step
     (which turns every other exception into a charged failure, see
     :class:`PrivateStepFailedWarning`); nothing is charged or released.
+    """
+
+
+class DetachedAccountantError(BudgetExceededError):
+    """A spend on a copy of a :class:`~skdpcluster.BudgetAccountant` made by unpickling.
+
+    A copy made by ``pickle``, ``copy.deepcopy`` or a worker process of a
+    parallel backend (joblib's loky, Dask) has its own ledger, which the
+    original never sees, so a spend on it would go unrecorded. Such copies
+    (and estimators unpickled with ``accountant=None``) refuse to spend,
+    before any randomness is drawn. Charge a parallel search up front with
+    :func:`skdpcluster.model_selection.fit_search_charged`, or restore a saved
+    ledger on purpose with :meth:`BudgetAccountant.from_json`.
+    """
+
+
+class NoiseReuseWarning(UserWarning):
+    """Two fits charged to one accountant draw the same noise (the same ``random_state``).
+
+    The difference of the two releases is then free of noise, and the
+    accountant's composition does not hold. Use a different seed for each fit
+    charged to the same accountant, or ``random_state=None``.
+    """
+
+
+class NoiseReuseError(ValueError):
+    """Raised instead of :class:`NoiseReuseWarning` by an accountant with ``on_repeated_noise="raise"``.
+
+    Raised by :meth:`BudgetAccountant.check` before any randomness is drawn;
+    nothing is recorded.
     """

@@ -1,35 +1,66 @@
 r"""Model selection over private estimators, with honest accounting.
 
-Two facts shape this module.
+Three facts shape this module.
 
 1. **Every fit of a search spends budget.** With ``GridSearchCV(..., n_jobs=1)``
-   a shared :class:`~skdpcluster.BudgetAccountant` sees every fit, because it
-   keeps its identity through :func:`sklearn.base.clone`. With process
-   parallelism (``n_jobs > 1`` and the default loky backend, or Dask), the
-   workers spend on pickled copies and the parent's ledger never hears of
-   them. :func:`fit_search_charged` charges the whole search **up front**, in
-   the parent, before any fit runs, and lets the workers spend on throw-away
-   accountants.
+   (or a threading backend) a shared :class:`~skdpcluster.BudgetAccountant`
+   sees every fit, because it keeps its identity through
+   :func:`sklearn.base.clone`. With process parallelism (``n_jobs > 1`` and the
+   default loky backend, or Dask), the workers get pickled copies, which
+   refuse to spend (:class:`~skdpcluster.DetachedAccountantError`).
+   :func:`fit_search_charged` charges the whole search **up front**, in the
+   parent, before any fit runs, and lets the workers spend on throw-away
+   accountants, in any backend.
 2. **Choosing parameters by scores computed on private data is itself a
-   release.** Composing the fits' costs does not cover it: the cross-validation
-   scores, and so the chosen ``epsilon``, depend on the data. Use either a
-   public validation set (scores on public data cost nothing), or
-   :func:`select_privately`, which chooses among privately fitted candidates
-   with the exponential mechanism on a clipped k-means cost.
+   release.** Composing the fits' costs does not cover it: the
+   cross-validation scores, and so the chosen parameters, depend on the data.
+   :func:`fit_search_charged` therefore chooses privately by default: the
+   exponential mechanism on a clipped held-out k-means cost, priced up front
+   with the fits, and the exact scores are removed from ``cv_results_``.
+   :func:`select_privately` does the same for candidates fitted by hand.
+3. **Two fits with the same seed draw the same noise.** The folds of a search
+   share most rows, so a fixed ``random_state`` makes the difference of two
+   releases nearly noise-free. Search with ``random_state=None``.
 """
 
 import math
+from numbers import Integral, Real
 
 import numpy as np
-from sklearn.base import clone
-from sklearn.model_selection import ParameterGrid, ParameterSampler, check_cv
-from sklearn.utils.validation import check_array
+from sklearn.base import clone, is_classifier
+from sklearn.model_selection import (
+    GridSearchCV,
+    ParameterGrid,
+    ParameterSampler,
+    RandomizedSearchCV,
+    check_cv,
+)
+from sklearn.pipeline import Pipeline
+from sklearn.utils.validation import _num_samples, check_array
 
 from skdpcluster.accountant import BudgetAccountant
+from skdpcluster.exceptions import NoiseReuseError, NoiseReuseWarning, PrivacyLeakWarning
 from skdpcluster.mechanisms import exponential_mechanism
 from skdpcluster.utils import check_random_state
+from skdpcluster.utils._warnings import warn_user
 
 __all__ = ["fit_search_charged", "search_cost", "select_privately"]
+
+
+class _PrepaidAccountant(BudgetAccountant):
+    """Throw-away accountant of a search whose whole cost the parent charged up front.
+
+    Unlike other accountants, its copies made by unpickling (in the worker
+    processes of a parallel backend) may spend: everything they can be asked
+    to spend was already charged to the real ledger by
+    :func:`fit_search_charged`. It does not check for repeated noise either;
+    :func:`fit_search_charged` checks the search's seeds before charging.
+    """
+
+    _COPIES_MAY_SPEND = True
+
+    def _check_noise_locked(self, noise_key):
+        return None
 
 
 def _is_private(obj):
@@ -57,24 +88,43 @@ def _fit_cost(estimator):
     return (math.fsum(c.epsilon for c in components), math.fsum(c.delta for c in components))
 
 
+def _is_seed(random_state):
+    return isinstance(random_state, Integral) and not isinstance(random_state, bool)
+
+
 def _candidates(search):
-    if hasattr(search, "param_grid"):
+    """The parameter sets ``search.fit`` will fit, in its order; refused if they are not determined."""
+    if isinstance(search, GridSearchCV):
         return list(ParameterGrid(search.param_grid))
-    return list(ParameterSampler(search.param_distributions, search.n_iter,
-                                 random_state=search.random_state))
+    if isinstance(search, RandomizedSearchCV):
+        if not _is_seed(search.random_state):
+            raise ValueError(
+                f"a RandomizedSearchCV with random_state={search.random_state!r} fits other "
+                "candidates than any pricing could draw; set random_state to an int, or use "
+                "fit_search_charged, which pins one for the duration of the search."
+            )
+        return list(ParameterSampler(search.param_distributions, search.n_iter,
+                                     random_state=search.random_state))
+    raise ValueError(
+        f"search must be a GridSearchCV or a RandomizedSearchCV, got {type(search).__name__}; "
+        "other searches (such as successive halving) fit a data-dependent number of times."
+    )
 
 
 def search_cost(search, X, y=None, groups=None):
     """The (epsilon, delta) a search over private estimators spends, and its number of fits.
 
     Every candidate is fitted once per split, and the refit (if any) uses the
-    candidate the search chooses, so it is priced at the most expensive one.
-    Fits compose by basic composition.
+    candidate the search chooses, so it is priced at the componentwise
+    maximum of the candidates' (epsilon, delta). Fits compose by basic
+    composition.
 
     Parameters
     ----------
     search : GridSearchCV or RandomizedSearchCV
-        Unfitted; its ``estimator`` holds one or more private estimators.
+        Unfitted; its ``estimator`` holds one or more private estimators. A
+        ``RandomizedSearchCV`` needs an int ``random_state``, so that the
+        candidates priced are the ones fitted.
     X, y, groups : array-like
         As passed to ``search.fit`` (used only to count the splits).
 
@@ -82,52 +132,275 @@ def search_cost(search, X, y=None, groups=None):
     -------
     (float, float, int)
         Total epsilon, total delta and the number of fits.
+
+    Raises
+    ------
+    ValueError
+        For another kind of search, or a randomized search without an int
+        ``random_state``.
     """
+    candidates = _candidates(search)
     n_splits = check_cv(search.cv, y).get_n_splits(X, y, groups)
-    costs = [_fit_cost(clone(search.estimator).set_params(**params)) for params in _candidates(search)]
-    refit = [max(costs)] if search.refit else []
+    costs = [_fit_cost(clone(search.estimator).set_params(**params)) for params in candidates]
+    refit = [(max(c[0] for c in costs), max(c[1] for c in costs))] if search.refit else []
     per_fit = [cost for cost in costs for _ in range(n_splits)] + refit
     return (math.fsum(c[0] for c in per_fit), math.fsum(c[1] for c in per_fit), len(per_fit))
 
 
-def fit_search_charged(search, X, y=None, *, accountant=None, groups=None, **fit_params):
-    """Fit ``search`` after charging its whole cost to ``accountant`` up front.
+class _temporarily:
+    """Context manager: set parameters of ``search`` and put the old values back on exit."""
+
+    def __init__(self, search, **params):
+        self.search, self.params = search, params
+
+    def __enter__(self):
+        self.saved = {name: getattr(self.search, name) for name in self.params}
+        self.search.set_params(**self.params)
+        return self.search
+
+    def __exit__(self, *exc_info):
+        self.search.set_params(**self.saved)
+        return False
+
+
+def _pinned_inputs(search, X, y, groups):
+    """The splits as a list and, for a randomized search without an int seed, one drawn from OS entropy.
+
+    Fixing both for the duration of the search makes the candidates and the
+    splits that are priced exactly the ones that are fitted.
+    """
+    cv = check_cv(search.cv, y, classifier=is_classifier(search.estimator))
+    pinned = {"cv": [(train, test) for train, test in cv.split(X, y, groups)]}
+    if isinstance(search, RandomizedSearchCV) and not _is_seed(search.random_state):
+        pinned["random_state"] = int(np.random.default_rng().integers(2**32))
+    return pinned
+
+
+def _check_search_seeds(search, candidates, n_fits, accountant):
+    """Warn, or refuse, before any spend, when the fits of a search would share a seed."""
+    seeds = {
+        repr(component.random_state)
+        for params in candidates
+        for component in _private_components(clone(search.estimator).set_params(**params)).values()
+        if getattr(component, "random_state", None) is not None
+    }
+    if not seeds or n_fits < 2:
+        return
+    message = (
+        f"fit_search_charged: the private estimator has random_state={', '.join(sorted(seeds))}, so "
+        f"the {n_fits} fits of the search (on folds that share most rows) draw the same noise and "
+        "the differences of their releases are nearly noise-free. Use random_state=None."
+    )
+    if accountant.on_repeated_noise == "raise":
+        raise NoiseReuseError(message)
+    warn_user(message, NoiseReuseWarning)
+
+
+def _final_step(estimator):
+    return estimator[-1] if isinstance(estimator, Pipeline) else estimator
+
+
+def _selection_radius(search, candidates, data_radius):
+    """Public bound Lambda of the selection: ``data_radius``, or the largest of the candidates' own."""
+    if data_radius is None:
+        finals = [_final_step(clone(search.estimator).set_params(**params)) for params in candidates]
+        radii = [final.get_params().get("data_radius") for final in finals]
+        if any(radius is None for radius in radii):
+            raise ValueError(
+                "selection='private' needs a public bound on the data: set data_radius on the "
+                "search's final estimator (for every candidate) or pass data_radius= to "
+                "fit_search_charged; selection='non_private' chooses by exact scores (not private)."
+            )
+        data_radius = max(radii)
+    if isinstance(data_radius, bool) or not isinstance(data_radius, Real) or not (
+            math.isfinite(data_radius) and data_radius > 0):
+        raise ValueError(f"data_radius must be a finite number > 0, got data_radius={data_radius!r}.")
+    return float(data_radius)
+
+
+class _HeldOutClippedCost:
+    r"""Scorer: minus the clipped k-means cost of held-out rows, :math:`-\sum_x \min(\|x - c(x)\|^2, C)`.
+
+    ``C`` = ``ceiling``. An estimator that released no centres gets the worst
+    score, ``-C`` per row. For a pipeline, the rows go through the steps
+    before the final estimator (which must then be public transforms).
+    """
+
+    def __init__(self, ceiling):
+        self.ceiling = ceiling
+
+    def __call__(self, estimator, X, y=None):
+        if isinstance(estimator, Pipeline):
+            X = estimator[:-1].transform(X)
+        final = _final_step(estimator)
+        centers = getattr(final, "cluster_centers_", None)
+        if centers is None:
+            centers = getattr(final, "means_", None)
+        return -_clipped_cost(check_array(X, dtype=np.float64), centers, self.ceiling)
+
+
+class _PrivateChoice:
+    r"""``refit`` callable of a search: the exponential mechanism on the summed held-out scores.
+
+    The score of candidate j is :math:`\sum_s \mathrm{score}_{j,s}`, the
+    clipped held-out cost summed over the splits s, with a failed fit's split
+    scored ``-C`` per held-out row. Given the released centres of the
+    training folds (already charged), replacing one row changes only the terms
+    of the splits that hold it out, each by at most ``C``, so the sensitivity
+    is ``multiplicity * C``, where ``multiplicity`` is the largest number of
+    test folds a row is in (1 for k-fold).
+    """
+
+    def __init__(self, epsilon, sensitivity, worst_split_scores, rng):
+        self.epsilon, self.sensitivity, self.rng = epsilon, sensitivity, rng
+        self.worst_split_scores = np.asarray(worst_split_scores, dtype=float)
+        self.event = None
+
+    def __call__(self, cv_results):
+        worst = self.worst_split_scores
+        split_scores = np.column_stack(
+            [np.asarray(cv_results[f"split{s}_test_score"], dtype=float) for s in range(worst.size)])
+        split_scores = np.where(np.isfinite(split_scores), np.clip(split_scores, worst, 0.0), worst)
+        index, self.event = exponential_mechanism(
+            split_scores.sum(axis=1), epsilon=self.epsilon, sensitivity=self.sensitivity,
+            rng=self.rng, label="fit_search_charged/selection")
+        return int(index)
+
+
+def _private_selection(search, candidates, splits, n_samples, *, epsilon, data_radius, random_state):
+    """The scorer and the ``refit`` callable of a private choice; validated before any spend."""
+    if isinstance(epsilon, bool) or not isinstance(epsilon, Real) or not (
+            math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(
+            f"selection_epsilon must be a finite number > 0, got selection_epsilon={epsilon!r}.")
+    if not search.refit:
+        raise ValueError("selection='private' chooses and refits one candidate: set refit=True on the "
+                         "search, or use selection='non_private' (not private).")
+    ceiling = (2.0 * _selection_radius(search, candidates, data_radius)) ** 2
+    held_out = np.concatenate([test for _, test in splits])
+    multiplicity = int(np.bincount(held_out, minlength=n_samples).max())
+    worst = [-ceiling * len(test) for _, test in splits]
+    rng = check_random_state(random_state)
+    choice = _PrivateChoice(float(epsilon), multiplicity * ceiling, worst, rng)
+    return _HeldOutClippedCost(ceiling), choice
+
+
+def _drop_exact_scores(search):
+    search.cv_results_ = {key: value for key, value in search.cv_results_.items()
+                          if "test_score" not in key and "train_score" not in key}
+
+
+def fit_search_charged(search, X, y=None, *, accountant=None, groups=None, selection="private",
+                       selection_epsilon=0.1, data_radius=None, random_state=None, **fit_params):
+    r"""Fit ``search`` after charging its whole cost, fits and choice, to ``accountant`` up front.
 
     Works with any ``n_jobs`` and joblib backend: the parent charges
-    :func:`search_cost` once (all or nothing, before any data is touched),
-    then the fits run with throw-away accountants, so nothing is spent twice
-    and nothing goes unrecorded. The fitted ``best_estimator_`` gets the real
-    accountant back as its parameter.
+    :func:`search_cost` (plus ``selection_epsilon``) once, all or nothing,
+    before any data is touched; the fits then run with throw-away accountants,
+    so nothing is spent twice and nothing goes unrecorded. The splits, and the
+    candidates of a ``RandomizedSearchCV`` (whose ``random_state``, if not an
+    int, is drawn from OS entropy for the duration), are fixed first, so the
+    price is that of exactly the fits that run. The fitted
+    ``best_estimator_`` gets the real accountant back as its parameter.
+
+    **What is private.** With ``selection="private"`` (the default) every
+    output is private: the fits are private releases, and the choice of
+    ``best_index_``/``best_params_`` (and so the refit) is made by the
+    exponential mechanism (McSherry & Talwar 2007) at ``selection_epsilon`` on
+    the score of each candidate
+
+    .. math::
+
+        u_j = -\sum_{s}\sum_{x \in \mathrm{test}_s} \min(\|x - c_{j,s}(x)\|^2, (2\Lambda)^2),
+
+    where :math:`c_{j,s}` are the centres candidate j released on the training
+    rows of split s and :math:`\Lambda` the public ``data_radius``. Given those
+    (already charged) releases, replacing one row changes :math:`u_j` by at
+    most :math:`m(2\Lambda)^2`, with m the largest number of test folds a row
+    is in (1 for k-fold), which is the sensitivity used. The total is the fits'
+    cost plus ``selection_epsilon`` by basic composition. ``cv_results_``
+    keeps the candidates' parameters and timings but not the exact scores
+    (``*test_score*``, ``*train_score*``), and ``best_score_`` is not set. The
+    splits, ``y`` and ``groups`` are treated as public. Preprocessing steps
+    of a pipeline must be public transforms.
+
+    With ``selection="non_private"`` (a :class:`PrivacyLeakWarning` is
+    emitted) only the fits are private: ``best_params_``, the refit and
+    ``cv_results_`` come from the search's own exact scores on the private
+    folds, which no guarantee covers.
 
     Parameters
     ----------
     search : GridSearchCV or RandomizedSearchCV
+        Its ``estimator`` holds one or more private estimators. Its
+        ``random_state`` should be ``None``: a fixed seed makes every fit draw
+        the same noise (:class:`NoiseReuseWarning`, or
+        :class:`NoiseReuseError` from an accountant with
+        ``on_repeated_noise="raise"``).
     X, y : array-like
     accountant : BudgetAccountant, default=None
         Charged with the search's cost; ``None`` uses the private estimator's
         own ``accountant`` parameter, or the default accountant.
     groups : array-like, default=None
+    selection : {"private", "non_private"}, default="private"
+        How the refitted candidate is chosen, see above. ``"private"``
+        replaces the search's ``scoring`` and ``refit`` for the duration.
+    selection_epsilon : float, default=0.1
+        Budget of the private choice.
+    data_radius : float, default=None
+        Public bound :math:`\Lambda` of the private choice (the norm of the
+        rows seen by the final estimator); ``None`` takes the largest
+        ``data_radius`` of the candidates' final estimators.
+    random_state : None, int or numpy.random.Generator, default=None
+        Randomness of the private choice.
     **fit_params : dict
         Passed to ``search.fit``.
 
     Returns
     -------
     search : the fitted search
+        With ``selection_event_``, the :class:`~skdpcluster.mechanisms.PrivacyEvent`
+        of the private choice (``None`` for ``selection="non_private"``).
+
+    Raises
+    ------
+    ValueError
+        For invalid arguments, before anything is charged.
+    BudgetExceededError
+        If the search's cost does not fit in ``accountant``; nothing is charged.
     """
     components = _private_components(search.estimator)
     if not components:
         raise ValueError("search.estimator holds no private estimator (with epsilon, delta, accountant).")
+    if selection not in ("private", "non_private"):
+        raise ValueError(f"selection must be 'private' or 'non_private', got selection={selection!r}.")
     if accountant is None:
         accountant = next(iter(components.values())).accountant or BudgetAccountant.default()
-    epsilon, delta, n_fits = search_cost(search, X, y, groups)
-    accountant.spend(epsilon, delta, label=f"{type(search).__name__}: {n_fits} fits charged up front")
-    original = search.estimator
-    sink = {f"{prefix}accountant": BudgetAccountant() for prefix in components}
-    search.estimator = clone(original).set_params(**sink)
-    try:
-        search.fit(X, y, groups=groups, **fit_params)
-    finally:
-        search.estimator = original
+    pinned = _pinned_inputs(search, X, y, groups)
+    with _temporarily(search, **pinned):
+        epsilon, delta, n_fits = search_cost(search, X, y, groups)
+        candidates = _candidates(search)
+        sink = {f"{prefix}accountant": _PrepaidAccountant() for prefix in components}
+        overrides = {"estimator": clone(search.estimator).set_params(**sink)}
+        choice = None
+        if selection == "private":
+            overrides["scoring"], choice = _private_selection(
+                search, candidates, pinned["cv"], _num_samples(X), epsilon=selection_epsilon,
+                data_radius=data_radius, random_state=random_state)
+            overrides["refit"] = choice
+            epsilon += selection_epsilon
+        _check_search_seeds(search, candidates, n_fits, accountant)
+        if selection == "non_private":
+            warn_user("fit_search_charged(selection='non_private'): best_params_, the refit and "
+                      "cv_results_ come from exact scores on the private data and are not private; "
+                      "only the fits are.", PrivacyLeakWarning)
+        accountant.spend(epsilon, delta, label=f"{type(search).__name__}: {n_fits} fits"
+                         f"{' and a private choice' if choice else ''} charged up front")
+        with _temporarily(search, **overrides):
+            search.fit(X, y, groups=groups, **fit_params)
+    if choice is not None:
+        _drop_exact_scores(search)
+    search.selection_event_ = choice.event if choice is not None else None
     if hasattr(search, "best_estimator_"):
         search.best_estimator_.set_params(**{key: accountant for key in sink})
     return search

@@ -1,12 +1,25 @@
+import copy
 import json
 import math
 import pickle
 import threading
+import warnings
 
+import numpy as np
 import pytest
 from sklearn.base import BaseEstimator, clone
 
-from skdpcluster import BudgetAccountant, BudgetExceededError
+from skdpcluster import (
+    BudgetAccountant,
+    BudgetExceededError,
+    DetachedAccountantError,
+    KTupleClusterer,
+    NoiseReuseError,
+    NoiseReuseWarning,
+    PrivateGaussianMixture,
+)
+from skdpcluster.accountant import LedgerEntry
+from skdpcluster.datasets import make_separated_mixture
 from skdpcluster.mechanisms import PrivacyEvent
 
 
@@ -138,13 +151,191 @@ def test_json_round_trip_keeps_ledger():
     json.loads(acc.to_json())  # plain JSON
 
 
-def test_pickle_keeps_ledger_and_is_independent():
+@pytest.mark.parametrize("make_copy", [lambda a: pickle.loads(pickle.dumps(a)), copy.deepcopy, copy.copy],
+                         ids=["pickle", "deepcopy", "copy"])
+def test_unpickled_copy_keeps_the_ledger_and_refuses_to_spend(make_copy):
+    """Regression (issue #12, item 1): a copy spent silently on a ledger nobody reads."""
     acc = BudgetAccountant(epsilon=1.0)
     acc.spend(0.5, 0.0, label="x")
-    copy = pickle.loads(pickle.dumps(acc))
-    assert copy.ledger == acc.ledger and copy is not acc
-    copy.spend(0.5, 0.0)
-    assert len(acc.ledger) == 1  # spending on the copy never touches the original
+    duplicate = make_copy(acc)
+    assert duplicate is not acc and duplicate.ledger == acc.ledger and duplicate.detached
+    for attempt in (lambda: duplicate.spend(0.1, 0.0), lambda: duplicate.check(0.1, 0.0)):
+        with pytest.raises(DetachedAccountantError, match="fit_search_charged.*from_json"):
+            attempt()
+    assert len(duplicate.ledger) == 1 and len(acc.ledger) == 1
+    assert isinstance(DetachedAccountantError("x"), BudgetExceededError)
+    acc.spend(0.1, 0.0)  # the original is unaffected
+    restored = BudgetAccountant.from_json(duplicate.to_json())  # restoring on purpose re-attaches
+    assert not restored.detached
+    restored.spend(0.5, 0.0)
+    assert restored.total()[0] == pytest.approx(1.0)
+
+
+@pytest.fixture(scope="module")
+def small_data():
+    return make_separated_mixture(2000, n_clusters=2, n_features=1, separation=512, random_state=0)[0]
+
+
+def _fast(**params):
+    """A KTupleClusterer that releases on ``small_data`` in milliseconds.
+
+    A huge epsilon, and a tiny beta: with the default beta=0.05 about 5% of seeds fail the
+    private test on this data; with beta=1e-6 none of 300 seeds did.
+    """
+    return KTupleClusterer(n_clusters=2, epsilon=1e5, delta=0.1, beta=1e-6, **params)
+
+
+def test_unpickled_estimator_with_default_accountant_refuses_to_fit(small_data):
+    """Regression (issue #12, item 1): an unpickled estimator spent on its process's default accountant."""
+    acc = BudgetAccountant()
+    with acc:
+        fitted = _fast(random_state=None).fit(small_data)
+        assert len(acc.ledger) == 1
+        for restored in (pickle.loads(pickle.dumps(fitted)), copy.deepcopy(_fast())):
+            with pytest.raises(DetachedAccountantError, match="fit_search_charged"):
+                restored.fit(small_data)
+        assert len(acc.ledger) == 1
+        assert np.array_equal(restored_predictions := pickle.loads(pickle.dumps(fitted)).predict(small_data),
+                              fitted.predict(small_data)) and restored_predictions.size
+        clone(pickle.loads(pickle.dumps(fitted))).fit(small_data)  # a clone is a fresh estimator
+        pickle.loads(pickle.dumps(fitted)).set_params(accountant=acc).fit(small_data)
+    assert len(acc.ledger) == 3
+
+
+def test_same_seed_on_one_accountant_warns(small_data):
+    """Regression (issue #12, item 8): two fits with one seed drew identical noise, silently."""
+    acc = BudgetAccountant()
+    first = _fast(accountant=acc, random_state=3).fit(small_data)
+    with pytest.warns(NoiseReuseWarning, match="KTupleClusterer.*random_state=None"):
+        second = _fast(accountant=acc, random_state=3).fit(small_data + 5.0)
+    # The reason for the warning: the difference of the two releases is exactly the shift.
+    assert np.allclose(second.cluster_centers_ - first.cluster_centers_, 5.0)
+    assert len(acc.ledger) == 2 and acc.ledger[0].noise_key == acc.ledger[1].noise_key is not None
+    with pytest.warns(NoiseReuseWarning):  # the saved ledger keeps the fingerprints
+        _fast(accountant=BudgetAccountant.from_json(acc.to_json()), random_state=3).fit(small_data)
+
+
+@pytest.mark.filterwarnings("ignore::skdpcluster.NotSeparatedWarning")  # the mixture's release is not the point
+def test_distinct_streams_do_not_warn(small_data):
+    acc = BudgetAccountant()
+    generator = np.random.default_rng(11)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NoiseReuseWarning)
+        for random_state in (1, 2, None, None, generator, generator):  # a Generator advances
+            _fast(accountant=acc, random_state=random_state).fit(small_data)
+        # Another estimator class with the same seed draws its noise differently.
+        PrivateGaussianMixture(2, epsilon=300.0, delta=0.1, accountant=acc, random_state=1).fit(
+            np.column_stack([small_data[:, 0], small_data[::-1, 0]]))
+    assert len(acc.ledger) == 7
+    assert [entry.noise_key is None for entry in acc.ledger] == [False, False, True, True, False, False, False]
+
+
+def test_repeated_noise_can_be_refused_before_any_spend(small_data):
+    acc = BudgetAccountant(on_repeated_noise="raise")
+    fitted = _fast(accountant=acc, random_state=5).fit(small_data)
+    centers = fitted.cluster_centers_.copy()
+    with pytest.raises(NoiseReuseError, match="same random_state"):
+        fitted.fit(small_data + 1.0)
+    assert len(acc.ledger) == 1 and np.array_equal(fitted.cluster_centers_, centers)
+    with pytest.raises(ValueError, match="on_repeated_noise"):
+        BudgetAccountant(on_repeated_noise="ignore")
+    assert BudgetAccountant.from_json(acc.to_json()).on_repeated_noise == "raise"
+
+
+def _saved(**changes):
+    data = {"epsilon": 1.0, "delta": 1e-5, "slack": 0.0,
+            "ledger": [{"epsilon": 0.9, "delta": 0.0, "label": "fit", "events": []}]}
+    data.update(changes)
+    return json.dumps(data)
+
+
+@pytest.mark.parametrize("text, match", [
+    (_saved(ledger=[{"epsilon": 0.9, "delta": 0.0}, {"epsilon": -0.9, "delta": 0.0}]),
+     r"ledger\[1\].*epsilon"),
+    (_saved(ledger=[{"epsilon": float("nan"), "delta": 0.0}]), r"ledger\[0\].*epsilon"),
+    (_saved(ledger=[{"epsilon": 0.1, "delta": 1.0}]), r"ledger\[0\].*delta"),
+    (_saved(ledger=[{"epsilon": "0.1", "delta": 0.0}]), r"ledger\[0\].*epsilon"),
+    (_saved(ledger=[{"epsilon": 0.1}]), r"ledger\[0\].*delta"),
+    (_saved(ledger=[{"epsilon": 0.1, "delta": 0.0, "refund": True}]), r"ledger\[0\].*refund"),
+    (_saved(ledger=[{"epsilon": 0.1, "delta": 0.0, "label": 3}]), r"ledger\[0\].*label"),
+    (_saved(ledger=[{"epsilon": 0.1, "delta": 0.0, "events": [{"mechanism": "laplace", "epsilon": -1}]}]),
+     r"ledger\[0\].*events\[0\]\.epsilon"),
+    (_saved(ledger=[{"epsilon": 0.1, "delta": 0.0, "events": [{"mechanism": "laplace", "epsilon": 1e400}]}]),
+     r"events\[0\]\.epsilon"),
+    (_saved(ledger=[{"epsilon": 0.6, "delta": 0.0}, {"epsilon": 0.6, "delta": 0.0}]), "over its ceiling"),
+    (_saved(ledger={"epsilon": 0.1}), "ledger"),
+    (_saved(epsilon=-1.0), "epsilon"),
+    (_saved(delta=2.0), "delta"),
+    (_saved(slack=-0.1), "slack"),
+    ("{}", "lacks.*delta.*epsilon.*ledger.*slack"),
+    ("[]", "JSON object"),
+    (json.dumps({"epsilon": 1.0, "delta": 1e-5, "ledger": []}), "slack"),
+    ("not json", "JSON"),
+])
+def test_from_json_validates_every_field(text, match):
+    """Regression (issue #12, item 9): a saved ledger with a negative entry refunded the budget."""
+    with pytest.raises(ValueError, match=match):
+        BudgetAccountant.from_json(text)
+
+
+class _Forged:
+    """Unpickles as ``cls`` with a chosen state, as a tampered pickle file would."""
+
+    def __init__(self, cls, state):
+        self.cls, self.state = cls, state
+
+    def __reduce__(self):
+        return object.__new__, (self.cls,), self.state
+
+
+def test_unpickling_validates_every_field():
+    """Regression (issue #12, item 9): __setstate__ trusted its input."""
+    good = BudgetAccountant(epsilon=1.0)
+    good.spend(0.9, 0.0)
+    state = good.__getstate__()
+    for bad, match in [
+        ({**state, "entries": [LedgerEntry(0.9, 0.0), _Forged(LedgerEntry, {"epsilon": -0.9, "delta": 0.0,
+                                                                            "label": "", "events": ()})]},
+         "epsilon"),
+        ({**state, "entries": [LedgerEntry(0.9, 0.0), LedgerEntry(0.9, 0.0)]}, "over its ceiling"),
+        ({**state, "slack": 2.0}, "slack"),
+        ({key: value for key, value in state.items() if key != "slack"}, "slack"),
+        ({**state, "entries": ["not an entry"]}, "ledger"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            pickle.loads(pickle.dumps(_Forged(BudgetAccountant, bad)))
+    restored = pickle.loads(pickle.dumps(good))
+    assert restored.ledger == good.ledger and restored.total() == good.total()
+
+
+def test_ledger_entry_validates_its_fields():
+    """Regression (issue #12, item 9): LedgerEntry and from_dict accepted a negative epsilon."""
+    for build in (lambda: LedgerEntry(-0.9, 0.0), lambda: LedgerEntry.from_dict({"epsilon": -0.9, "delta": 0}),
+                  lambda: LedgerEntry(0.1, float("inf")), lambda: LedgerEntry(0.1, 0.0, events=("x",))):
+        with pytest.raises(ValueError):
+            build()
+    with pytest.raises(ValueError, match="JSON object"):
+        LedgerEntry.from_dict([0.1, 0.0])
+
+
+def test_empty_ledger_reports_zero_not_minus_zero():
+    """Regression (issue #12, item 10): an empty ledger printed delta=-0."""
+    acc = BudgetAccountant()
+    assert math.copysign(1.0, acc.total()[1]) == 1.0
+    assert "-0" not in repr(acc) and "spent=(0, 0)" in repr(acc)
+
+
+def test_advanced_composition_only_when_within_the_ceiling():
+    """Regression (issue #12, item 10): advanced composition was chosen by epsilon alone, so a spend
+    that fits under basic composition was refused because the advanced delta (with slack) did not fit."""
+    acc = BudgetAccountant(epsilon=2.0, delta=1e-6, slack=1e-6)
+    for _ in range(100):
+        acc.spend(0.01, 1e-8)
+    assert acc.total() == (pytest.approx(1.0), pytest.approx(1 - (1 - 1e-8) ** 100, rel=1e-9))
+    roomy = BudgetAccountant(epsilon=2.0, delta=1e-5, slack=1e-6)  # here the advanced total fits
+    for _ in range(100):
+        roomy.spend(0.01, 1e-8)
+    assert roomy.total()[0] < 0.6 and roomy.total()[1] == pytest.approx(1e-6 + 1e-6, rel=1e-3)
 
 
 def test_default_accountant_and_context_manager():

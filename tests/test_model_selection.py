@@ -1,14 +1,38 @@
 """Searches over private estimators: every fit charged, in-process or in worker processes."""
 
+import warnings
+from types import SimpleNamespace
+
+import joblib
 import numpy as np
 import pytest
-from sklearn.model_selection import GridSearchCV
+from dp_stats import epsilon_lower_bound, event_counts
+from scipy import stats
+from sklearn.model_selection import GridSearchCV, KFold, RandomizedSearchCV, ShuffleSplit
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from skdpcluster import BudgetAccountant, BudgetExceededError, KTupleClusterer
+from skdpcluster import (
+    BudgetAccountant,
+    BudgetExceededError,
+    KTupleClusterer,
+    NoiseReuseError,
+    NoiseReuseWarning,
+    PrivacyLeakWarning,
+)
 from skdpcluster.datasets import make_separated_mixture
-from skdpcluster.model_selection import fit_search_charged, search_cost, select_privately
+from skdpcluster.model_selection import (
+    _HeldOutClippedCost,
+    _private_selection,
+    fit_search_charged,
+    search_cost,
+    select_privately,
+)
+
+# The searches on `data` fix random_state=0 so that they are reproducible; every fit of such a
+# search draws the same noise, which the accountant rightly reports. The new tests below use
+# random_state=None wherever the outcome does not matter.
+_SEEDED = pytest.mark.filterwarnings("ignore::skdpcluster.NoiseReuseWarning")
 
 
 @pytest.fixture(scope="module")
@@ -21,6 +45,7 @@ def _search(accountant, n_jobs=1, **grid):
     return GridSearchCV(estimator, grid or {"epsilon": [1.0, 2.0]}, cv=3, n_jobs=n_jobs)
 
 
+@_SEEDED
 def test_in_process_search_charges_every_fit_to_the_shared_accountant(data):
     acc = BudgetAccountant()
     search = _search(acc).fit(data[0])
@@ -36,32 +61,37 @@ def test_search_cost_counts_folds_and_refit(data):
     assert delta == pytest.approx(7 * 1e-6)
 
 
+@_SEEDED
 def test_process_parallel_search_is_charged_up_front(data):
     acc = BudgetAccountant()
-    search = fit_search_charged(_search(acc, n_jobs=2), data[0], accountant=acc)
-    assert len(acc.ledger) == 1 and "7 fits" in acc.ledger[0].label
-    assert acc.total() == pytest.approx(search_cost(_search(None), data[0])[:2])
+    search = fit_search_charged(_search(acc, n_jobs=2), data[0], accountant=acc, data_radius=600.0)
+    assert len(acc.ledger) == 1 and "7 fits and a private choice" in acc.ledger[0].label
+    fits_epsilon, fits_delta, _ = search_cost(_search(None), data[0])
+    assert acc.total() == pytest.approx((fits_epsilon + 0.1, fits_delta))
     assert search.best_estimator_.accountant is acc and search.estimator.accountant is acc
     assert search.best_estimator_.status_ == "success"
 
 
+@_SEEDED
 def test_charged_search_refuses_before_fitting_when_over_budget(data):
     acc = BudgetAccountant(epsilon=5.0)
     search = _search(acc)
     with pytest.raises(BudgetExceededError):
-        fit_search_charged(search, data[0], accountant=acc)
+        fit_search_charged(search, data[0], accountant=acc, data_radius=600.0)
     assert acc.ledger == [] and not hasattr(search, "best_estimator_")
 
 
+@_SEEDED
 def test_charged_search_through_a_pipeline(data):
     acc = BudgetAccountant()
     pipe = make_pipeline(StandardScaler(), KTupleClusterer(n_clusters=2, random_state=0))
     search = GridSearchCV(pipe, {"ktupleclusterer__epsilon": [1.0, 2.0]}, cv=2)
-    fit_search_charged(search, data[0], accountant=acc)
-    assert acc.total()[0] == pytest.approx(2 * 1.0 + 2 * 2.0 + 2.0)
+    fit_search_charged(search, data[0], accountant=acc, selection_epsilon=0.5, data_radius=10.0)
+    assert acc.total()[0] == pytest.approx(2 * 1.0 + 2 * 2.0 + 2.0 + 0.5)
     assert search.best_estimator_[-1].accountant is acc
 
 
+@_SEEDED
 def test_select_privately_prefers_the_better_candidate_and_charges_epsilon(data):
     X, _ = data
     good = KTupleClusterer(n_clusters=2, epsilon=2.0, random_state=0).fit(X)
@@ -79,3 +109,176 @@ def test_select_privately_validates_before_spending(data):
     with pytest.raises(ValueError, match="data_radius"):
         select_privately([object()], data[0], data_radius=0.0, epsilon=1.0, accountant=acc)
     assert acc.ledger == []
+
+
+# -- issue #12: process-parallel searches, refit price, randomized searches, private choice, seeds --
+
+
+@pytest.fixture(scope="module")
+def small():
+    return make_separated_mixture(2000, n_clusters=2, n_features=1, separation=512, random_state=0)[0]
+
+
+def _fast(**params):
+    """A KTupleClusterer that releases on ``small`` in milliseconds; |x| < 600.
+
+    A huge epsilon, and a tiny beta: with the default beta=0.05 about 5% of seeds fail the
+    private test on this data; with beta=1e-6 none of 300 seeds did.
+    """
+    return KTupleClusterer(n_clusters=2, epsilon=1e5, delta=0.1, beta=1e-6, **params)
+
+
+def test_process_parallel_search_refuses_instead_of_under_charging(small):
+    """Regression (issue #12, item 1): with n_jobs=2 only the refit reached the ledger, silently."""
+    acc = BudgetAccountant()
+    search = GridSearchCV(_fast(accountant=acc), {"epsilon": [1e5, 2e5]}, cv=3, n_jobs=2)
+    with joblib.parallel_config(backend="loky"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # scikit-learn's FitFailedWarning for each refused fit
+        with pytest.raises(ValueError, match="fit_search_charged"):
+            search.fit(small)
+        assert acc.ledger == []
+        with acc:  # accountant=None: the workers must not spend on their own default accountants
+            with pytest.raises(ValueError, match="fit_search_charged"):
+                GridSearchCV(_fast(), {"epsilon": [1e5, 2e5]}, cv=3, n_jobs=2).fit(small)
+        assert acc.ledger == []
+    charged = fit_search_charged(search, small, accountant=acc, data_radius=600.0)
+    assert len(acc.ledger) == 1 and acc.total() == pytest.approx((3 * 3e5 + 2e5 + 0.1, 7 * 0.1))
+    assert charged.best_estimator_.status_ == "success" and charged.best_estimator_.accountant is acc
+
+
+def test_threaded_search_charges_every_fit_to_the_shared_accountant(small):
+    acc = BudgetAccountant()
+    search = GridSearchCV(_fast(accountant=acc), {"epsilon": [1e5, 2e5]}, cv=3, n_jobs=2)
+    with joblib.parallel_config(backend="threading"):
+        search.fit(small)
+    assert len(acc.ledger) == 7 and acc.total()[0] == pytest.approx(3 * 3e5 + search.best_params_["epsilon"])
+
+
+def test_refit_is_priced_at_the_componentwise_maximum(small):
+    """Regression (issue #12, item 2): max() of (epsilon, delta) tuples took the delta of the wrong candidate."""
+    grid = [{"epsilon": [1.0], "delta": [1e-9]}, {"epsilon": [0.9], "delta": [1e-3]}]
+    epsilon, delta, n_fits = search_cost(GridSearchCV(_fast(), grid, cv=3), small)
+    assert n_fits == 7
+    assert epsilon == pytest.approx(3 * 1.0 + 3 * 0.9 + 1.0)
+    assert delta == pytest.approx(3 * 1e-9 + 3 * 1e-3 + 1e-3)  # the refit pays the largest delta
+
+
+@pytest.mark.parametrize("random_state", [None, np.random.RandomState(0)], ids=["None", "RandomState"])
+def test_randomized_search_is_priced_on_the_candidates_it_fits(small, random_state):
+    """Regression (issue #12, item 3): pricing drew its own candidates, not the fitted ones."""
+    search = RandomizedSearchCV(_fast(), {"epsilon": stats.uniform(1e5, 1e5)}, n_iter=3, cv=2,
+                                random_state=random_state)
+    with pytest.raises(ValueError, match="random_state"):
+        search_cost(search, small)
+    acc = BudgetAccountant()
+    fit_search_charged(search, small, accountant=acc, data_radius=600.0)
+    fitted = [params["epsilon"] for params in search.cv_results_["params"]]
+    expected = 2 * sum(fitted) + max(fitted) + 0.1
+    assert acc.total()[0] == pytest.approx(expected, rel=1e-12)
+    assert search.random_state is random_state  # the pinned seed is only for the duration
+
+
+def test_search_cost_refuses_other_searches(small):
+    from sklearn.experimental import enable_halving_search_cv  # noqa: F401
+    from sklearn.model_selection import HalvingGridSearchCV
+
+    with pytest.raises(ValueError, match="GridSearchCV or a RandomizedSearchCV"):
+        search_cost(HalvingGridSearchCV(_fast(), {"epsilon": [1e5, 2e5]}), small)
+
+
+@pytest.mark.filterwarnings("ignore::skdpcluster.NotSeparatedWarning")  # n_clusters=3 fails, as intended
+def test_charged_search_chooses_privately_by_default(small):
+    """Regression (issue #12, item 4): best_params_ and cv_results_ came from exact private scores."""
+    acc = BudgetAccountant()
+    search = GridSearchCV(_fast(), {"n_clusters": [3, 2]}, cv=KFold(4))  # the first candidate fails
+    fit_search_charged(search, small, accountant=acc, selection_epsilon=0.25, data_radius=600.0)
+    assert search.best_index_ == 1 and search.best_params_ == {"n_clusters": 2}
+    assert not any("score" in key and "time" not in key for key in search.cv_results_)
+    assert not hasattr(search, "best_score_")
+    event = search.selection_event_
+    assert (event.mechanism, event.epsilon, event.sensitivity) == ("exponential", 0.25, 1200.0**2)
+    assert acc.total()[0] == pytest.approx(4 * 2e5 + 1e5 + 0.25)
+    assert search.scoring is None and search.refit is True and isinstance(search.cv, KFold)  # restored
+
+
+def test_private_choice_sensitivity_counts_overlapping_test_folds(small):
+    cv = ShuffleSplit(n_splits=4, test_size=0.5, random_state=0)
+    multiplicity = np.bincount(np.concatenate([test for _, test in cv.split(small)])).max()
+    assert multiplicity >= 2
+    search = fit_search_charged(GridSearchCV(_fast(), {"epsilon": [1e5]}, cv=cv), small,
+                                accountant=BudgetAccountant(), data_radius=600.0)
+    assert search.selection_event_.sensitivity == multiplicity * 1200.0**2
+
+
+def test_non_private_selection_is_explicit_and_loud(small):
+    search = GridSearchCV(_fast(), {"epsilon": [1e5, 2e5]}, cv=3)
+    with pytest.warns(PrivacyLeakWarning, match="not private"):
+        fit_search_charged(search, small, accountant=BudgetAccountant(), selection="non_private")
+    assert "mean_test_score" in search.cv_results_ and search.selection_event_ is None
+
+
+def test_private_choice_validates_before_spending(small):
+    acc = BudgetAccountant()
+    search = GridSearchCV(_fast(), {"epsilon": [1e5, 2e5]}, cv=3)
+    for kwargs, match in [({}, "data_radius"), ({"data_radius": -1.0}, "data_radius"),
+                          ({"data_radius": 600.0, "selection_epsilon": 0.0}, "selection_epsilon"),
+                          ({"data_radius": 600.0, "selection": "best"}, "selection"),
+                          ({"data_radius": 600.0, "random_state": "x"}, "random_state")]:
+        with pytest.raises(ValueError, match=match):
+            fit_search_charged(search, small, accountant=acc, **kwargs)
+    with pytest.raises(ValueError, match="refit"):
+        fit_search_charged(GridSearchCV(_fast(), {"epsilon": [1e5]}, refit=False), small,
+                           accountant=acc, data_radius=600.0)
+    assert acc.ledger == [] and not hasattr(search, "cv_results_")
+
+
+def test_seeded_search_warns_or_refuses_before_charging(small):
+    """Regression (issue #12, item 8): GridSearchCV(..., random_state=0) reused one noise stream per fit."""
+    search = GridSearchCV(_fast(random_state=0), {"epsilon": [1e5]}, cv=3)
+    strict = BudgetAccountant(on_repeated_noise="raise")
+    with pytest.raises(NoiseReuseError, match="random_state=None"):
+        fit_search_charged(search, small, accountant=strict, data_radius=600.0)
+    assert strict.ledger == []
+    with pytest.warns(NoiseReuseWarning):
+        fit_search_charged(search, small, accountant=BudgetAccountant(), data_radius=600.0)
+    in_process = BudgetAccountant()
+    with pytest.warns(NoiseReuseWarning):  # the shared accountant notices the folds' repeated seed
+        GridSearchCV(_fast(accountant=in_process, random_state=0), {"epsilon": [1e5]}, cv=3).fit(small)
+
+
+def _selection_draws(X_test, n_draws, seed, sensitivity_factor=1.0):
+    """Indices chosen by the private choice of a one-split search between two fixed candidates."""
+    search = GridSearchCV(_fast(data_radius=1.0), {"epsilon": [1e5]})
+    splits = [(np.arange(0), np.arange(X_test.shape[0]))]
+    scorer, choice = _private_selection(search, [{}], splits, X_test.shape[0], epsilon=1.0,
+                                        data_radius=None, random_state=seed)
+    choice.sensitivity *= sensitivity_factor  # the mutant halves it
+    candidates = [SimpleNamespace(cluster_centers_=np.array([[-1.0]])),
+                  SimpleNamespace(cluster_centers_=np.array([[1.0]]))]
+    cv_results = {"split0_test_score": [scorer(candidate, X_test) for candidate in candidates]}
+    return np.array([choice(cv_results) for _ in range(n_draws)])
+
+
+@pytest.mark.parametrize("sensitivity_factor, violates", [(1.0, False), (0.5, True)],
+                         ids=["private_choice", "mutant_half_sensitivity"])
+def test_private_choice_privacy_loss_on_worst_case_neighbours(sensitivity_factor, violates):
+    """Clopper-Pearson lower bound on the choice's privacy loss (epsilon=1) on neighbouring test folds.
+
+    Lambda = 1, so the clip is C = 4. The neighbours differ in one held-out row, +1 against -1:
+    it moves candidate 0's clipped cost by C and candidate 1's by -C, the largest change a row
+    can make. The other rows put the score gap at -3C, where the loss is 0.73 of epsilon and the
+    mutant's (sensitivity halved) reaches 1.73.
+    """
+    n_draws = 20_000
+    near = _selection_draws(np.array([[1.0], [1.0], [1.0]]), n_draws, 1, sensitivity_factor)
+    far = _selection_draws(np.array([[1.0], [1.0], [-1.0]]), n_draws, 2, sensitivity_factor)
+    edges = np.array([0.5])
+    bound = epsilon_lower_bound(event_counts(near, edges), n_draws, event_counts(far, edges), n_draws)
+    assert (bound > 1.0) is violates, bound
+
+
+def test_held_out_clipped_cost_clips_every_row():
+    scorer = _HeldOutClippedCost(4.0)
+    fitted = SimpleNamespace(cluster_centers_=np.array([[0.0], [10.0]]))
+    assert scorer(fitted, np.array([[1.0], [5.0], [9.0], [100.0]])) == -(1.0 + 4.0 + 1.0 + 4.0)
+    assert scorer(SimpleNamespace(cluster_centers_=None), np.zeros((3, 1))) == -12.0

@@ -22,8 +22,9 @@ from sklearn.metrics import pairwise_distances_argmin_min
 from sklearn.metrics.pairwise import euclidean_distances
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from skdpcluster.accountant import BudgetAccountant
+from skdpcluster.accountant import BudgetAccountant, noise_fingerprint
 from skdpcluster.exceptions import (
+    DetachedAccountantError,
     NotSeparatedError,
     NotSeparatedWarning,
     PrivacyAccountingError,
@@ -159,7 +160,8 @@ class _PrivateFitMixin:
     def _run(self, data, plan, private_step=None):
         """Check the budget, draw the generator, run the private step and charge the accountant."""
         accountant = self._resolve_accountant()
-        accountant.check(*plan.cost)
+        noise_key = noise_fingerprint(type(self).__name__, self.random_state)
+        accountant.check(*plan.cost, noise_key=noise_key)
         rng = check_random_state(self.random_state)
         result = self._run_private_step(private_step or self._fit_private, data, plan, rng)
         spent = result.spent()
@@ -167,7 +169,8 @@ class _PrivateFitMixin:
             raise RuntimeError(
                 f"internal accounting error: the fit spent {spent}, more than planned {plan.cost}."
             )
-        accountant.spend(*spent, label=f"{type(self).__name__}.fit", events=result.events)
+        accountant.spend(*spent, label=f"{type(self).__name__}.fit", events=result.events,
+                         noise_key=noise_key)
         return plan, result, spent
 
     def _run_private_step(self, private_step, data, plan, rng):
@@ -245,7 +248,30 @@ class _PrivateFitMixin:
         warn_user(message, NotSeparatedWarning)
 
     def _resolve_accountant(self):
-        return BudgetAccountant.default() if self.accountant is None else self.accountant
+        """The ``accountant`` parameter, or the process default; refused for an unpickled instance.
+
+        An instance re-created by unpickling (a worker process of a parallel
+        search, ``copy.deepcopy``, a saved model) with ``accountant=None``
+        would otherwise charge the default accountant of whatever process it
+        lands in, which nobody reads.
+        """
+        if self.accountant is not None:
+            return self.accountant
+        if getattr(self, "_unpickled", False):
+            raise DetachedAccountantError(
+                f"this {type(self).__name__} was re-created by unpickling (a worker process of a "
+                "parallel search, copy.deepcopy, or a saved model) and has accountant=None: its "
+                "spends would go to the default accountant of this process and never reach yours. "
+                "Pass accountant= explicitly, use sklearn.base.clone(estimator) in the process "
+                "that owns the ledger, or charge a process-parallel search up front with "
+                "skdpcluster.model_selection.fit_search_charged."
+            )
+        return BudgetAccountant.default()
+
+    def __setstate__(self, state):
+        """Unpickle, marking the instance so that it never spends silently on a default accountant."""
+        super().__setstate__(state)
+        self._unpickled = True
 
     # -- public bounds ------------------------------------------------------------
     def _resolve_center(self, n_features):

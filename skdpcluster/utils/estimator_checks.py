@@ -23,6 +23,7 @@ import numpy as np
 from sklearn.base import clone
 
 from skdpcluster.accountant import BudgetAccountant
+from skdpcluster.exceptions import DetachedAccountantError
 
 __all__ = [
     "EXPECTED_FAILED_CHECKS",
@@ -118,14 +119,20 @@ def check_dp_fit_does_not_change_params(estimator, X):
 
 
 def check_dp_pickle_round_trip(estimator, X):
-    """Pickled fitted estimators predict identically, and loading never spends."""
+    """Pickled fitted estimators predict identically; loading never spends, and the copy refuses to."""
     accountant = BudgetAccountant()
     fitted = _with_accountant(estimator, accountant).fit(X)
     restored = pickle.loads(pickle.dumps(fitted))
     assert np.array_equal(fitted.predict(X), restored.predict(X))
     assert len(accountant.ledger) == 1
     assert restored.accountant is not accountant  # a copy of the ledger, not a live link
-    restored.fit(X)
+    try:
+        restored.fit(X)
+    except DetachedAccountantError:
+        pass
+    else:
+        raise AssertionError("a restored estimator spent on a detached copy of its accountant")
+    assert np.array_equal(fitted.predict(X), restored.predict(X)), "a refused fit changed the estimator"
     assert len(accountant.ledger) == 1, "a restored estimator charged the original accountant"
 
 
