@@ -239,3 +239,147 @@ def test_noisy_centers_joint_gaussian_wide(monkeypatch, mutant, should_pass, eps
     bound, claim, _ = _joint_gaussian_bound(monkeypatch, mutant, epsilon, delta, 4_000_000,
                                             seed=4)
     assert (bound <= claim) is should_pass
+
+
+# ---------------------------------------------------------------------------
+# PrivatekAverages (Cohen et al. 2021, Figure 3): the per-cluster private average
+# ---------------------------------------------------------------------------
+
+AVG_SEGMENT = (-5.0, 5.0)  # a released segment of cluster 0, public in the Gaussian step
+
+
+def _averages_pair(neighbouring, n_tuples=40, seed=5):
+    """Cluster-0 values of two neighbouring tuple sets, assigned by the real nearest-centre rule.
+
+    One tuple's cluster-0 point moves from the segment's centre to its end
+    (add/remove calibration: shift (b - a)/2), or from one end to the other
+    (replace-one: shift b - a): the largest shift of the clipped centred sum
+    each calibration allows.
+    """
+    rng = np.random.default_rng(seed)
+    tuples = np.array([[0.0], [100.0]])[None] + rng.normal(0.0, 1.0, size=(n_tuples, 2, 1))
+    low, high = AVG_SEGMENT
+    before, after = ((low + high) / 2, high) if neighbouring == "add_remove" else (low, high)
+    values = []
+    for point in (before, after):
+        moved = tuples.copy()
+        moved[1, 0, 0] = point
+        points = moved.reshape(-1, 1)
+        labels = averages._assign_to_nearest(points, tuples[0])  # the test's selected tuple
+        values.append(points[labels == 0, 0])
+    return values, n_tuples
+
+
+def _averages_bound(neighbouring, n_draws, seed):
+    values, n_public = _averages_pair(neighbouring)
+    rng = np.random.default_rng(seed)
+    samples, means = [], []
+    for cluster in values:
+        batch = np.broadcast_to(cluster, (n_draws, cluster.size))
+        estimates, event = _noisy_clipped_average(batch, AVG_SEGMENT, n_public, 1.0, 1e-3,
+                                                  neighbouring, rng)
+        samples.append(estimates)
+        means.append(float(np.mean(np.clip(cluster, *AVG_SEGMENT))) * cluster.size / n_public)
+    return _mu_bound(samples, _gaussian_edges(means, event.scale)), _claimed_mu(event)
+
+
+@pytest.mark.parametrize("factor, should_pass", VERDICTS)
+def test_averages_cluster_average_within_its_claim(monkeypatch, factor, should_pass):
+    """The Gaussian step of a per-cluster average (Prop. 2.9) is mu-GDP at its event.
+
+    PrivatekAverages runs it at (eps_hat / 2, delta_hat) per axis and cluster,
+    eps_hat = eps / (4k(ell + 1)), about 1e-4: no sample could see that loss,
+    so the same function runs at (1, 1e-3), on the segment the previous step
+    released. The mutant halves the add/remove sum sensitivity (b - a)/(2n).
+    """
+    _halve_entry(monkeypatch, _SUM_SENSITIVITY_PER_WIDTH, "add_remove", factor)
+    bound, claim = _averages_bound("add_remove", n_draws=100_000, seed=6)
+    assert (bound <= claim) is should_pass
+    if should_pass:
+        assert bound > 0.8 * claim
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("factor, should_pass", VERDICTS)
+def test_averages_cluster_average_replace_one(monkeypatch, factor, should_pass):
+    """The replace-one calibration, (b - a)/n, on a point moved from one end to the other."""
+    _halve_entry(monkeypatch, _SUM_SENSITIVITY_PER_WIDTH, "replace_one", factor)
+    bound, claim = _averages_bound("replace_one", n_draws=400_000, seed=7)
+    assert (bound <= claim) is should_pass
+
+
+# ---------------------------------------------------------------------------
+# Stable k-means core step (thesis steps 2-4, spec shechner_stable.md §9.5)
+# ---------------------------------------------------------------------------
+
+CORE_CENTRES = np.array([[-10.0, 0.0], [10.0, 0.0]])
+CORE_RADIUS_FACTOR = 0.25  # r_i = f D_i = 5
+CORE_EDGE = 0.999 * CORE_RADIUS_FACTOR * 20.0  # inside the core ball, at its edge
+UNIT = np.array([0.0, 1.0])
+
+
+def _core_rows(release, neighbouring):
+    """Rows of two neighbouring data sets for the released block ``release``.
+
+    Sums (vectors (x - c_i)/r_i of norm <= 1): one row moved from one edge of
+    its core ball to the opposite edge (replace-one: shift 2), or added at the
+    edge (add/remove: shift 1). Counts: one row moved from core 0 to core 1
+    (replace-one: shift sqrt 2), or added to core 1 (add/remove: shift 1).
+    """
+    rng = np.random.default_rng(8)
+    base = np.concatenate([c + rng.uniform(-1.0, 1.0, size=(30, 2)) for c in CORE_CENTRES])
+    if release == "sums":
+        first, second = CORE_CENTRES[0] - CORE_EDGE * UNIT, CORE_CENTRES[0] + CORE_EDGE * UNIT
+    else:
+        first, second = CORE_CENTRES[0], CORE_CENTRES[1]
+    if neighbouring == "add_remove":
+        return base, np.vstack([base, second])
+    return np.vstack([base, first]), np.vstack([base, second])
+
+
+def _core_bound(release, neighbouring, n_draws, seed):
+    rng = np.random.default_rng(seed)
+    samples, means = [], []
+    for X in _core_rows(release, neighbouring):
+        data = _ClippedData.from_rows(X, np.zeros(2), 20.0)
+        sums, counts, _ = core_statistics(data, CORE_CENTRES, CORE_RADIUS_FACTOR)
+        noisy = noisy_cell_sums(np.tile(sums, (n_draws, 1)), np.tile(counts, n_draws), rho=0.5,
+                                neighbouring=neighbouring, rng=rng, label="test/core")
+        if release == "sums":
+            event = noisy.events[0]
+            project = lambda s, c: s.reshape(-1, 2, 2)[:, 0] @ UNIT  # noqa: E731
+        else:
+            event = noisy.events[1]
+            weights = np.array([-1.0, 1.0]) / math.sqrt(2) if neighbouring == "replace_one" \
+                else np.array([0.0, 1.0])
+            project = lambda s, c: c.reshape(-1, 2) @ weights  # noqa: E731
+        samples.append(project(noisy.sums, noisy.counts))
+        means.append(float(project(sums, counts)[0]))
+    return _mu_bound(samples, _gaussian_edges(means, event.scale)), _claimed_mu(event)
+
+
+@pytest.mark.parametrize("factor, should_pass", VERDICTS)
+def test_stable_core_sums_within_their_share(monkeypatch, factor, should_pass):
+    """The core sums of one core step are sqrt(2 rho_s)-GDP under replace-one (sensitivity 2).
+
+    Share under test: the ``.../sums`` event of :func:`noisy_cell_sums`,
+    rho_s = rho q/(1 + q) of the step's rho. The core statistics are the real
+    :func:`core_statistics`; the noise, batched over 1e5 copies, the real
+    :func:`noisy_cell_sums`. The mutant halves ``SUM_COUNT_SENSITIVITY``.
+    """
+    _halve_entry(monkeypatch, _stable_init.SUM_COUNT_SENSITIVITY, "replace_one", factor)
+    bound, claim = _core_bound("sums", "replace_one", n_draws=100_000, seed=9)
+    assert (bound <= claim) is should_pass
+    if should_pass:
+        assert bound > 0.8 * claim
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("factor, should_pass", VERDICTS)
+@pytest.mark.parametrize("release, neighbouring",
+                         [("counts", "replace_one"), ("sums", "add_remove"), ("counts", "add_remove")])
+def test_stable_core_releases_wide(monkeypatch, factor, should_pass, release, neighbouring):
+    """The counts block, and both blocks under add/remove."""
+    _halve_entry(monkeypatch, _stable_init.SUM_COUNT_SENSITIVITY, neighbouring, factor)
+    bound, claim = _core_bound(release, neighbouring, n_draws=400_000, seed=10)
+    assert (bound <= claim) is should_pass
