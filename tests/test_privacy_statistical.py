@@ -383,3 +383,79 @@ def test_stable_core_releases_wide(monkeypatch, factor, should_pass, release, ne
     _halve_entry(monkeypatch, _stable_init.SUM_COUNT_SENSITIVITY, neighbouring, factor)
     bound, claim = _core_bound(release, neighbouring, n_draws=400_000, seed=10)
     assert (bound <= claim) is should_pass
+
+
+# ---------------------------------------------------------------------------
+# High-dimensional candidates (Balcan et al. 2017, Algorithms 1-2): the level histogram
+# ---------------------------------------------------------------------------
+
+HD_CELL_ROWS, HD_GAMMA = 20, 3.0
+
+
+def _candidate_statistic(candidates):
+    """``min(w_left - (m + 1), m - w_right)`` over the two depth-1 cubes' released weights.
+
+    A cube that is not activated (noisy count <= gamma, below every threshold
+    used) counts as weight -inf. With p = 1, radius 1 and the root
+    ``v + [-2, 2]``, v in [-1, 1], rows at -1 and +1 always fall in the left and
+    the right cube. On ``{T > t}``, t >= 0, both noisy counts lie beyond both
+    worlds' counts, where the loss is the whole histogram's, L1 shift / b.
+    """
+    depth_one = candidates.depths == 1
+    centres, weights = candidates.centers[depth_one, 0], candidates.weights[depth_one]
+    left = weights[centres < 0].max(initial=-np.inf)
+    right = weights[centres > 0].max(initial=-np.inf)
+    return min(left - (HD_CELL_ROWS + 1), HD_CELL_ROWS - right)
+
+
+def _candidate_rows(neighbouring):
+    """One row moved from the left cube to the right one (replace-one, L1 shift 2), or
+    removed from the left one (add/remove, shift 1)."""
+    left, right = np.full((HD_CELL_ROWS, 1), -1.0), np.full((HD_CELL_ROWS, 1), 1.0)
+    first = np.vstack([left, [[-1.0]], right])
+    if neighbouring == "replace_one":
+        return first, np.vstack([left, right, [[1.0]]])
+    return first, np.vstack([left, right])
+
+
+def _candidates_bound(neighbouring, n_draws, seed):
+    """``n_draws`` calls of :func:`private_candidates` (one shift, one level) per data set."""
+    rng = np.random.default_rng(seed)
+    samples = []
+    for Y in _candidate_rows(neighbouring):
+        draws = []
+        for _ in range(n_draws):
+            candidates, events, _ = private_candidates(
+                Y, radius=1.0, n_shifts=1, n_levels=1, level_epsilon=1.0, gamma=HD_GAMMA,
+                count_sensitivity=CELL_FACTOR[neighbouring], root_weight=len(Y),
+                neighbouring=neighbouring, rng=rng)
+            draws.append(_candidate_statistic(candidates))
+        samples.append(np.array(draws))
+    (event,) = events
+    return _epsilon_bound(samples, event.scale * np.linspace(0.0, 2.0, 11)), event.epsilon
+
+
+@pytest.mark.parametrize("factor, should_pass", VERDICTS)
+def test_highdim_candidate_histogram_within_its_level_epsilon(monkeypatch, factor, should_pass):
+    """One level of the candidate histogram is level_epsilon-DP under replace-one (Theorem 2).
+
+    Share under test: the ``highdim/candidates/level_counts`` event of one
+    level. The mutant halves ``CELL_FACTOR`` (the count sensitivity, 2 under
+    replace-one) that :class:`~skdpcluster.PrivateHighDimKMeans` passes.
+    """
+    _halve_entry(monkeypatch, CELL_FACTOR, "replace_one", factor)
+    bound, claim = _candidates_bound("replace_one", n_draws=4000, seed=11)
+    assert claim == 1.0
+    assert (bound <= claim) is should_pass
+    if should_pass:
+        assert bound > 0.4 * claim
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("factor, should_pass", VERDICTS)
+@pytest.mark.parametrize("neighbouring", ["replace_one", "add_remove"])
+def test_highdim_candidate_histogram_wide(monkeypatch, factor, should_pass, neighbouring):
+    """Both relations with 8x the draws."""
+    _halve_entry(monkeypatch, CELL_FACTOR, neighbouring, factor)
+    bound, claim = _candidates_bound(neighbouring, n_draws=40_000, seed=12)
+    assert (bound <= claim) is should_pass
