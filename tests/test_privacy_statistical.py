@@ -459,3 +459,104 @@ def test_highdim_candidate_histogram_wide(monkeypatch, factor, should_pass, neig
     _halve_entry(monkeypatch, CELL_FACTOR, neighbouring, factor)
     bound, claim = _candidates_bound(neighbouring, n_draws=40_000, seed=12)
     assert (bound <= claim) is should_pass
+
+
+# ---------------------------------------------------------------------------
+# Federated sums and counts (FedDP-KMeans: FedDP-Init step 3 and FedDP-Lloyds)
+# ---------------------------------------------------------------------------
+
+FED_RADIUS = 10.0
+FED_CENTRES = np.array([[0.0, 0.0], [8.0, 0.0]])  # (0, +-10) are nearest to centre 0
+FED_CLIENT_CLIP = {"sums": 5.0, "counts": 10.0, "lloyd_sums": 5.0, "lloyd_counts": 10.0}
+
+
+def _federated_rows(step, privacy_unit, neighbouring):
+    """Rows (and client ids) of two neighbouring data sets, all in B(0, radius).
+
+    Sample level: a row of norm Lambda added at (0, 10) (add/remove: sum shift
+    Lambda, count shift 1), or moved from (0, -10) to (0, 10) in the same
+    cluster (replace-one: sum shift 2 Lambda). Client level, add/remove: a
+    client of four rows at (0, 10), whose cluster-0 sum (norm 40) is clipped to
+    the bound C_s, or (counts) of twenty rows at centre 0, whose count is
+    clipped to C_c (by a factor 1/2).
+    """
+    rng = np.random.default_rng(13)
+    base = np.concatenate([c + rng.uniform(-1.0, 1.0, size=(30, 2)) for c in FED_CENTRES])
+    top, bottom = np.array([[0.0, FED_RADIUS]]), np.array([[0.0, -FED_RADIUS]])
+    if privacy_unit == "client":
+        ids = np.arange(len(base)) // 3
+        client = np.repeat(top, 4, axis=0) if step.endswith("sums") else \
+            np.repeat([[0.25, 0.0]], 20, axis=0)
+        return (base, ids), (np.vstack([base, client]),
+                             np.concatenate([ids, np.full(len(client), ids[-1] + 1)]))
+    if neighbouring == "add_remove":
+        return (base, None), (np.vstack([base, top]), None)
+    return (np.vstack([base, bottom]), None), (np.vstack([base, top]), None)
+
+
+def _federated_release(step, privacy_unit, neighbouring):
+    """The release that :class:`FederatedPrivateKMeans` plans for ``step`` (eps = 16, delta = 1e-3)."""
+    estimator = FederatedPrivateKMeans(
+        n_clusters=2, epsilon=16.0, delta=1e-3, neighbouring=neighbouring,
+        privacy_unit=privacy_unit,
+        client_clip=FED_CLIENT_CLIP if privacy_unit == "client" else None)
+    budget = estimator._budget(list(_federated_init.STEPS), 1, estimator._unit_bounds(FED_RADIUS))
+    return budget.releases[step]
+
+
+def _federated_bound(step, privacy_unit, neighbouring, n_draws, seed):
+    """Real per-cluster sums and counts of both data sets, noised ``n_draws`` times at once."""
+    release = _federated_release(step, privacy_unit, neighbouring)
+    bounds = None
+    if privacy_unit == "client":
+        prefix = "lloyd_" if step.startswith("lloyd") else ""
+        bounds = (FED_CLIENT_CLIP[prefix + "sums"], FED_CLIENT_CLIP[prefix + "counts"])
+    rng = np.random.default_rng(seed)
+    samples, means = [], []
+    for X, ids in _federated_rows(step, privacy_unit, neighbouring):
+        (shard,) = build_shards(X, ids)
+        sums, counts = cluster_sums_statistic(shard, centers=FED_CENTRES, bounds=bounds)
+        value = sums[0, 1] if step.endswith("sums") else counts[0]  # cluster 0, the moving axis
+        noisy, event = _federated_init._release(np.full(n_draws, value), release, rng, step,
+                                                neighbouring)
+        samples.append(noisy)
+        means.append(value)
+    edges = _gaussian_edges(means, event.scale)
+    if event.mechanism == "laplace":
+        return _epsilon_bound(samples, edges), event.epsilon
+    return _mu_bound(samples, edges), _claimed_mu(event)
+
+
+@pytest.mark.parametrize("factor, should_pass", VERDICTS)
+def test_federated_lloyd_sums_within_their_share(monkeypatch, factor, should_pass):
+    """The FedDP-Lloyds sums are mu-GDP at their (eps, delta) share, one row at the bound.
+
+    Share under test: the ``federated/lloyd_sums`` release of a fit at
+    (16, 1e-3) with one Lloyd step (eps 2 for this release), sample level, add/remove (the paper's
+    relation): sensitivity Lambda. The statistic is the cluster-0 sum on the
+    axis that moves (the coordinates are independent, so the other ones carry
+    no information); the mutant halves ``SENSITIVITY_FACTOR``.
+    """
+    _halve_entry(monkeypatch, _federated_init.SENSITIVITY_FACTOR, "lloyd_sums", factor)
+    bound, claim = _federated_bound("lloyd_sums", "sample", "add_remove", 200_000, seed=14)
+    assert (bound <= claim) is should_pass
+    if should_pass:
+        assert bound > 0.85 * claim
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("factor, should_pass", VERDICTS)
+@pytest.mark.parametrize("step, privacy_unit, neighbouring", [
+    ("lloyd_sums", "sample", "replace_one"),
+    ("lloyd_sums", "client", "add_remove"),
+    ("lloyd_counts", "sample", "add_remove"),
+    ("lloyd_counts", "client", "add_remove"),
+    ("sums", "sample", "add_remove"),
+    ("counts", "sample", "add_remove"),
+])
+def test_federated_releases_wide(monkeypatch, factor, should_pass, step, privacy_unit,
+                                 neighbouring):
+    """FedDP-Init's sums and counts (step 3) and both Lloyd releases, both units and relations."""
+    _halve_entry(monkeypatch, _federated_init.SENSITIVITY_FACTOR, step, factor)
+    bound, claim = _federated_bound(step, privacy_unit, neighbouring, 1_000_000, seed=15)
+    assert (bound <= claim) is should_pass
