@@ -30,14 +30,19 @@ import pytest
 
 from dp_stats import epsilon_lower_bound, event_counts, mu_lower_bound
 from skdpcluster import FederatedPrivateKMeans
-from skdpcluster.averaging import _SUM_SENSITIVITY_PER_WIDTH, _noisy_clipped_average
+from skdpcluster.averaging import (
+    _SUM_SENSITIVITY_PER_WIDTH,
+    _noisy_clipped_average,
+    private_average,
+    private_average_1d,
+)
 from skdpcluster.cluster import _federated_init, _stable_init
 from skdpcluster.cluster._federated_init import build_shards, cluster_sums_statistic
 from skdpcluster.cluster._highdim_candidates import private_candidates
 from skdpcluster.cluster._highdim_recovery import CELL_FACTOR
 from skdpcluster.cluster._stable import _ClippedData, core_statistics
 from skdpcluster.cluster._stable_init import noisy_cell_sums
-from skdpcluster.ktuple import averages, noisy_centers
+from skdpcluster.ktuple import averages, min_tuples, noisy_centers
 from skdpcluster.mechanisms import gaussian_sigma
 
 REAL = pytest.param(None, True, id="real")
@@ -560,3 +565,54 @@ def test_federated_releases_wide(monkeypatch, factor, should_pass, step, privacy
     _halve_entry(monkeypatch, _federated_init.SENSITIVITY_FACTOR, step, factor)
     bound, claim = _federated_bound(step, privacy_unit, neighbouring, 1_000_000, seed=15)
     assert (bound <= claim) is should_pass
+
+
+# ---------------------------------------------------------------------------
+# The seams above change no output: values recorded before they were introduced
+# ---------------------------------------------------------------------------
+
+
+def _separated_tuples(n, gap, spread, seed):
+    rng = np.random.default_rng(seed)
+    centres = np.zeros((3, 2))
+    centres[:, 0] = gap * np.arange(3)
+    return centres[None] + rng.normal(0, spread, size=(n, 3, 2))
+
+
+def _hex(values):
+    return [float(v).hex() for v in np.ravel(values)]
+
+
+@pytest.mark.parametrize("calibration, expected", [
+    ("analytic_joint", ["0x1.029fda7759befp+13", "-0x1.df6860d6f69f3p+12", "0x1.7e6dea583058bp+16",
+                        "0x1.83a887667635dp+12", "0x1.cb99efa0b9791p+17", "-0x1.338a3bf44dc5bp+12"]),
+    ("classical", ["0x1.324e1375e5e34p+14", "-0x1.1be59d2146ef9p+14", "0x1.7336382b65c6fp+16",
+                   "0x1.cb20ce63a6de8p+13", "0x1.1501685bd219ep+18", "-0x1.6c3d37c314dc5p+13"]),
+])
+def test_noisy_centers_output_unchanged_by_the_seams(calibration, expected):
+    tuples = _separated_tuples(min_tuples(1.0, 1e-6, 0.05), 1e5, 0.01, seed=7)
+    result = noisy_centers.private_k_noisy_centers(
+        tuples, epsilon=1.0, delta=1e-6, beta=0.05, rng=np.random.default_rng(3),
+        gaussian_calibration=calibration)
+    assert _hex(result.centers) == expected
+
+
+def test_averages_output_unchanged_by_the_seams():
+    tuples = _separated_tuples(min_tuples(1.0, 1e-6, 0.05), 50.0, 0.5, seed=8)
+    result = averages.private_k_averages(
+        tuples, epsilon=1.0, delta=1e-6, beta=0.05, data_radius=200.0, r_min=0.01,
+        rng=np.random.default_rng(4))
+    assert _hex(result.centers) == [
+        "-0x1.839a7d9343ccbp+10", "-0x1.3e2acc5b6192ap+14", "0x1.dcb01a0911d4dp+10",
+        "0x1.0ece84e0f9940p+11", "0x1.fffc382c87b2ap+10", "0x1.72a6df0635f03p+13"]
+    values = np.random.default_rng(9).uniform(-1, 1, 500)
+    grid = {"data_radius": 2.0, "r_min": 0.01, "epsilon": 1.0, "delta": 1e-6, "beta": 0.05}
+    estimates = [private_average_1d(values, n_public=500, rng=np.random.default_rng(5),
+                                    neighbouring=neighbouring, **grid)[0]
+                 for neighbouring in ("add_remove", "replace_one")]
+    assert [type(e) for e in estimates] == [float, float]
+    assert _hex(estimates) == ["-0x1.152f9fe5c387fp-6", "-0x1.5b0e157fdd23bp-7"]
+    points = np.random.default_rng(10).uniform(-1, 1, (400, 3))
+    estimate, _ = private_average(points, n_public=400, rng=np.random.default_rng(6), **grid)
+    assert _hex(estimate) == ["0x1.5c8d1d959395ap-10", "0x1.0ac43d5486e71p-8",
+                              "0x1.089f7b62235fep-6"]
