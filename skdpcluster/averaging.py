@@ -364,6 +364,12 @@ def _noisy_clipped_average(values, segment, n_public, epsilon, delta, neighbouri
     :math:`(b - a)/(2 n_{\mathrm{public}})` (add/remove) or
     :math:`(b - a)/n_{\mathrm{public}}` (replace-one). ``values`` of shape
     ``(..., n_values)`` give one independent release per leading index.
+
+    Returns
+    -------
+    estimate : float or ndarray of shape values.shape[:-1]
+    event : PrivacyEvent
+        The Gaussian release, ``(epsilon, delta)`` under ``neighbouring``.
     """
     low, high = segment
     centre = (low + high) / 2.0
