@@ -55,14 +55,14 @@ VERDICTS = [REAL, HALF]
 # ---------------------------------------------------------------------------
 
 
-def _halve_function(monkeypatch, module, name, factor):
+def _scale_function(monkeypatch, module, name, factor):
     """Replace ``module.name`` by ``factor`` times itself (no-op for the real code)."""
     if factor is not None:
         original = getattr(module, name)
         monkeypatch.setattr(module, name, lambda *args: factor * original(*args))
 
 
-def _halve_entry(monkeypatch, table, key, factor):
+def _scale_entry(monkeypatch, table, key, factor):
     """Scale ``table[key]`` (a number or a tuple of numbers) by ``factor``."""
     if factor is not None:
         value = table[key]
@@ -142,7 +142,7 @@ def _mutate_log_gaps(monkeypatch, mutant):
         original = noisy_centers._log_gaps_sensitivity
         monkeypatch.setattr(noisy_centers, "_log_gaps_sensitivity", mutant(original))
     else:
-        _halve_function(monkeypatch, noisy_centers, "_log_gaps_sensitivity", mutant)
+        _scale_function(monkeypatch, noisy_centers, "_log_gaps_sensitivity", mutant)
 
 
 def _log_lambda_bound(epsilon, separation, n_draws, seed):
@@ -211,7 +211,7 @@ def _joint_gaussian_bound(monkeypatch, mutant, epsilon, delta, n_draws, seed):
         monkeypatch.setattr(noisy_centers, "_joint_gaussian_sensitivity",
                             mutant(noisy_centers._joint_gaussian_sensitivity))
     else:
-        _halve_function(monkeypatch, noisy_centers, "_joint_gaussian_sensitivity", mutant)
+        _scale_function(monkeypatch, noisy_centers, "_joint_gaussian_sensitivity", mutant)
     samples, means, event = _joint_gaussian_samples(epsilon, delta, 20.0, n_draws, seed)
     return _mu_bound(samples, _gaussian_edges(means, event.scale)), _claimed_mu(event), event
 
@@ -280,7 +280,7 @@ def _averages_bound(neighbouring, n_draws, seed):
         estimates, event = _noisy_clipped_average(batch, AVG_SEGMENT, n_public, 1.0, 1e-3,
                                                   neighbouring, rng)
         samples.append(estimates)
-        means.append(float(np.mean(np.clip(cluster, *AVG_SEGMENT))) * cluster.size / n_public)
+        means.append(float(np.sum(np.clip(cluster, *AVG_SEGMENT))) / n_public)  # centre 0
     return _mu_bound(samples, _gaussian_edges(means, event.scale)), _claimed_mu(event)
 
 
@@ -293,7 +293,7 @@ def test_averages_cluster_average_within_its_claim(monkeypatch, factor, should_p
     so the same function runs at (1, 1e-3), on the segment the previous step
     released. The mutant halves the add/remove sum sensitivity (b - a)/(2n).
     """
-    _halve_entry(monkeypatch, _SUM_SENSITIVITY_PER_WIDTH, "add_remove", factor)
+    _scale_entry(monkeypatch, _SUM_SENSITIVITY_PER_WIDTH, "add_remove", factor)
     bound, claim = _averages_bound("add_remove", n_draws=100_000, seed=6)
     assert (bound <= claim) is should_pass
     if should_pass:
@@ -304,7 +304,7 @@ def test_averages_cluster_average_within_its_claim(monkeypatch, factor, should_p
 @pytest.mark.parametrize("factor, should_pass", VERDICTS)
 def test_averages_cluster_average_replace_one(monkeypatch, factor, should_pass):
     """The replace-one calibration, (b - a)/n, on a point moved from one end to the other."""
-    _halve_entry(monkeypatch, _SUM_SENSITIVITY_PER_WIDTH, "replace_one", factor)
+    _scale_entry(monkeypatch, _SUM_SENSITIVITY_PER_WIDTH, "replace_one", factor)
     bound, claim = _averages_bound("replace_one", n_draws=400_000, seed=7)
     assert (bound <= claim) is should_pass
 
@@ -338,6 +338,15 @@ def _core_rows(release, neighbouring):
     return np.vstack([base, first]), np.vstack([base, second])
 
 
+def _core_projection(release, neighbouring, sums, counts):
+    """The released block's coordinate along the direction in which the pair moves."""
+    if release == "sums":
+        return sums.reshape(-1, 2, 2)[:, 0] @ UNIT
+    if neighbouring == "replace_one":
+        return counts.reshape(-1, 2) @ (np.array([-1.0, 1.0]) / math.sqrt(2))
+    return counts.reshape(-1, 2)[:, 1]
+
+
 def _core_bound(release, neighbouring, n_draws, seed):
     rng = np.random.default_rng(seed)
     samples, means = [], []
@@ -346,16 +355,9 @@ def _core_bound(release, neighbouring, n_draws, seed):
         sums, counts, _ = core_statistics(data, CORE_CENTRES, CORE_RADIUS_FACTOR)
         noisy = noisy_cell_sums(np.tile(sums, (n_draws, 1)), np.tile(counts, n_draws), rho=0.5,
                                 neighbouring=neighbouring, rng=rng, label="test/core")
-        if release == "sums":
-            event = noisy.events[0]
-            project = lambda s, c: s.reshape(-1, 2, 2)[:, 0] @ UNIT  # noqa: E731
-        else:
-            event = noisy.events[1]
-            weights = np.array([-1.0, 1.0]) / math.sqrt(2) if neighbouring == "replace_one" \
-                else np.array([0.0, 1.0])
-            project = lambda s, c: c.reshape(-1, 2) @ weights  # noqa: E731
-        samples.append(project(noisy.sums, noisy.counts))
-        means.append(float(project(sums, counts)[0]))
+        samples.append(_core_projection(release, neighbouring, noisy.sums, noisy.counts))
+        means.append(float(_core_projection(release, neighbouring, sums, counts)[0]))
+    event = noisy.events[0 if release == "sums" else 1]
     return _mu_bound(samples, _gaussian_edges(means, event.scale)), _claimed_mu(event)
 
 
@@ -368,7 +370,7 @@ def test_stable_core_sums_within_their_share(monkeypatch, factor, should_pass):
     :func:`core_statistics`; the noise, batched over 1e5 copies, the real
     :func:`noisy_cell_sums`. The mutant halves ``SUM_COUNT_SENSITIVITY``.
     """
-    _halve_entry(monkeypatch, _stable_init.SUM_COUNT_SENSITIVITY, "replace_one", factor)
+    _scale_entry(monkeypatch, _stable_init.SUM_COUNT_SENSITIVITY, "replace_one", factor)
     bound, claim = _core_bound("sums", "replace_one", n_draws=100_000, seed=9)
     assert (bound <= claim) is should_pass
     if should_pass:
@@ -382,7 +384,7 @@ def test_stable_core_sums_within_their_share(monkeypatch, factor, should_pass):
                           ("counts", "add_remove")])
 def test_stable_core_releases_wide(monkeypatch, factor, should_pass, release, neighbouring):
     """The counts block, and both blocks under add/remove."""
-    _halve_entry(monkeypatch, _stable_init.SUM_COUNT_SENSITIVITY, neighbouring, factor)
+    _scale_entry(monkeypatch, _stable_init.SUM_COUNT_SENSITIVITY, neighbouring, factor)
     bound, claim = _core_bound(release, neighbouring, n_draws=400_000, seed=10)
     assert (bound <= claim) is should_pass
 
@@ -443,7 +445,7 @@ def test_highdim_candidate_histogram_within_its_level_epsilon(monkeypatch, facto
     level. The mutant halves ``CELL_FACTOR`` (the count sensitivity, 2 under
     replace-one) that :class:`~skdpcluster.PrivateHighDimKMeans` passes.
     """
-    _halve_entry(monkeypatch, CELL_FACTOR, "replace_one", factor)
+    _scale_entry(monkeypatch, CELL_FACTOR, "replace_one", factor)
     bound, claim = _candidates_bound("replace_one", 1.5, n_draws=3000, seed=11)
     assert claim == 1.5
     assert (bound <= claim) is should_pass
@@ -456,7 +458,7 @@ def test_highdim_candidate_histogram_within_its_level_epsilon(monkeypatch, facto
 @pytest.mark.parametrize("neighbouring", ["replace_one", "add_remove"])
 def test_highdim_candidate_histogram_wide(monkeypatch, factor, should_pass, neighbouring):
     """Both relations at level_epsilon = 1, with 8x the draws."""
-    _halve_entry(monkeypatch, CELL_FACTOR, neighbouring, factor)
+    _scale_entry(monkeypatch, CELL_FACTOR, neighbouring, factor)
     bound, claim = _candidates_bound(neighbouring, 1.0, n_draws=20_000, seed=12)
     assert (bound <= claim) is should_pass
 
@@ -545,7 +547,7 @@ def test_federated_lloyd_sums_within_their_share(monkeypatch, factor, should_pas
     axis that moves (the coordinates are independent, so the other ones carry
     no information); the mutant halves ``SENSITIVITY_FACTOR``.
     """
-    _halve_entry(monkeypatch, _federated_init.SENSITIVITY_FACTOR, "lloyd_sums", factor)
+    _scale_entry(monkeypatch, _federated_init.SENSITIVITY_FACTOR, "lloyd_sums", factor)
     bound, claim = _federated_bound("lloyd_sums", "sample", "add_remove", 200_000, seed=14)
     assert (bound <= claim) is should_pass
     if should_pass:
@@ -566,7 +568,7 @@ def test_federated_lloyd_sums_within_their_share(monkeypatch, factor, should_pas
 def test_federated_releases_wide(monkeypatch, factor, should_pass, step, privacy_unit,
                                  neighbouring):
     """FedDP-Init's sums and counts (step 3) and both Lloyd releases, both units and relations."""
-    _halve_entry(monkeypatch, _federated_init.SENSITIVITY_FACTOR, step, factor)
+    _scale_entry(monkeypatch, _federated_init.SENSITIVITY_FACTOR, step, factor)
     bound, claim = _federated_bound(step, privacy_unit, neighbouring, 1_000_000, seed=15)
     assert (bound <= claim) is should_pass
 
