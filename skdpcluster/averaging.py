@@ -349,15 +349,36 @@ def private_bounding_segment(values, *, data_radius, r_min, epsilon, beta, rng):
 
 def _average_1d(values, n_public, grid, epsilon, delta, beta, neighbouring, rng):
     """Kernel of :func:`private_average_1d`; ``grid`` is (data_radius, r_min, n_intervals)."""
-    low, high = _bounding_segment(values, *grid, epsilon / 2.0, beta / 2.0, rng)
+    segment = _bounding_segment(values, *grid, epsilon / 2.0, beta / 2.0, rng)
+    estimate, _ = _noisy_clipped_average(values, segment, n_public, epsilon / 2.0, delta,
+                                         neighbouring, rng)
+    return estimate
+
+
+def _noisy_clipped_average(values, segment, n_public, epsilon, delta, neighbouring, rng):
+    r"""The Gaussian step of :func:`private_average_1d` on a released segment :math:`[a, b]`.
+
+    Releases :math:`c + \sum_x (\mathrm{clip}(x, a, b) - c)/n_{\mathrm{public}} + N(0, \sigma^2)`,
+    :math:`c = (a + b)/2`, with :math:`\sigma` the analytic calibration at
+    ``(epsilon, delta)`` for the sensitivity
+    :math:`(b - a)/(2 n_{\mathrm{public}})` (add/remove) or
+    :math:`(b - a)/n_{\mathrm{public}}` (replace-one). ``values`` of shape
+    ``(..., n_values)`` give one independent release per leading index.
+
+    Returns
+    -------
+    estimate : float or ndarray of shape values.shape[:-1]
+    event : PrivacyEvent
+        The Gaussian release, ``(epsilon, delta)`` under ``neighbouring``.
+    """
+    low, high = segment
     centre = (low + high) / 2.0
-    centred_sum = float(np.sum(np.clip(values, low, high) - centre))
+    centred_sum = np.sum(np.clip(values, low, high) - centre, axis=-1)
     sensitivity = _SUM_SENSITIVITY_PER_WIDTH[neighbouring] * (high - low) / n_public
-    estimate, _ = gaussian_mechanism(
-        centre + centred_sum / n_public, sensitivity=sensitivity, epsilon=epsilon / 2.0,
+    return gaussian_mechanism(
+        centre + centred_sum / n_public, sensitivity=sensitivity, epsilon=epsilon,
         delta=delta, rng=rng, calibration="analytic", neighbouring=neighbouring,
     )
-    return estimate
 
 
 def _check_average_inputs(n_public, data_radius, r_min, epsilon, delta, beta, neighbouring, rng):

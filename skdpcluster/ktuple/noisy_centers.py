@@ -100,13 +100,31 @@ def _log_lambda_offset(separation, k, epsilon, delta):
     return math.log(2 / (separation - 2)) + eta * _lambda_shift(k, epsilon, delta)
 
 
+def _log_gaps_sensitivity(k, separation):
+    r"""L1 sensitivity :math:`k\eta` of :math:`(\log D_1, \dots, \log D_k)` on admissible pairs.
+
+    Each :math:`\log D_i` moves by at most
+    :math:`\eta = \log((\Delta+2)/(\Delta-2))` (spec §2.1), and all k can
+    move at once.
+    """
+    return k * math.log((separation + 2) / (separation - 2))
+
+
+def _joint_gaussian_sensitivity(k):
+    r"""Whitened L2 sensitivity :math:`\sqrt k` of the k centres :math:`c_i/\lambda_i`.
+
+    Each whitened centre moves by at most 1 when :math:`\lambda_i` covers
+    :math:`\|c_i - c'_i\|`, and all k can move at once.
+    """
+    return math.sqrt(k)
+
+
 def _lambda_log_laplace(gaps, separation, k, epsilon, delta, rng):
     """Review finding 4: log lambda_i = log(2 D_i/(Delta-2)) + eta (Z_i + s), no clamp."""
-    eta = math.log((separation + 2) / (separation - 2))
-    # k values of log D_i, each with sensitivity eta: L1 sensitivity k*eta, budget eps/4 in total.
+    # The k values of log D_i share the budget eps/4.
     noisy_log_gaps, event = laplace_mechanism(
-        np.log(gaps), sensitivity=k * eta, epsilon=epsilon / 4, rng=rng,
-        label="noisy_centers/log_lambda",
+        np.log(gaps), sensitivity=_log_gaps_sensitivity(k, separation), epsilon=epsilon / 4,
+        rng=rng, label="noisy_centers/log_lambda",
     )
     log_lambda = noisy_log_gaps + _log_lambda_offset(separation, k, epsilon, delta)
     # A public cap on log lambda keeps exp finite; capping a released value is post-processing.
@@ -131,8 +149,8 @@ def _gaussian_analytic_joint(centers, lambdas, k, epsilon, delta, rng):
     """One analytic Gaussian over the k whitened centres c_i / lambda_i (sensitivity sqrt(k))."""
     whitened = centers / lambdas[:, None]
     noisy, event = gaussian_mechanism(
-        whitened, sensitivity=math.sqrt(k), epsilon=epsilon / 4, delta=delta / 8, rng=rng,
-        calibration="analytic", label="noisy_centers/gaussian_joint",
+        whitened, sensitivity=_joint_gaussian_sensitivity(k), epsilon=epsilon / 4, delta=delta / 8,
+        rng=rng, calibration="analytic", label="noisy_centers/gaussian_joint",
     )
     return noisy * lambdas[:, None], event
 

@@ -1,0 +1,625 @@
+"""Statistical privacy tests of the released quantities, each with an under-noised mutant.
+
+Issue #12 ("Tests that can fail"). Every test runs the real release many times
+on a worst-case pair of neighbouring inputs, projects the output to a 1-D
+statistic that separates the pair, and compares a Clopper-Pearson lower bound on
+the privacy loss (:mod:`dp_stats`, confidence 1 - 1e-6) with the claim recorded
+in the release's own event. Each test is parametrised over the real code and a
+mutant whose sensitivity is halved through the seam the code computes it with
+(``monkeypatch``): the real code must pass and the mutant must be caught, so the
+test shows that it can fail. The claim is always read from the event (epsilon
+of a Laplace release; mu = 1 / sigma(1, epsilon, delta) of an analytic Gaussian;
+mu = sqrt(2 rho) of a zCDP Gaussian), never from the seam the mutant changes:
+a mutant keeps the claim and loses the noise, which is the bug to catch.
+
+Gaussian releases are tested through mu (``dp_stats.mu_lower_bound``): at the
+small deltas of the library no feasible sample reaches the tail events where
+(epsilon, delta) is tight, while mu is seen with events of moderate probability.
+
+Where a pipeline gives one release a budget too small for any sample to see
+(the per-cluster averages of PrivatekAverages get epsilon / (4k(ell+1))), the
+release's function is run at a larger budget: the sensitivity under test does
+not depend on the budget. The fast cases run by default; the wider ones are
+marked ``slow``.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+from dp_stats import epsilon_lower_bound, event_counts, mu_lower_bound, tail_statistic
+from skdpcluster import FederatedPrivateKMeans
+from skdpcluster.averaging import (
+    _SUM_SENSITIVITY_PER_WIDTH,
+    _noisy_clipped_average,
+    private_average,
+    private_average_1d,
+)
+from skdpcluster.cluster import _federated_init, _stable_init
+from skdpcluster.cluster._federated_init import build_shards, cluster_sums_statistic
+from skdpcluster.cluster._highdim_candidates import private_candidates
+from skdpcluster.cluster._highdim_recovery import CELL_FACTOR
+from skdpcluster.cluster._stable import _ClippedData, core_statistics
+from skdpcluster.cluster._stable_init import noisy_cell_sums
+from skdpcluster.ktuple import averages, min_tuples, noisy_centers
+from skdpcluster.mechanisms import gaussian_sigma
+
+REAL = pytest.param(None, True, id="real")
+HALF = pytest.param(0.5, False, id="mutant-half-sensitivity")
+VERDICTS = [REAL, HALF]
+
+
+# ---------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------
+
+
+def _scale_function(monkeypatch, module, name, factor):
+    """Replace ``module.name`` by ``factor`` times itself (no-op for the real code)."""
+    if factor is not None:
+        original = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *args: factor * original(*args))
+
+
+def _scale_entry(monkeypatch, table, key, factor):
+    """Scale ``table[key]`` (a number or a tuple of numbers) by ``factor``."""
+    if factor is not None:
+        value = table[key]
+        scaled = tuple(factor * v for v in value) if isinstance(value, tuple) else factor * value
+        monkeypatch.setitem(table, key, scaled)
+
+
+def _claimed_mu(event):
+    """The mu that a Gaussian event claims: sqrt(2 rho) (zCDP) or 1/sigma(1, eps, delta)."""
+    if event.rho is not None:
+        return math.sqrt(2.0 * event.rho)
+    return 1.0 / gaussian_sigma(1.0, event.epsilon, event.delta, event.details["calibration"])
+
+
+def _gaussian_edges(means, sigma, n_edges=41):
+    """Half-line thresholds spanning both noise-free values +- 4 sigma (public values)."""
+    return np.linspace(min(means) - 4 * sigma, max(means) + 4 * sigma, n_edges)
+
+
+def _mu_bound(samples, edges):
+    (a, b) = samples
+    return mu_lower_bound(event_counts(a, edges), a.size, event_counts(b, edges), b.size)
+
+
+def _epsilon_bound(samples, edges):
+    (a, b) = samples
+    return epsilon_lower_bound(event_counts(a, edges), a.size, event_counts(b, edges), b.size)
+
+
+# ---------------------------------------------------------------------------
+# PrivatekNoisyCenters (Cohen et al. 2021, Figure 4 with the review's log-Laplace lambda)
+# ---------------------------------------------------------------------------
+
+NC_DELTA = 1e-6
+
+
+def _admissible_centres(separation, gap=1.0):
+    r"""The worst admissible pair of selected centres (spec §2.1, tight in 1-D with k = 2).
+
+    :math:`c = \{0, D\}`, :math:`c' = \{-x, D + x\}` with :math:`x = 2D/(\Delta-2)`:
+    :math:`D' = D(\Delta+2)/(\Delta-2)`, the largest gap ratio, and
+    :math:`\|c_i - c'_i\| = (D_i + D'_i)/\Delta`, the largest move.
+    """
+    x = 2 * gap / (separation - 2)
+    return np.array([[0.0], [gap]]), np.array([[-x], [gap + x]])
+
+
+def _log_lambda_samples(epsilon, separation, n_draws, seed):
+    """Both worlds' ``tail_statistic`` of the noisy log-lambdas, and the event (k = 2).
+
+    The noise-free values are ``log D_i + offset`` of each world; every
+    log-gap moves by eta, the L1 shift is k eta.
+    """
+    rng = np.random.default_rng(seed)
+    offset = noisy_centers._log_lambda_offset(separation, 2, epsilon, NC_DELTA)
+    gaps = [noisy_centers._nearest_center_gaps(c) for c in _admissible_centres(separation)]
+    log_gaps = [np.log(g) + offset for g in gaps]
+    samples = []
+    for world_gaps in gaps:
+        lambdas, event = noisy_centers._lambda_log_laplace(
+            np.tile(world_gaps, (n_draws, 1)), separation, 2, epsilon, NC_DELTA, rng)
+        samples.append(tail_statistic(np.log(lambdas), *log_gaps))
+    return samples, event
+
+
+NC_LAMBDA_VERDICTS = [
+    REAL,
+    HALF,
+    # The audit's mutant: sensitivity eta in place of k * eta (half at k = 2).
+    pytest.param(lambda original: (lambda k, separation: original(1, separation)), False,
+                 id="mutant-audit-eta"),
+]
+
+
+def _mutate_log_gaps(monkeypatch, mutant):
+    if callable(mutant):
+        original = noisy_centers._log_gaps_sensitivity
+        monkeypatch.setattr(noisy_centers, "_log_gaps_sensitivity", mutant(original))
+    else:
+        _scale_function(monkeypatch, noisy_centers, "_log_gaps_sensitivity", mutant)
+
+
+def _log_lambda_bound(epsilon, separation, n_draws, seed):
+    samples, event = _log_lambda_samples(epsilon, separation, n_draws, seed)
+    edges = event.scale * np.linspace(-2.0, 3.0, 26)
+    return _epsilon_bound(samples, edges), event.epsilon
+
+
+@pytest.mark.parametrize("mutant, should_pass", NC_LAMBDA_VERDICTS)
+def test_noisy_centers_log_lambda_loss_within_its_share(monkeypatch, mutant, should_pass):
+    """The log-lambda release is (eps/4)-DP on the worst admissible pair (review, finding 4).
+
+    Share under test: epsilon/4 of A*, the ``noisy_centers/log_lambda`` event,
+    for the k = 2 log-gaps jointly (L1 sensitivity k eta).
+    """
+    _mutate_log_gaps(monkeypatch, mutant)
+    bound, claim = _log_lambda_bound(epsilon=1.0, separation=20.0, n_draws=200_000, seed=1)
+    assert claim == 0.25
+    assert (bound <= claim) is should_pass
+    if should_pass:
+        assert bound > 0.7 * claim  # sharp: the pair is the worst case
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mutant, should_pass", NC_LAMBDA_VERDICTS)
+@pytest.mark.parametrize("epsilon, separation", [(0.5, 7.5), (2.0, 1102.19)])
+def test_noisy_centers_log_lambda_loss_wide(monkeypatch, mutant, should_pass, epsilon, separation):
+    """As the fast case, at the smallest admissible Delta and at the experiments' Delta."""
+    _mutate_log_gaps(monkeypatch, mutant)
+    bound, claim = _log_lambda_bound(epsilon, separation, n_draws=1_000_000, seed=2)
+    assert (bound <= claim) is should_pass
+
+
+def _joint_gaussian_samples(epsilon, delta, separation, n_draws, seed):
+    """Both worlds' projection of the whitened noisy centres on the direction of the move.
+
+    lambda_i = ||c_i - c'_i|| (coverage with equality, the worst case the
+    analysis allows; the lambdas are released before, hence the same in both
+    worlds): every whitened centre moves by 1, in total sqrt(k).
+    """
+    rng = np.random.default_rng(seed)
+    pair = _admissible_centres(separation)
+    lambdas = np.linalg.norm(pair[1] - pair[0], axis=1)
+    direction = ((pair[1] - pair[0]) / lambdas[:, None]).ravel()
+    direction /= np.linalg.norm(direction)
+    samples, means = [], []
+    for centres in pair:
+        batch = np.broadcast_to(centres, (n_draws, *centres.shape))
+        noisy, event = noisy_centers._gaussian_analytic_joint(batch, lambdas, 2, epsilon, delta,
+                                                              rng)
+        samples.append((noisy / lambdas[:, None]).reshape(n_draws, -1) @ direction)
+        means.append(float((centres / lambdas[:, None]).ravel() @ direction))
+    return samples, means, event
+
+
+NC_GAUSSIAN_VERDICTS = [
+    REAL,
+    HALF,
+    # The audit's mutant: whitened sensitivity 1 in place of sqrt(k).
+    pytest.param(lambda original: (lambda k: 1.0), False, id="mutant-audit-sqrt-k"),
+]
+
+
+def _joint_gaussian_bound(monkeypatch, mutant, epsilon, delta, n_draws, seed):
+    if callable(mutant):
+        monkeypatch.setattr(noisy_centers, "_joint_gaussian_sensitivity",
+                            mutant(noisy_centers._joint_gaussian_sensitivity))
+    else:
+        _scale_function(monkeypatch, noisy_centers, "_joint_gaussian_sensitivity", mutant)
+    samples, means, event = _joint_gaussian_samples(epsilon, delta, 20.0, n_draws, seed)
+    return _mu_bound(samples, _gaussian_edges(means, event.scale)), _claimed_mu(event), event
+
+
+@pytest.mark.parametrize("mutant, should_pass", NC_GAUSSIAN_VERDICTS)
+def test_noisy_centers_joint_gaussian_within_its_share(monkeypatch, mutant, should_pass):
+    """The joint Gaussian over the k whitened centres is mu-GDP at its (eps/4, delta/8) share.
+
+    Share under test: the ``noisy_centers/gaussian_joint`` event,
+    (epsilon/4, delta/8) with whitened sensitivity sqrt(k), run at epsilon = 8,
+    delta = 1e-3 (mu = 0.59) so that the sqrt(k) -> 1 mutant (mu x 1.41) is
+    visible at 2e5 draws.
+    """
+    bound, claim, event = _joint_gaussian_bound(monkeypatch, mutant, 8.0, 1e-3, 200_000, seed=3)
+    assert (event.epsilon, event.delta) == (2.0, 1.25e-4)
+    assert (bound <= claim) is should_pass
+    if should_pass:
+        assert bound > 0.85 * claim
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mutant, should_pass", NC_GAUSSIAN_VERDICTS)
+@pytest.mark.parametrize("epsilon, delta", [(1.0, 1e-6), (4.0, 1e-4)])
+def test_noisy_centers_joint_gaussian_wide(monkeypatch, mutant, should_pass, epsilon, delta):
+    """As the fast case at smaller budgets (mu = 0.058 at the library's default (1, 1e-6))."""
+    bound, claim, _ = _joint_gaussian_bound(monkeypatch, mutant, epsilon, delta, 4_000_000,
+                                            seed=4)
+    assert (bound <= claim) is should_pass
+
+
+# ---------------------------------------------------------------------------
+# PrivatekAverages (Cohen et al. 2021, Figure 3): the per-cluster private average
+# ---------------------------------------------------------------------------
+
+AVG_SEGMENT = (-5.0, 5.0)  # a released segment of cluster 0, public in the Gaussian step
+
+
+def _averages_pair(neighbouring, n_tuples=40, seed=5):
+    """Cluster-0 values of two neighbouring tuple sets, assigned by the real nearest-centre rule.
+
+    One tuple's cluster-0 point moves from the segment's centre to its end
+    (add/remove calibration: shift (b - a)/2), or from one end to the other
+    (replace-one: shift b - a): the largest shift of the clipped centred sum
+    each calibration allows.
+    """
+    rng = np.random.default_rng(seed)
+    tuples = np.array([[0.0], [100.0]])[None] + rng.normal(0.0, 1.0, size=(n_tuples, 2, 1))
+    low, high = AVG_SEGMENT
+    before, after = ((low + high) / 2, high) if neighbouring == "add_remove" else (low, high)
+    values = []
+    for point in (before, after):
+        moved = tuples.copy()
+        moved[1, 0, 0] = point
+        points = moved.reshape(-1, 1)
+        labels = averages._assign_to_nearest(points, tuples[0])  # the test's selected tuple
+        values.append(points[labels == 0, 0])
+    return values, n_tuples
+
+
+def _averages_bound(neighbouring, n_draws, seed):
+    values, n_public = _averages_pair(neighbouring)
+    rng = np.random.default_rng(seed)
+    samples, means = [], []
+    for cluster in values:
+        batch = np.broadcast_to(cluster, (n_draws, cluster.size))
+        estimates, event = _noisy_clipped_average(batch, AVG_SEGMENT, n_public, 1.0, 1e-3,
+                                                  neighbouring, rng)
+        samples.append(estimates)
+        means.append(float(np.sum(np.clip(cluster, *AVG_SEGMENT))) / n_public)  # centre 0
+    return _mu_bound(samples, _gaussian_edges(means, event.scale)), _claimed_mu(event)
+
+
+@pytest.mark.parametrize("factor, should_pass", VERDICTS)
+def test_averages_cluster_average_within_its_claim(monkeypatch, factor, should_pass):
+    """The Gaussian step of a per-cluster average (Prop. 2.9) is mu-GDP at its event.
+
+    PrivatekAverages runs it at (eps_hat / 2, delta_hat) per axis and cluster,
+    eps_hat = eps / (4k(ell + 1)), about 1e-4: no sample could see that loss,
+    so the same function runs at (1, 1e-3), on the segment the previous step
+    released. The mutant halves the add/remove sum sensitivity (b - a)/(2n).
+    """
+    _scale_entry(monkeypatch, _SUM_SENSITIVITY_PER_WIDTH, "add_remove", factor)
+    bound, claim = _averages_bound("add_remove", n_draws=100_000, seed=6)
+    assert (bound <= claim) is should_pass
+    if should_pass:
+        assert bound > 0.8 * claim
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("factor, should_pass", VERDICTS)
+def test_averages_cluster_average_replace_one(monkeypatch, factor, should_pass):
+    """The replace-one calibration, (b - a)/n, on a point moved from one end to the other."""
+    _scale_entry(monkeypatch, _SUM_SENSITIVITY_PER_WIDTH, "replace_one", factor)
+    bound, claim = _averages_bound("replace_one", n_draws=400_000, seed=7)
+    assert (bound <= claim) is should_pass
+
+
+# ---------------------------------------------------------------------------
+# Stable k-means core step (thesis steps 2-4, spec shechner_stable.md §9.5)
+# ---------------------------------------------------------------------------
+
+CORE_CENTRES = np.array([[-10.0, 0.0], [10.0, 0.0]])
+CORE_RADIUS_FACTOR = 0.25  # r_i = f D_i = 5
+CORE_EDGE = 0.999 * CORE_RADIUS_FACTOR * 20.0  # inside the core ball, at its edge
+UNIT = np.array([0.0, 1.0])
+
+
+def _core_rows(release, neighbouring):
+    """Rows of two neighbouring data sets for the released block ``release``.
+
+    Sums (vectors (x - c_i)/r_i of norm <= 1): one row moved from one edge of
+    its core ball to the opposite edge (replace-one: shift 2), or added at the
+    edge (add/remove: shift 1). Counts: one row moved from core 0 to core 1
+    (replace-one: shift sqrt 2), or added to core 1 (add/remove: shift 1).
+    """
+    rng = np.random.default_rng(8)
+    base = np.concatenate([c + rng.uniform(-1.0, 1.0, size=(30, 2)) for c in CORE_CENTRES])
+    if release == "sums":
+        first, second = CORE_CENTRES[0] - CORE_EDGE * UNIT, CORE_CENTRES[0] + CORE_EDGE * UNIT
+    else:
+        first, second = CORE_CENTRES[0], CORE_CENTRES[1]
+    if neighbouring == "add_remove":
+        return base, np.vstack([base, second])
+    return np.vstack([base, first]), np.vstack([base, second])
+
+
+def _core_projection(release, neighbouring, sums, counts):
+    """The released block's coordinate along the direction in which the pair moves."""
+    if release == "sums":
+        return sums.reshape(-1, 2, 2)[:, 0] @ UNIT
+    if neighbouring == "replace_one":
+        return counts.reshape(-1, 2) @ (np.array([-1.0, 1.0]) / math.sqrt(2))
+    return counts.reshape(-1, 2)[:, 1]
+
+
+def _core_bound(release, neighbouring, n_draws, seed):
+    rng = np.random.default_rng(seed)
+    samples, means = [], []
+    for X in _core_rows(release, neighbouring):
+        data = _ClippedData.from_rows(X, np.zeros(2), 20.0)
+        sums, counts, _ = core_statistics(data, CORE_CENTRES, CORE_RADIUS_FACTOR)
+        noisy = noisy_cell_sums(np.tile(sums, (n_draws, 1)), np.tile(counts, n_draws), rho=0.5,
+                                neighbouring=neighbouring, rng=rng, label="test/core")
+        samples.append(_core_projection(release, neighbouring, noisy.sums, noisy.counts))
+        means.append(float(_core_projection(release, neighbouring, sums, counts)[0]))
+    event = noisy.events[0 if release == "sums" else 1]
+    return _mu_bound(samples, _gaussian_edges(means, event.scale)), _claimed_mu(event)
+
+
+@pytest.mark.parametrize("factor, should_pass", VERDICTS)
+def test_stable_core_sums_within_their_share(monkeypatch, factor, should_pass):
+    """The core sums of one core step are sqrt(2 rho_s)-GDP under replace-one (sensitivity 2).
+
+    Share under test: the ``.../sums`` event of :func:`noisy_cell_sums`,
+    rho_s = rho q/(1 + q) of the step's rho. The core statistics are the real
+    :func:`core_statistics`; the noise, batched over 1e5 copies, the real
+    :func:`noisy_cell_sums`. The mutant halves ``SUM_COUNT_SENSITIVITY``.
+    """
+    _scale_entry(monkeypatch, _stable_init.SUM_COUNT_SENSITIVITY, "replace_one", factor)
+    bound, claim = _core_bound("sums", "replace_one", n_draws=100_000, seed=9)
+    assert (bound <= claim) is should_pass
+    if should_pass:
+        assert bound > 0.8 * claim
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("factor, should_pass", VERDICTS)
+@pytest.mark.parametrize("release, neighbouring",
+                         [("counts", "replace_one"), ("sums", "add_remove"),
+                          ("counts", "add_remove")])
+def test_stable_core_releases_wide(monkeypatch, factor, should_pass, release, neighbouring):
+    """The counts block, and both blocks under add/remove."""
+    _scale_entry(monkeypatch, _stable_init.SUM_COUNT_SENSITIVITY, neighbouring, factor)
+    bound, claim = _core_bound(release, neighbouring, n_draws=400_000, seed=10)
+    assert (bound <= claim) is should_pass
+
+
+# ---------------------------------------------------------------------------
+# High-dimensional candidates (Balcan et al. 2017, Algorithms 1-2): the level histogram
+# ---------------------------------------------------------------------------
+
+HD_CELL_ROWS, HD_GAMMA = 20, 3.0
+
+
+def _cube_weights(candidates):
+    """Released weights of the left and the right depth-1 cube; -inf if not activated.
+
+    With p = 1, radius 1 and the root ``v + [-2, 2]``, v in [-1, 1], rows at -1
+    and +1 always fall in the left and the right cube. A cube that is not
+    activated has a noisy count <= gamma, below every threshold used.
+    """
+    depth_one = candidates.depths == 1
+    centres, weights = candidates.centers[depth_one, 0], candidates.weights[depth_one]
+    return [weights[side].max(initial=-np.inf) for side in (centres < 0, centres > 0)]
+
+
+def _candidate_rows(neighbouring):
+    """Rows and cube counts: one row moved from the left cube to the right one (replace-one,
+    L1 shift 2), or removed from the left one (add/remove, shift 1)."""
+    m = HD_CELL_ROWS
+    left, right = np.full((m, 1), -1.0), np.full((m, 1), 1.0)
+    first = (np.vstack([left, [[-1.0]], right]), [m + 1, m])
+    if neighbouring == "replace_one":
+        return first, (np.vstack([left, right, [[1.0]]]), [m, m + 1])
+    return first, (np.vstack([left, right]), [m, m])
+
+
+def _candidates_bound(neighbouring, level_epsilon, n_draws, seed):
+    """``n_draws`` calls of :func:`private_candidates` (one shift, one level) per data set."""
+    rng = np.random.default_rng(seed)
+    pair = _candidate_rows(neighbouring)
+    samples = []
+    for Y, _ in pair:
+        draws = []
+        for _ in range(n_draws):
+            candidates, events, _ = private_candidates(
+                Y, radius=1.0, n_shifts=1, n_levels=1, level_epsilon=level_epsilon, gamma=HD_GAMMA,
+                count_sensitivity=CELL_FACTOR[neighbouring], root_weight=len(Y),
+                neighbouring=neighbouring, rng=rng)
+            draws.append(_cube_weights(candidates))
+        samples.append(tail_statistic(np.array(draws), pair[0][1], pair[1][1]))
+    (event,) = events
+    return _epsilon_bound(samples, event.scale * np.linspace(0.0, 2.0, 11)), event.epsilon
+
+
+@pytest.mark.parametrize("factor, should_pass", VERDICTS)
+def test_highdim_candidate_histogram_within_its_level_epsilon(monkeypatch, factor, should_pass):
+    """One level of the candidate histogram is level_epsilon-DP under replace-one (Theorem 2).
+
+    Share under test: the ``highdim/candidates/level_counts`` event of one
+    level. The mutant halves ``CELL_FACTOR`` (the count sensitivity, 2 under
+    replace-one) that :class:`~skdpcluster.PrivateHighDimKMeans` passes.
+    """
+    _scale_entry(monkeypatch, CELL_FACTOR, "replace_one", factor)
+    bound, claim = _candidates_bound("replace_one", 1.5, n_draws=3000, seed=11)
+    assert claim == 1.5
+    assert (bound <= claim) is should_pass
+    if should_pass:
+        assert bound > 0.4 * claim
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("factor, should_pass", VERDICTS)
+@pytest.mark.parametrize("neighbouring", ["replace_one", "add_remove"])
+def test_highdim_candidate_histogram_wide(monkeypatch, factor, should_pass, neighbouring):
+    """Both relations at level_epsilon = 1, with 8x the draws."""
+    _scale_entry(monkeypatch, CELL_FACTOR, neighbouring, factor)
+    bound, claim = _candidates_bound(neighbouring, 1.0, n_draws=20_000, seed=12)
+    assert (bound <= claim) is should_pass
+
+
+# ---------------------------------------------------------------------------
+# Federated sums and counts (FedDP-KMeans: FedDP-Init step 3 and FedDP-Lloyds)
+# ---------------------------------------------------------------------------
+
+FED_RADIUS = 10.0
+FED_CENTRES = np.array([[0.0, 0.0], [8.0, 0.0]])  # (0, +-10) are nearest to centre 0
+FED_CLIENT_CLIP = {"sums": 5.0, "counts": 10.0, "lloyd_sums": 5.0, "lloyd_counts": 10.0}
+
+
+def _federated_rows(step, privacy_unit, neighbouring):
+    """Rows (and client ids) of two neighbouring data sets, all in B(0, radius).
+
+    Sample level: a row of norm Lambda added at (0, 10) (add/remove: sum shift
+    Lambda, count shift 1); replace-one: for the sums, a row moved from
+    (0, -10) to (0, 10) in the same cluster (shift 2 Lambda), for the counts,
+    a row moved from cluster 0 to cluster 1 (L1 shift 2). Client level,
+    add/remove: a client of four rows at (0, 10), whose cluster-0 sum (norm
+    40) is clipped to the bound C_s, or (counts) of twenty rows near centre 0,
+    whose count is clipped to C_c (by a factor 1/2).
+    """
+    rng = np.random.default_rng(13)
+    base = np.concatenate([c + rng.uniform(-1.0, 1.0, size=(30, 2)) for c in FED_CENTRES])
+    top, bottom = np.array([[0.0, FED_RADIUS]]), np.array([[0.0, -FED_RADIUS]])
+    if privacy_unit == "client":
+        ids = np.arange(len(base)) // 3
+        client = np.repeat(top, 4, axis=0) if step.endswith("sums") else \
+            np.repeat([[0.25, 0.0]], 20, axis=0)
+        return (base, ids), (np.vstack([base, client]),
+                             np.concatenate([ids, np.full(len(client), ids[-1] + 1)]))
+    if neighbouring == "add_remove":
+        return (base, None), (np.vstack([base, top]), None)
+    if step.endswith("counts"):
+        return ((np.vstack([base, FED_CENTRES[:1]]), None),
+                (np.vstack([base, FED_CENTRES[1:]]), None))
+    return (np.vstack([base, bottom]), None), (np.vstack([base, top]), None)
+
+
+def _federated_release(step, privacy_unit, neighbouring):
+    """The release :class:`FederatedPrivateKMeans` plans for ``step`` (eps = 16, delta = 1e-3)."""
+    estimator = FederatedPrivateKMeans(
+        n_clusters=2, epsilon=16.0, delta=1e-3, neighbouring=neighbouring,
+        privacy_unit=privacy_unit,
+        client_clip=FED_CLIENT_CLIP if privacy_unit == "client" else None)
+    budget = estimator._budget(list(_federated_init.STEPS), 1, estimator._unit_bounds(FED_RADIUS))
+    return budget.releases[step]
+
+
+def _federated_bound(step, privacy_unit, neighbouring, n_draws, seed):
+    """Real per-cluster sums and counts of both data sets, noised ``n_draws`` times at once."""
+    release = _federated_release(step, privacy_unit, neighbouring)
+    bounds = None
+    if privacy_unit == "client":
+        prefix = "lloyd_" if step.startswith("lloyd") else ""
+        bounds = (FED_CLIENT_CLIP[prefix + "sums"], FED_CLIENT_CLIP[prefix + "counts"])
+    statistics = []
+    for X, ids in _federated_rows(step, privacy_unit, neighbouring):
+        (shard,) = build_shards(X, ids)
+        sums, counts = cluster_sums_statistic(shard, centers=FED_CENTRES, bounds=bounds)
+        # Sums: cluster 0 on the axis that moves (the other coordinates carry no information).
+        statistics.append(sums[0, 1:] if step.endswith("sums") else counts)
+    rng = np.random.default_rng(seed)
+    samples = []
+    for value in statistics:
+        noisy, event = _federated_init._release(np.tile(value, (n_draws, 1)), release, rng, step,
+                                                neighbouring)
+        samples.append(noisy)
+    if event.mechanism == "laplace":
+        samples = [tail_statistic(noisy, *statistics) for noisy in samples]
+        return _epsilon_bound(samples, event.scale * np.linspace(0.0, 3.0, 16)), event.epsilon
+    means = [float(value[0]) for value in statistics]
+    edges = _gaussian_edges(means, event.scale)
+    return _mu_bound([noisy[:, 0] for noisy in samples], edges), _claimed_mu(event)
+
+
+@pytest.mark.parametrize("factor, should_pass", VERDICTS)
+def test_federated_lloyd_sums_within_their_share(monkeypatch, factor, should_pass):
+    """The FedDP-Lloyds sums are mu-GDP at their (eps, delta) share, one row at the bound.
+
+    Share under test: the ``federated/lloyd_sums`` release of a fit at
+    (16, 1e-3) with one Lloyd step (eps 2 for this release), sample level, add/remove (the paper's
+    relation): sensitivity Lambda. The statistic is the cluster-0 sum on the
+    axis that moves (the coordinates are independent, so the other ones carry
+    no information); the mutant halves ``SENSITIVITY_FACTOR``.
+    """
+    _scale_entry(monkeypatch, _federated_init.SENSITIVITY_FACTOR, "lloyd_sums", factor)
+    bound, claim = _federated_bound("lloyd_sums", "sample", "add_remove", 200_000, seed=14)
+    assert (bound <= claim) is should_pass
+    if should_pass:
+        assert bound > 0.85 * claim
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("factor, should_pass", VERDICTS)
+@pytest.mark.parametrize("step, privacy_unit, neighbouring", [
+    ("lloyd_sums", "sample", "replace_one"),
+    ("lloyd_sums", "client", "add_remove"),
+    ("lloyd_counts", "sample", "add_remove"),
+    ("lloyd_counts", "client", "add_remove"),
+    ("lloyd_counts", "sample", "replace_one"),
+    ("sums", "sample", "add_remove"),
+    ("counts", "sample", "add_remove"),
+])
+def test_federated_releases_wide(monkeypatch, factor, should_pass, step, privacy_unit,
+                                 neighbouring):
+    """FedDP-Init's sums and counts (step 3) and both Lloyd releases, both units and relations."""
+    _scale_entry(monkeypatch, _federated_init.SENSITIVITY_FACTOR, step, factor)
+    bound, claim = _federated_bound(step, privacy_unit, neighbouring, 1_000_000, seed=15)
+    assert (bound <= claim) is should_pass
+
+
+# ---------------------------------------------------------------------------
+# The seams above change no output: values recorded before they were introduced
+# ---------------------------------------------------------------------------
+
+
+def _separated_tuples(n, gap, spread, seed):
+    rng = np.random.default_rng(seed)
+    centres = np.zeros((3, 2))
+    centres[:, 0] = gap * np.arange(3)
+    return centres[None] + rng.normal(0, spread, size=(n, 3, 2))
+
+
+def _hex(values):
+    return [float(v).hex() for v in np.ravel(values)]
+
+
+@pytest.mark.parametrize("calibration, expected", [
+    ("analytic_joint", ["0x1.029fda7759befp+13", "-0x1.df6860d6f69f3p+12",
+                        "0x1.7e6dea583058bp+16", "0x1.83a887667635dp+12",
+                        "0x1.cb99efa0b9791p+17", "-0x1.338a3bf44dc5bp+12"]),
+    ("classical", ["0x1.324e1375e5e34p+14", "-0x1.1be59d2146ef9p+14", "0x1.7336382b65c6fp+16",
+                   "0x1.cb20ce63a6de8p+13", "0x1.1501685bd219ep+18", "-0x1.6c3d37c314dc5p+13"]),
+])
+def test_noisy_centers_output_unchanged_by_the_seams(calibration, expected):
+    tuples = _separated_tuples(min_tuples(1.0, 1e-6, 0.05), 1e5, 0.01, seed=7)
+    result = noisy_centers.private_k_noisy_centers(
+        tuples, epsilon=1.0, delta=1e-6, beta=0.05, rng=np.random.default_rng(3),
+        gaussian_calibration=calibration)
+    assert _hex(result.centers) == expected
+
+
+def test_averages_output_unchanged_by_the_seams():
+    tuples = _separated_tuples(min_tuples(1.0, 1e-6, 0.05), 50.0, 0.5, seed=8)
+    result = averages.private_k_averages(
+        tuples, epsilon=1.0, delta=1e-6, beta=0.05, data_radius=200.0, r_min=0.01,
+        rng=np.random.default_rng(4))
+    assert _hex(result.centers) == [
+        "-0x1.839a7d9343ccbp+10", "-0x1.3e2acc5b6192ap+14", "0x1.dcb01a0911d4dp+10",
+        "0x1.0ece84e0f9940p+11", "0x1.fffc382c87b2ap+10", "0x1.72a6df0635f03p+13"]
+    values = np.random.default_rng(9).uniform(-1, 1, 500)
+    grid = {"data_radius": 2.0, "r_min": 0.01, "epsilon": 1.0, "delta": 1e-6, "beta": 0.05}
+    estimates = [private_average_1d(values, n_public=500, rng=np.random.default_rng(5),
+                                    neighbouring=neighbouring, **grid)[0]
+                 for neighbouring in ("add_remove", "replace_one")]
+    assert [type(e) for e in estimates] == [float, float]
+    assert _hex(estimates) == ["-0x1.152f9fe5c387fp-6", "-0x1.5b0e157fdd23bp-7"]
+    points = np.random.default_rng(10).uniform(-1, 1, (400, 3))
+    estimate, _ = private_average(points, n_public=400, rng=np.random.default_rng(6), **grid)
+    assert _hex(estimate) == ["0x1.5c8d1d959395ap-10", "0x1.0ac43d5486e71p-8",
+                              "0x1.089f7b62235fep-6"]
