@@ -12,17 +12,25 @@ A new estimator writes ``_plan``, ``_fit_private`` and its constraints.
 """
 
 import math
+import warnings
 from dataclasses import dataclass, field
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
+from sklearn.base import (
+    BaseEstimator,
+    ClassNamePrefixFeaturesOutMixin,
+    ClusterMixin,
+    TransformerMixin,
+    clone,
+)
 from sklearn.exceptions import NotFittedError
 from sklearn.metrics import pairwise_distances_argmin_min
 from sklearn.metrics.pairwise import euclidean_distances
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from skdpcluster.accountant import BudgetAccountant
+from skdpcluster.bounds import GRID_RANGE, RADIUS_SAFETY, BoundsBudget, private_bounds
 from skdpcluster.exceptions import NotSeparatedError, NotSeparatedWarning, PrivacyLeakWarning
 from skdpcluster.utils import check_random_state
 from skdpcluster.utils._compat import Interval, StrOptions, fit_context
@@ -104,7 +112,7 @@ class _PrivateFitMixin:
             X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2)
             X = np.asarray(X, dtype=np.float64)
             self._check_n_clusters()
-            self._commit(*self._run(X, self._plan(X)))
+            self._commit(*self._plan_and_run(X))
         return self
 
     def _check_n_clusters(self):
@@ -167,15 +175,72 @@ class _PrivateFitMixin:
 
     def _resolve_radius(self, X, center):
         """Public bound Lambda: ``data_radius``, or computed from X with a PrivacyLeakWarning."""
-        if self.data_radius is not None:
+        if self.data_radius is not None and not isinstance(self.data_radius, str):
             return float(self.data_radius)
         warn_user(
-            f"{type(self).__name__}: data_radius=None, so the bound was computed from the data; "
-            "the result is not differentially private with respect to it. Pass a public "
-            "data_radius (and data_center) to keep the guarantee.",
+            f"{type(self).__name__}: data_radius={self.data_radius!r}, so the bound was computed "
+            "from the data; the result is not differentially private with respect to it. Pass a "
+            "public data_radius (and data_center), or leave data_radius=None to estimate the "
+            "bound privately, to keep the guarantee.",
             PrivacyLeakWarning,
         )
         return float(np.max(np.linalg.norm(X - center, axis=1))) or 1.0
+
+    # -- private bounds (data_radius=None) ---------------------------------------------
+    def _plan_and_run(self, data):
+        """Plan and run the fit; with ``data_radius=None``, first release the bound privately.
+
+        The fit is then the composition of :func:`skdpcluster.bounds.private_bounds` on
+        the share :class:`~skdpcluster.bounds.BoundsBudget` of (epsilon, delta) and of
+        the estimator's own fit, on the rest, with the released centre and radius as
+        its public ``data_center`` and ``data_radius`` (a clone, so no parameter of
+        ``self`` changes). The clone is planned before any randomness at both ends of
+        the public radius grid, so no error can depend on the released radius.
+        """
+        if not (self.data_radius is None and self._needs_radius(data)):
+            return self._run(data, self._plan(data))
+        budget = BoundsBudget.of_fit(self.epsilon, self.delta,
+                                     estimate_center=self.data_center is None)
+        inner = clone(self).set_params(epsilon=self.epsilon - budget.cost[0],
+                                       delta=self.delta - budget.cost[1])
+        costs = [self._plan_inner(inner, data, RADIUS_SAFETY * radius, self.data_center,
+                                  quiet=True).cost for radius in GRID_RANGE]
+        cost = (budget.cost[0] + max(c[0] for c in costs), budget.cost[1] + max(c[1] for c in costs))
+        plan = PrivateFitPlan(cost, {"inner": inner, "bounds_budget": budget})
+        return self._run(data, plan, self._fit_private_with_bounds)
+
+    def _needs_radius(self, data):
+        """Whether the fit uses ``data_radius`` (a hook: k-tuple ``noisy_centers`` does not)."""
+        return True
+
+    def _bounds_rows(self, data):
+        """The rows whose bound is estimated (a hook for inputs that are not an array)."""
+        return data
+
+    @staticmethod
+    def _plan_inner(inner, data, radius, center, quiet=False):
+        """Plan ``inner`` with a public bound; ``quiet`` hides the warnings of a trial plan."""
+        inner.set_params(data_radius=radius, data_center=center)
+        with warnings.catch_warnings():
+            if quiet:
+                warnings.simplefilter("ignore")
+            return inner._plan(data)
+
+    def _fit_private_with_bounds(self, data, plan, rng):
+        """Release the bound, then run the fit on the rest of the budget with it as public."""
+        bounds_rng, fit_rng = rng.spawn(2)
+        inner, budget = plan.values["inner"], plan.values["bounds_budget"]
+        (center, radius), events = private_bounds(
+            self._bounds_rows(data), budget=budget, rng=bounds_rng, center=self.data_center,
+            neighbouring=getattr(self, "neighbouring", "replace_one"),
+            warn_context=f" of {type(self).__name__} (share {budget.cost[0]:.3g} of epsilon)")
+        inner_plan = self._plan_inner(inner, data, radius, center)
+        result = inner._fit_private(data, inner_plan, fit_rng)
+        attributes = {**inner_plan.attributes, **result.attributes, "data_radius_": radius,
+                      "data_center_": center}
+        rho = None if result.rho is None else result.rho + math.fsum(e.rho for e in events)
+        return PrivateFit(result.centers, result.success, events + list(result.events),
+                          proven=result.proven, attributes=attributes, rho=rho)
 
 
 
@@ -190,7 +255,7 @@ class _BasePrivateClusterer(
         "n_clusters": [Interval(Integral, 1, None, closed="left")],
         "epsilon": [Interval(Real, 0, None, closed="neither")],
         "delta": [Interval(Real, 0, 1, closed="neither")],
-        "data_radius": [None, Interval(Real, 0, None, closed="neither")],
+        "data_radius": [None, StrOptions({"data"}), Interval(Real, 0, None, closed="neither")],
         "data_center": [None, "array-like"],
         "on_failure": [StrOptions({"warn", "raise"})],
         "accountant": [None, BudgetAccountant],

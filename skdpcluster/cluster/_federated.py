@@ -347,7 +347,7 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         """
         with _restore_on_error(self):
             data = self._validated_inputs(X, client_ids, X_server)
-            self._commit(*self._run(data, self._plan(data)))
+            self._commit(*self._plan_and_run(data))
         return self
 
     def _validated_inputs(self, X, client_ids, X_server):
@@ -405,6 +405,24 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
                 f"init as an array must hold finite public centres of shape (n_clusters, "
                 f"n_features) = ({self.n_clusters}, {n_features}), got shape {centers.shape}.")
         return "public", centers - center
+
+    def _needs_radius(self, data):
+        """The public server data gives the bound when there is some (no private bound then).
+
+        The private bound is proven for one row (``privacy_unit="sample"``); a client
+        holds many rows, so ``privacy_unit="client"`` needs a public ``data_radius``.
+        """
+        if data.server is not None:
+            return False
+        if self.privacy_unit == "client":
+            raise ValueError(
+                "data_radius=None estimates the bound privately per row, which does not protect "
+                "a whole client: with privacy_unit='client', pass a public data_radius (and "
+                "data_center), or public server-side rows as X_server.")
+        return True
+
+    def _bounds_rows(self, data):
+        return data.X
 
     def _resolve_federated_radius(self, data, center):
         """Delta: the parameter, else the public server radius, else the data's (leak warning)."""

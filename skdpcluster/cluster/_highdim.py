@@ -295,6 +295,10 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
             print(f"[{type(self).__name__}] plan: radius={radius:.4g}, budget={budget}")
         return plan
 
+    def _needs_radius(self, data):
+        """Sparse recovery takes its bound from ``coord_bound`` (no private bound is needed)."""
+        return self.recovery != "sparse"
+
     def _resolve_bounds(self, X, center):
         r"""L2 radius :math:`\Lambda`; sparse: :math:`\min(\Lambda, \sqrt s\,\Lambda_\infty)`."""
         if self.recovery != "sparse":

@@ -271,6 +271,10 @@ class KTupleClusterer(_BasePrivateClusterer):
             print(f"[KTupleClusterer] plan: {plan.attributes}, cost={plan.cost}")
         return plan
 
+    def _needs_radius(self, data):
+        """Only ``method="averages"`` uses the bound (private bounds are skipped otherwise)."""
+        return self.method == "averages"
+
     def _plan_radius(self, plan, X):
         center = plan.values["center"]
         if self.method == "averages":

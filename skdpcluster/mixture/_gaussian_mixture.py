@@ -600,6 +600,10 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
             data_center=self.data_center, r_min=self.r_min, n_jobs=self.n_jobs,
         )
 
+    def _needs_radius(self, data):
+        """Only ``tuple_method="averages"`` uses the bound (private bounds are skipped otherwise)."""
+        return self.tuple_method == "averages"
+
     def _plan(self, X):
         n_samples, n_features = X.shape
         center = self._resolve_center(n_features)
