@@ -494,12 +494,13 @@ def test_same_seed_same_fit_and_other_seed_differs(cls):
     assert np.array_equal(centers, centers[np.lexsort(centers.T[::-1])])  # canonical order
 
 
-def test_missing_radius_warns_and_is_not_written_back():
+def test_exact_radius_by_explicit_choice_warns_and_is_not_written_back():
     X, _, _ = _mixture(500, 3, 2)
-    est = PrivateHighDimKMeans(n_clusters=2, accountant=BudgetAccountant(), random_state=0)
+    est = PrivateHighDimKMeans(n_clusters=2, data_radius="data", accountant=BudgetAccountant(),
+                               random_state=0)
     with pytest.warns(PrivacyLeakWarning):
         est.fit(X)
-    assert est.data_radius is None and est.data_radius_ > 0
+    assert est.data_radius == "data" and est.data_radius_ > 0
 
 
 # ---------------------------------------------------------------------------

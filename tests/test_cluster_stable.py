@@ -344,10 +344,10 @@ def test_selection_modes_and_final_lloyd_step(mixture):
     assert selection.sensitivity == pytest.approx((2 * RADIUS) ** 2)  # spec §9.3: 4 Lambda^2
 
 
-def test_missing_radius_warns_and_is_not_written_back(mixture):
+def test_exact_radius_by_explicit_choice_warns_and_is_not_written_back(mixture):
     with pytest.warns(PrivacyLeakWarning):
-        est = PrivateStableKMeans(4, random_state=0).fit(mixture[0][:4000])
-    assert est.data_radius is None
+        est = PrivateStableKMeans(4, data_radius="data", random_state=0).fit(mixture[0][:4000])
+    assert est.data_radius == "data"
     assert est.data_radius_ == pytest.approx(np.linalg.norm(mixture[0][:4000], axis=1).max())
 
 

@@ -372,11 +372,11 @@ def test_data_derived_bounds_warn_and_are_not_written_back(small):
         gm = PrivateGaussianMixture(2, sigma_min=None, sigma_max=None, random_state=0).fit(X)
     assert gm.sigma_min is None and gm.sigma_max is None
     assert np.all(gm.sigma_max_ >= 2.0 * 0.9) and np.all(gm.sigma_min_ <= 0.5 * 1.1)
-    with pytest.warns(PrivacyLeakWarning, match="data_radius=None"), warnings.catch_warnings():
+    with pytest.warns(PrivacyLeakWarning, match="data_radius='data'"), warnings.catch_warnings():
         warnings.simplefilter("ignore", NotSeparatedWarning)  # far too few tuples for averages
         gm = PrivateGaussianMixture(2, tuple_method="averages", n_tuples=N_TUPLES,
-                                    random_state=0).fit(X)
-    assert gm.data_radius is None
+                                    data_radius="data", random_state=0).fit(X)
+    assert gm.data_radius == "data"
     assert gm.data_radius_ == pytest.approx(np.linalg.norm(X, axis=1).max())
 
 

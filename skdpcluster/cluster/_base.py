@@ -233,7 +233,8 @@ class _PrivateFitMixin:
         (center, radius), events = private_bounds(
             self._bounds_rows(data), budget=budget, rng=bounds_rng, center=self.data_center,
             neighbouring=getattr(self, "neighbouring", "replace_one"),
-            warn_context=f" of {type(self).__name__} (share {budget.cost[0]:.3g} of epsilon)")
+            warn_context=f" of {type(self).__name__} (spent epsilon={budget.cost[0]:.3g}, "
+                         f"delta={budget.cost[1]:.3g})")
         inner_plan = self._plan_inner(inner, data, radius, center)
         result = inner._fit_private(data, inner_plan, fit_rng)
         attributes = {**inner_plan.attributes, **result.attributes, "data_radius_": radius,
