@@ -15,9 +15,12 @@ mechanism of McSherry & Talwar (2007) with a rank score):
 
    .. math::
 
-       u_j(t) = -\left|\#\{i : x_{ij} \le t\} - n/2\right|,
+       u_j(t) = \min\left(\#\{i : x_{ij} < t^+\},\ \#\{i : x_{ij} > t^-\}\right),
 
-   a private coordinate-wise median. Skipped when a public centre is given.
+   where :math:`t^-, t^+` are the grid neighbours of :math:`t` (the
+   interior-point quality of Cohen et al. 2021, App. A.1.2, with the values
+   rounded to the grid): a private coordinate-wise median, whose score is
+   :math:`n` around a point mass. Skipped when a public centre is given.
 2. **Radius.** With the released centre :math:`\hat c` and
    :math:`d_i = \|x_i - \hat c\|`, the exponential mechanism over the public
    geometric grid :math:`G_r = \{r_{lo} g_r^i\}` (:math:`g_r = 1.1`) with
@@ -26,8 +29,9 @@ mechanism of McSherry & Talwar (2007) with a rank score):
    radius, so data on one point gives a tiny radius, never a huge one); the
    release is :math:`\Lambda = s \cdot R` with a safety factor :math:`s`.
 
-**Privacy.** Replacing one row changes every count by at most 1 and leaves
-:math:`n` unchanged; adding or removing one changes the count by 0 or 1 and
+**Privacy.** Replacing, adding or removing one row changes every count, and
+so the median score, by at most 1. For the radius, replacing one row changes
+every count by at most 1 and leaves :math:`n` unchanged; adding or removing one changes the count by 0 or 1 and
 :math:`q n` by :math:`q`, so :math:`|u(t) - u'(t)| \le \max(q, 1 - q) \le 1`.
 Each score has sensitivity 1 under both relations, and each exponential
 mechanism is :math:`\varepsilon`-DP. The :math:`d` coordinates of the centre
@@ -74,6 +78,9 @@ _CENTER_RATIO = 1.01
 _RADIUS_RATIO = 1.1
 #: Multiplies the released quantile radius (public).
 RADIUS_SAFETY = 1.5
+#: A released radius below ``max(10 r_lo, 2% of |centre|)`` is at the grids' resolution.
+_TINY_RADIUS = 10.0
+_CENTER_RESOLUTION = 0.02
 #: Confidence level of the rank error stated in warnings (utility only).
 _BETA = 0.05
 
@@ -118,6 +125,27 @@ def _rank_scores(values, grid, target):
     return -np.abs(counts - target)
 
 
+def _median_scores(values, grid):
+    """Score min(#{x < t_next}, #{x > t_prev}) of every grid point t (sensitivity 1).
+
+    The interior-point quality of Cohen et al. (2021), App. A.1.2 (values
+    rounded down and up to the grid), on any sorted public grid: largest at
+    the median, and equal to n at the grid points around a point mass.
+    """
+    ordered = np.sort(values)
+    below_next = np.searchsorted(ordered, np.append(grid[1:], np.inf), side="left")
+    above_prev = ordered.size - np.searchsorted(ordered, np.insert(grid[:-1], 0, -np.inf),
+                                                side="right")
+    return np.minimum(below_next, above_prev)
+
+
+def _private_median(values, grid, epsilon, rng):
+    """Exponential mechanism over ``grid`` with the median score; returns a grid value."""
+    index, event = exponential_mechanism(_median_scores(values, grid), epsilon=epsilon,
+                                         sensitivity=1.0, rng=rng)
+    return float(grid[index]), event
+
+
 def _private_quantile(values, grid, quantile, epsilon, rng, log_base_measure=None):
     """Exponential mechanism over ``grid`` with the rank score of ``quantile``; returns a grid value."""
     scores = _rank_scores(values, grid, quantile * values.size)
@@ -141,7 +169,7 @@ def _private_center(X, budget, neighbouring, rng):
     per_coordinate, zcdp = _coordinate_epsilon(budget.epsilon_center, budget.delta_center,
                                                n_features)
     grid = center_grid()
-    center = np.array([_private_quantile(X[:, j], grid, 0.5, per_coordinate, rng)[0]
+    center = np.array([_private_median(X[:, j], grid, per_coordinate, rng)[0]
                        for j in range(n_features)])
     event = PrivacyEvent(
         "private_bounds_center", budget.epsilon_center, budget.delta_center if zcdp else 0.0,
@@ -183,8 +211,11 @@ def _warn_if_degraded(n_samples, center, radius, budget, quantile, share_text):
     if error > (1.0 - quantile) * n_samples + 0.25 * n_samples:
         problems.append(f"with {n_samples} rows, the radius quantile is accurate to about "
                         f"+-{error:.0f} rows only")
-    if radius <= RADIUS_SAFETY * GRID_RANGE[0]:
-        problems.append("the radius is the smallest of the grid (the rows may all be one point)")
+    resolution = max(_TINY_RADIUS * GRID_RANGE[0], _CENTER_RESOLUTION * np.linalg.norm(center))
+    if radius <= RADIUS_SAFETY * resolution:
+        problems.append(f"the radius {radius:.3g} is at the resolution of the grids: the rows may "
+                        "all be (nearly) one point, or lie beyond the public grid "
+                        f"(+-{GRID_RANGE[1]:g})")
     if radius >= RADIUS_SAFETY * GRID_RANGE[1] or np.any(np.abs(center) >= GRID_RANGE[1]):
         problems.append(f"the bound reached the end of the public grid ({GRID_RANGE[1]:g}): "
                         "rows far beyond it are projected onto the ball")
