@@ -30,7 +30,7 @@ from sklearn.metrics.pairwise import euclidean_distances
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from skdpcluster.accountant import BudgetAccountant
-from skdpcluster.bounds import GRID_RANGE, RADIUS_SAFETY, BoundsBudget, private_bounds
+from skdpcluster.bounds import BOUNDS_SHARE, GRID_RANGE, RADIUS_SAFETY, BoundsBudget, private_bounds
 from skdpcluster.exceptions import NotSeparatedError, NotSeparatedWarning, PrivacyLeakWarning
 from skdpcluster.utils import check_random_state
 from skdpcluster.utils._compat import Interval, StrOptions, fit_context
@@ -191,7 +191,7 @@ class _PrivateFitMixin:
         """Plan and run the fit; with ``data_radius=None``, first release the bound privately.
 
         The fit is then the composition of :func:`skdpcluster.bounds.private_bounds` on
-        the share :class:`~skdpcluster.bounds.BoundsBudget` of (epsilon, delta) and of
+        the share ``_BOUNDS_SHARE`` of (epsilon, delta) and of
         the estimator's own fit, on the rest, with the released centre and radius as
         its public ``data_center`` and ``data_radius`` (a clone, so no parameter of
         ``self`` changes). The clone is planned before any randomness at both ends of
@@ -199,7 +199,7 @@ class _PrivateFitMixin:
         """
         if not (self.data_radius is None and self._needs_radius(data)):
             return self._run(data, self._plan(data))
-        budget = BoundsBudget.of_fit(self.epsilon, self.delta,
+        budget = BoundsBudget.of_fit(self.epsilon, self.delta, share=self._BOUNDS_SHARE,
                                      estimate_center=self.data_center is None)
         inner = clone(self).set_params(epsilon=self.epsilon - budget.cost[0],
                                        delta=self.delta - budget.cost[1])
@@ -208,6 +208,9 @@ class _PrivateFitMixin:
         cost = (budget.cost[0] + max(c[0] for c in costs), budget.cost[1] + max(c[1] for c in costs))
         plan = PrivateFitPlan(cost, {"inner": inner, "bounds_budget": budget})
         return self._run(data, plan, self._fit_private_with_bounds)
+
+    #: Share of (epsilon, delta) spent on the bound when ``data_radius=None``.
+    _BOUNDS_SHARE = BOUNDS_SHARE
 
     def _needs_radius(self, data):
         """Whether the fit uses ``data_radius`` (a hook: k-tuple ``noisy_centers`` does not)."""

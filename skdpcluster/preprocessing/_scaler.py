@@ -18,8 +18,12 @@ __all__ = ["PrivateStandardScaler", "make_private_pipeline"]
 
 #: Default output bound per feature: transformed rows are clipped to norm ``3 * sqrt(n_features)``.
 OUTPUT_RADIUS_PER_SQRT_FEATURE = 3.0
+#: Share of the scaler's (epsilon, delta) spent on its bound when ``data_radius=None``.
+SCALER_BOUNDS_SHARE = 0.5
 #: Smallest released standard deviation, relative to the bound's radius (public).
 _MIN_SCALE = 1e-6
+#: The second pass clips standardized rows to norm ``4 * sqrt(n_features)``.
+_Z_RADIUS_PER_SQRT_FEATURE = 4.0
 #: L2 sensitivity of the joint release of the scaled first and second moments (replace-one).
 _MOMENTS_SENSITIVITY = math.sqrt(2.0)
 
@@ -44,20 +48,39 @@ def _noisy_moments(rows, radius, epsilon, delta, rng):
     return mean, second, event
 
 
+def _moments_pass(rows, radius, epsilon, delta, rng):
+    """Released per-feature mean and variance of ``rows`` in :math:`B(0, \\Lambda)`.
+
+    The variance is floored at the noise level of the second moment (a public
+    value), so a feature whose variance the noise swamps is scaled down, never
+    blown up; the second pass of :meth:`PrivateStandardScaler._fit_private`
+    then measures it on the standardized scale.
+    """
+    mean, second, event = _noisy_moments(rows, radius, epsilon, delta, rng)
+    sigma = event.scale * math.sqrt(2.0) * radius**2 / rows.shape[0]
+    return mean, np.maximum(second - mean**2, max(sigma, (_MIN_SCALE * radius) ** 2)), event
+
+
 class PrivateStandardScaler(_PrivateFitMixin, OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
     r"""Standardize features with a differentially private mean and standard deviation.
 
-    The rows are projected onto a ball :math:`B(c, \Lambda)`; their per-feature
+    Two passes, each on half of (epsilon, delta) (basic composition). Pass 1:
+    the rows are projected onto a ball :math:`B(c, \Lambda)`; their per-feature
     sums and sums of squares (centred at :math:`c`) are released together by
     one analytic Gaussian mechanism (Balle & Wang 2018) of L2 sensitivity
     :math:`\sqrt 2` in units of :math:`(2\Lambda, \sqrt2\Lambda^2)` under
-    replace-one neighbours (the number of rows is public). From them
-    ``mean_`` and ``scale_`` (the standard deviation, floored at
-    :math:`10^{-6}\Lambda`) are post-processing. With ``data_radius=None``
+    replace-one neighbours (the number of rows is public), giving a mean
+    :math:`m_1` and a variance :math:`v_1` floored at the noise level of the
+    second moment. Pass 2: the same release on the rows
+    :math:`(x - m_1)/\sqrt{v_1}`, projected onto
+    :math:`B(0, 4\sqrt d)`, whose noise no longer depends on :math:`\Lambda`
+    (a feature with a variance far below :math:`\Lambda^2` is measured on
+    its own scale). ``mean_`` and ``scale_`` combine the two
+    (post-processing). With ``data_radius=None``
     the ball is itself released first by
-    :func:`skdpcluster.bounds.private_bounds` on
-    :data:`skdpcluster.bounds.BOUNDS_SHARE` of the budget, as in every
-    estimator. The fit is charged to ``accountant`` and recorded in
+    :func:`skdpcluster.bounds.private_bounds` on half of the budget
+    (``SCALER_BOUNDS_SHARE``; the estimators spend 10%), since the bound is
+    half of the scaler's work. The fit is charged to ``accountant`` and recorded in
     ``privacy_ledger_``.
 
     ``transform`` clips every output row to the public norm
@@ -145,6 +168,9 @@ class PrivateStandardScaler(_PrivateFitMixin, OneToOneFeatureMixin, TransformerM
         self.accountant = accountant
         self.random_state = random_state
 
+    #: The bound is half of a scaler's work: half of (epsilon, delta) when ``data_radius=None``.
+    _BOUNDS_SHARE = SCALER_BOUNDS_SHARE
+
     def _check_n_clusters(self):
         """A scaler has no clusters."""
 
@@ -159,12 +185,18 @@ class PrivateStandardScaler(_PrivateFitMixin, OneToOneFeatureMixin, TransformerM
                               {"data_radius_": radius, "output_radius_": output_radius})
 
     def _fit_private(self, X, plan, rng):
+        """Two passes on half of (epsilon, delta) each: raw moments in the ball, then standardized."""
         center, radius = plan.values["center"], plan.values["radius"]
+        epsilon, delta = self.epsilon / 2.0, self.delta / 2.0
         rows = _project_onto_ball(X, center, radius) - center
-        mean, second, event = _noisy_moments(rows, radius, self.epsilon, self.delta, rng)
-        var = np.maximum(second - mean**2, (_MIN_SCALE * radius) ** 2)
-        attributes = {"mean_": center + mean, "var_": var, "scale_": np.sqrt(var)}
-        return PrivateFit(None, True, [event], attributes=attributes)
+        mean, var, first = _moments_pass(rows, radius, epsilon, delta, rng)
+        shift, scale = center + mean, np.sqrt(var)
+        z_radius = _Z_RADIUS_PER_SQRT_FEATURE * math.sqrt(X.shape[1])
+        z_rows = _project_onto_ball((X - shift) / scale, 0.0, z_radius)
+        z_mean, z_var, second = _moments_pass(z_rows, z_radius, epsilon, delta, rng)
+        attributes = {"mean_": shift + scale * z_mean, "var_": var * z_var,
+                      "scale_": scale * np.sqrt(z_var)}
+        return PrivateFit(None, True, [first, second], attributes=attributes)
 
     def transform(self, X):
         """Standardize ``X`` with the released statistics and clip rows to ``output_radius_``.
