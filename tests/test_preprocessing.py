@@ -165,11 +165,13 @@ def test_private_pipeline_clusters_scaled_data():
 @pytest.mark.xfail(strict=True, reason=(
     "standardizing the d = 4 benchmark mixture (means in 2 of the 4 features) shrinks the "
     "separated features to sd 0.2 and keeps the 2 noise features at sd 1; PrivateStableKMeans' "
-    "grid initializer then splits along the noise features (ARI 0.2-0.33 at 1e5 rows, and "
-    "0.33-0.99 after sklearn's exact StandardScaler too): a limit of the estimator, not of the "
-    "scaler (non-private KMeans on the privately scaled rows: ARI 1.0)"))
+    "grid initializer then often splits along the noise features: ARI over seeds 0-7 at 1e5 "
+    "rows is 0.33, 1.0, 0.20, 1.0, 0.21, 0.33, 0.29, 1.0 (and 0.33-0.99 after sklearn's exact "
+    "StandardScaler too), while non-private KMeans on the privately scaled rows gets 1.0: a "
+    "limit of the estimator on standardized data, not of the scaler"))
 def test_private_pipeline_reaches_ari_099_on_the_stable_benchmark_at_1e5_rows():
-    assert _pipeline_ari(*_stable_mixture(100_000, scale=40.0, shift=500.0), seed=1) >= 0.99
+    X, y = _stable_mixture(100_000, scale=40.0, shift=500.0)
+    assert min(_pipeline_ari(X, y, seed) for seed in range(4)) >= 0.99
 
 
 def test_non_private_scaler_is_not_detected():
