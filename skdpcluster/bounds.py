@@ -66,7 +66,7 @@ from skdpcluster.mechanisms import PrivacyEvent, exponential_mechanism, zcdp_rho
 from skdpcluster.utils._validation import check_epsilon_delta, check_probability
 from skdpcluster.utils._warnings import warn_user
 
-__all__ = ["BOUNDS_SHARE", "BoundsBudget", "private_bounds"]
+__all__ = ["BOUNDS_SHARE", "BoundsBudget", "plan_bounds", "private_bounds"]
 
 #: Share of a fit's (epsilon, delta) that an estimator with ``data_radius=None`` spends on the bound.
 BOUNDS_SHARE = 0.1
@@ -77,7 +77,7 @@ GRID_RANGE = (1e-6, 1e9)
 _CENTER_RATIO = 1.01
 _RADIUS_RATIO = 1.1
 #: Multiplies the released quantile radius (public).
-RADIUS_SAFETY = 1.5
+RADIUS_SAFETY = 1.1
 #: A released radius below ``max(10 r_lo, 2% of |centre|)`` is at the grids' resolution.
 _TINY_RADIUS = 10.0
 _CENTER_RESOLUTION = 0.02
@@ -202,6 +202,40 @@ def _private_radius(X, center, epsilon, quantile, neighbouring, rng):
 def rank_error(epsilon, grid_size, beta=_BETA):
     """Rows by which the exponential mechanism's rank misses, with probability 1 - beta (public)."""
     return (2.0 / epsilon) * math.log(grid_size / beta)
+
+
+def center_min_rows(budget, n_features):
+    """Rows the private centre needs: (4 / eps_coordinate) log(|G_c| / beta) (public)."""
+    per_coordinate, _ = _coordinate_epsilon(budget.epsilon_center, budget.delta_center, n_features)
+    return math.ceil(2.0 * rank_error(per_coordinate, center_grid().size))
+
+
+def plan_bounds(n_samples, n_features, epsilon, delta, *, share=BOUNDS_SHARE, center=None):
+    """The budget of a fit's bound and its public centre, from public values only.
+
+    With ``center=None`` the centre is estimated when there are at least
+    :func:`center_min_rows` rows for its share; otherwise (typically many
+    features and few rows) the bound is centred at the origin, the whole
+    share goes to the radius, and a warning says so.
+
+    Returns
+    -------
+    budget : BoundsBudget
+    center : ndarray or None
+        ``None`` when the centre is to be estimated.
+    """
+    if center is None:
+        budget = BoundsBudget.of_fit(epsilon, delta, share=share, estimate_center=True)
+        needed = center_min_rows(budget, n_features)
+        if n_samples >= needed:
+            return budget, None
+        warn_user(f"private bounds: {n_samples} rows are too few to locate a centre privately "
+                  f"in {n_features} dimensions with epsilon={budget.epsilon_center:.3g} (at least "
+                  f"{needed} are needed); the bound is centred at the origin. Pass a public "
+                  "data_center (and data_radius) if the data is far from the origin.",
+                  UserWarning)
+        center = np.zeros(n_features)
+    return BoundsBudget.of_fit(epsilon, delta, share=share, estimate_center=False), center
 
 
 def _warn_if_degraded(n_samples, center, radius, budget, quantile, share_text):

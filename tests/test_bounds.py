@@ -278,3 +278,20 @@ def test_degenerate_data_degrades_gracefully(blobs, case):
     _assert_within(_ledger_sum(est.privacy_ledger_), (1.0, 1e-6))
     assert accountant.total() == pytest.approx(_ledger_sum(est.privacy_ledger_))
     assert est.privacy_spent_["proven"] and np.all(np.isfinite(est.cluster_centers_))
+
+
+def test_too_few_rows_for_the_centre_fall_back_to_the_origin():
+    # d = 40, n = 2000: the centre needs center_min_rows rows (a public value), so the bound
+    # is centred at the origin and the whole share goes to the radius.
+    X = np.random.default_rng(12).normal(size=(2_000, 40)) + 2.0
+    budget = B.BoundsBudget.of_fit(1.0, 1e-6, estimate_center=True)
+    assert B.center_min_rows(budget, 40) > 2_000
+    accountant = BudgetAccountant()
+    with pytest.warns(UserWarning, match="too few to locate a centre"):
+        est = PrivateHighDimKMeans(2, accountant=accountant, random_state=0).fit(X)
+    assert np.array_equal(est.data_center_, np.zeros(40))
+    assert [e.label for e in est.privacy_ledger_][0] == "bounds/radius"
+    assert est.privacy_ledger_[0].epsilon == pytest.approx(0.1)
+    _assert_within(_ledger_sum(est.privacy_ledger_), (1.0, 1e-6))
+    norms = np.linalg.norm(X, axis=1)
+    assert np.quantile(norms, 0.9) <= est.data_radius_ <= 1.1 * 1.1 * norms.max()

@@ -30,7 +30,7 @@ from sklearn.metrics.pairwise import euclidean_distances
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from skdpcluster.accountant import BudgetAccountant
-from skdpcluster.bounds import BOUNDS_SHARE, GRID_RANGE, RADIUS_SAFETY, BoundsBudget, private_bounds
+from skdpcluster.bounds import BOUNDS_SHARE, GRID_RANGE, RADIUS_SAFETY, plan_bounds, private_bounds
 from skdpcluster.exceptions import NotSeparatedError, NotSeparatedWarning, PrivacyLeakWarning
 from skdpcluster.utils import check_random_state
 from skdpcluster.utils._compat import Interval, StrOptions, fit_context
@@ -199,14 +199,14 @@ class _PrivateFitMixin:
         """
         if not (self.data_radius is None and self._needs_radius(data)):
             return self._run(data, self._plan(data))
-        budget = BoundsBudget.of_fit(self.epsilon, self.delta, share=self._BOUNDS_SHARE,
-                                     estimate_center=self.data_center is None)
+        budget, center = plan_bounds(*self._bounds_rows(data).shape, self.epsilon, self.delta,
+                                     share=self._BOUNDS_SHARE, center=self.data_center)
         inner = clone(self).set_params(epsilon=self.epsilon - budget.cost[0],
                                        delta=self.delta - budget.cost[1])
-        costs = [self._plan_inner(inner, data, RADIUS_SAFETY * radius, self.data_center,
-                                  quiet=True).cost for radius in GRID_RANGE]
+        costs = [self._plan_inner(inner, data, RADIUS_SAFETY * radius, center, quiet=True).cost
+                 for radius in GRID_RANGE]
         cost = (budget.cost[0] + max(c[0] for c in costs), budget.cost[1] + max(c[1] for c in costs))
-        plan = PrivateFitPlan(cost, {"inner": inner, "bounds_budget": budget})
+        plan = PrivateFitPlan(cost, {"inner": inner, "bounds_budget": budget, "center": center})
         return self._run(data, plan, self._fit_private_with_bounds)
 
     #: Share of (epsilon, delta) spent on the bound when ``data_radius=None``.
@@ -234,7 +234,7 @@ class _PrivateFitMixin:
         bounds_rng, fit_rng = rng.spawn(2)
         inner, budget = plan.values["inner"], plan.values["bounds_budget"]
         (center, radius), events = private_bounds(
-            self._bounds_rows(data), budget=budget, rng=bounds_rng, center=self.data_center,
+            self._bounds_rows(data), budget=budget, rng=bounds_rng, center=plan.values["center"],
             neighbouring=getattr(self, "neighbouring", "replace_one"),
             warn_context=f" of {type(self).__name__} (spent epsilon={budget.cost[0]:.3g}, "
                          f"delta={budget.cost[1]:.3g})")

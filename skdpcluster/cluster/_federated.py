@@ -180,12 +180,14 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         ``sample_weight`` and expose ``cluster_centers_``; its
         ``n_clusters`` and ``random_state`` are set per fit. ``None`` uses
         ``KMeans(n_init=10)`` (spec §8.4-5).
-    data_radius : float, default=None
+    data_radius : float, "data" or None, default=None
         Public bound :math:`\Delta` on :math:`\|x - c\|`; rows outside are
         projected onto the ball. ``None``: the radius of ``X_server`` around
-        c (public; the paper's choice, §5.1), or, without ``X_server``, the
-        radius of ``X``, with a :class:`PrivacyLeakWarning`. Stored in
-        ``data_radius_`` only.
+        c (public; the paper's choice, §5.1), or, without ``X_server``, a
+        centre and a radius released privately on 10% of (epsilon, delta)
+        (:mod:`skdpcluster.bounds`; ``privacy_unit="sample"`` only), stored in
+        ``data_center_`` and ``data_radius_``. ``"data"``: the radius of
+        ``X``, with a :class:`PrivacyLeakWarning`.
     data_center : array-like of shape (n_features,), default=None
         Public centre c of the data ball; ``None`` means the origin (the
         paper's uncentred second moment).

@@ -575,12 +575,14 @@ _SHARED_PARAMETERS = r"""
         divides by a noisy count), the fit is then private under add/remove
         as well. ``"add_remove"`` uses the smaller sensitivities and holds
         under add/remove only.
-    data_radius : float, default=None
+    data_radius : float, "data" or None, default=None
         Public bound :math:`\Lambda`: rows are projected onto
-        :math:`B(\mathrm{data\_center}, \Lambda)` (a per-row map). ``None``
-        computes it from the data, emits a
-        :class:`~skdpcluster.exceptions.PrivacyLeakWarning` and stores it only
-        in ``data_radius_``. The error of the noisy means grows linearly with
+        :math:`B(\mathrm{data\_center}, \Lambda)` (a per-row map).
+        ``None`` (the default) releases a centre and a radius privately on 10%
+        of (epsilon, delta) (:mod:`skdpcluster.bounds`), stored in
+        ``data_center_`` and ``data_radius_``; ``"data"`` computes the exact
+        bound from the data (not private, with a
+        :class:`~skdpcluster.exceptions.PrivacyLeakWarning`). The error of the noisy means grows linearly with
         it: give a tight public bound.
     data_center : array-like of shape (n_features,), default=None
         Public centre of that ball; ``None`` means the origin.

@@ -76,9 +76,14 @@ class KTupleClusterer(_BasePrivateClusterer):
         ``"averages"`` always uses 7.
     data_radius : float, default=None
         Public bound Lambda on ``||x - data_center||``, used by
-        ``"averages"`` (rows outside are projected onto the ball). ``None``
-        computes it from the data, emits a :class:`PrivacyLeakWarning` and
-        stores it only in ``data_radius_``.
+        ``"averages"`` (rows outside are projected onto the ball). With
+        ``"averages"``, ``None`` (the default) releases a centre and a radius privately on 10%
+        of (epsilon, delta) (:mod:`skdpcluster.bounds`), stored in
+        ``data_center_`` and ``data_radius_``; ``"data"`` computes the exact
+        bound from the data (not private, with a
+        :class:`~skdpcluster.exceptions.PrivacyLeakWarning`).
+        :meth:`fit_tuples` keeps the exact bound of the tuples for ``None``
+        (with the warning).
     data_center : array-like of shape (n_features,), default=None
         Public centre of the data ball; ``None`` means the origin.
     r_min : float, default=None

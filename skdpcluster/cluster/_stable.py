@@ -650,15 +650,18 @@ _SHARED_DOC = r"""
         with the ``"ktuple"`` initializer, which treats the number of rows
         as public (replace-one only). ``"add_remove"`` uses the smaller
         sensitivities and gives the guarantee under add/remove only.
-    data_radius : float, default=None
+    data_radius : float, "data" or None, default=None
         Public bound :math:`\Lambda`: rows are projected onto
         :math:`B(\mathrm{data\_center}, \Lambda)` (a per-row map, so
-        neighbours stay neighbours). ``None`` computes it from the data,
-        emits a :class:`~skdpcluster.exceptions.PrivacyLeakWarning` and
-        stores it only in ``data_radius_``. A loose bound mostly hurts the
+        neighbours stay neighbours). ``None`` (the default) releases a centre and a radius privately on 10%
+        of (epsilon, delta) (:mod:`skdpcluster.bounds`), stored in
+        ``data_center_`` and ``data_radius_``; ``"data"`` computes the exact
+        bound from the data (not private, with a
+        :class:`~skdpcluster.exceptions.PrivacyLeakWarning`). A loose bound mostly hurts the
         initializer: the core steps' noise scales with the core radius.
     data_center : array-like of shape (n_features,), default=None
-        Public centre of that ball; ``None`` means the origin.
+        Public centre of the data ball; ``None`` means the origin when
+        ``data_radius`` is given, and a private centre when ``data_radius=None``.
     accountant : BudgetAccountant, default=None
         Charged once per fit with ``privacy_spent_``; ``None`` uses the
         default one.
