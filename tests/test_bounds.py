@@ -293,5 +293,8 @@ def test_too_few_rows_for_the_centre_fall_back_to_the_origin():
     assert [e.label for e in est.privacy_ledger_][0] == "bounds/radius"
     assert est.privacy_ledger_[0].epsilon == pytest.approx(0.1)
     _assert_within(_ledger_sum(est.privacy_ledger_), (1.0, 1e-6))
+    # Here (1 - q) n epsilon_r / 2 = 1 nat separates the quantile from the radii above all
+    # rows, so the radius overshoots; the 1/R base measure makes an overshoot by a factor t
+    # about 1/t as likely (seed fixed).
     norms = np.linalg.norm(X, axis=1)
-    assert np.quantile(norms, 0.9) <= est.data_radius_ <= 1.1 * 1.1 * norms.max()
+    assert np.quantile(norms, 0.9) <= est.data_radius_ <= 4 * norms.max()
