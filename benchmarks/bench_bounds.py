@@ -13,8 +13,11 @@ the released radius.
 
 * ``stable``: the stable benchmark's mixture (k = d = 4, means 10 apart,
   n = 10^5; public bound ``data_radius=20``), ``PrivateStableKMeans``;
-* ``stable_shifted``: the same rows shifted by 100 in every coordinate (the
-  public bound is the ball of radius 20 about the true centre);
+* ``stable_shifted``, ``stable_far``: the same rows shifted by 100 (10^4) in
+  every coordinate (the public bound is the ball of radius 20 about the true
+  centre);
+* ``stable_heavy_tailed``: the same means with Student-t noise (2 degrees of
+  freedom, infinite variance) instead of Gaussian, public bound 20;
 * ``digits``: scikit-learn's bundled ``load_digits`` (n = 1797, d = 64; the
   high-dimensional benchmark's bound, centre 8, radius 64),
   ``PrivateHighDimKMeans`` with k = 10;
@@ -49,6 +52,14 @@ def _stable(shift):
     return X + shift, np.full(4, float(shift)), 20.0
 
 
+def _heavy_tailed():
+    """The stable mixture with Student-t noise (2 degrees of freedom) instead of Gaussian."""
+    rng = np.random.default_rng(0)
+    labels = rng.integers(4, size=100_000)
+    means = (10 / math.sqrt(2)) * np.array([[1, 0, 0, 0], [-1, 0, 0, 0], [0, 1, 0, 0], [0, -1, 0, 0]])
+    return means[labels] + rng.standard_t(2, size=(100_000, 4)), np.zeros(4), 20.0
+
+
 def _digits():
     X = load_digits().data.astype(float)
     return X, np.full(64, 8.0), 8.0 * math.sqrt(64)
@@ -63,6 +74,8 @@ def _wine():
 DATASETS = {
     "stable": (lambda: _stable(0.0), PrivateStableKMeans, 4),
     "stable_shifted": (lambda: _stable(100.0), PrivateStableKMeans, 4),
+    "stable_far": (lambda: _stable(10_000.0), PrivateStableKMeans, 4),
+    "stable_heavy_tailed": (_heavy_tailed, PrivateStableKMeans, 4),
     "digits": (_digits, PrivateHighDimKMeans, 10),
     "wine": (_wine, PrivateHighDimKMeans, 3),
 }

@@ -129,7 +129,7 @@ class PrivateStandardScaler(_PrivateFitMixin, OneToOneFeatureMixin, TransformerM
         The bound used (released privately when ``data_radius=None``;
         ``data_center_`` is set then only).
     n_features_in_ : int
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
     privacy_spent_ : dict
         ``{"epsilon", "delta", "proven"}`` of the fit.
     privacy_ledger_ : list of PrivacyEvent
