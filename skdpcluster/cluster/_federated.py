@@ -236,7 +236,10 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         The resolved calibration: per release, its mechanism, (epsilon,
         delta) per use, sensitivity, noise scale and uses (public).
     data_radius_ : float
-        The bound :math:`\Delta` used.
+        The bound :math:`\Delta` used (private when ``data_radius=None``).
+    data_center_ : ndarray of shape (n_features,)
+        The centre of the bound, set only when ``data_radius=None`` released
+        it (private; the origin when the rows were too few to locate it).
     status_ : str
         Always ``"success"``: centres are always released.
     labels_ : ndarray of shape (n_samples,)

@@ -627,7 +627,10 @@ _SHARED_ATTRIBUTES = r"""
     budget_ : dict
         The resolved budget (:class:`HighDimBudget`, public).
     data_radius_ : float
-        The L2 bound :math:`\Lambda` used.
+        The L2 bound :math:`\Lambda` used (private when ``data_radius=None``).
+    data_center_ : ndarray of shape (n_features,)
+        The centre of the bound, set only when ``data_radius=None`` released
+        it (private; the origin when the rows were too few to locate it).
     privacy_spent_ : dict
         ``{"epsilon", "delta", "proven"}`` charged to the accountant, never
         more than requested; ``delta`` is 0 in the pure-DP default.

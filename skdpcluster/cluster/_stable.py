@@ -713,7 +713,10 @@ _SHARED_ATTRIBUTES = r"""
         event that converts their total; the basic-composition sum of the
         ledger is ``privacy_spent_``.
     data_radius_ : float
-        The bound used.
+        The bound used (private when ``data_radius=None``).
+    data_center_ : ndarray of shape (n_features,)
+        The centre of the bound, set only when ``data_radius=None`` released
+        it (private; the origin when the rows were too few to locate it).
     n_features_in_ : int
         Number of features seen during fit.
     feature_names_in_ : ndarray of shape (`n_features_in_`,)
