@@ -129,7 +129,8 @@ class KTupleClusterer(_BasePrivateClusterer):
     separation_ : float
         The Delta used.
     data_radius_ : float
-        The bound used by ``"averages"`` (private when ``data_radius=None``) (``nan`` for ``"noisy_centers"``).
+        The bound used by ``"averages"`` (private when ``data_radius=None``;
+        ``nan`` for ``"noisy_centers"``).
     data_center_ : ndarray of shape (n_features,)
         The centre of the bound, set only when ``data_radius=None`` released
         it (private; the origin when the rows were too few to locate it).
