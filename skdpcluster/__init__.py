@@ -17,6 +17,11 @@ ktuple
     The k-tuple framework of Cohen et al. (2021) as functions on arrays.
 averaging
     Private averages, 1-median and single-Gaussian estimation.
+bounds
+    Private centre and radius: the default ``data_radius=None`` of every estimator.
+preprocessing
+    :class:`~skdpcluster.preprocessing.PrivateStandardScaler` and
+    :func:`~skdpcluster.preprocessing.make_private_pipeline`.
 datasets
     The papers' test distributions.
 mechanisms

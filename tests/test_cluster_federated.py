@@ -405,7 +405,7 @@ def test_without_server_data_falls_back_to_sphere_packing(data):
     assert est.init_ == "sphere_packing" and est.n_lloyd_iter_ == 3
     assert _ledger_sum(est.privacy_ledger_) == pytest.approx((2.0, 1e-6))
     with pytest.warns(PrivacyLeakWarning):
-        leaky = _fresh(data_radius=None).fit(X)
+        leaky = _fresh(data_radius="data").fit(X)
     # Issue #12 item 7: the exact bound is used, but neither stored nor reported as proven.
     assert np.isnan(leaky.data_radius_) and np.isnan(leaky.budget_)
     assert leaky.privacy_spent_["proven"] is False

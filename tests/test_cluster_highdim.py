@@ -494,13 +494,14 @@ def test_same_seed_same_fit_and_other_seed_differs(cls):
     assert np.array_equal(centers, centers[np.lexsort(centers.T[::-1])])  # canonical order
 
 
-def test_missing_radius_warns_and_is_not_written_back():
+def test_exact_radius_by_explicit_choice_warns_and_is_not_written_back():
     X, _, _ = _mixture(500, 3, 2)
-    est = PrivateHighDimKMeans(n_clusters=2, accountant=BudgetAccountant(), random_state=0)
+    est = PrivateHighDimKMeans(n_clusters=2, data_radius="data", accountant=BudgetAccountant(),
+                               random_state=0)
     with pytest.warns(PrivacyLeakWarning):
         est.fit(X)
     # Issue #12 item 7: the exact bound is used, but neither stored nor reported as proven.
-    assert est.data_radius is None and np.isnan(est.data_radius_)
+    assert est.data_radius == "data" and np.isnan(est.data_radius_)
     assert np.isnan(est.settings_["proj_radius"])
     assert est.privacy_spent_["proven"] is False
     assert all(event.scale is None and event.sensitivity is None for event in est.privacy_ledger_)

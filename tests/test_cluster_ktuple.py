@@ -147,12 +147,13 @@ def test_budget_refused_before_the_data_is_touched(easy_data):
 
 
 @pytest.mark.filterwarnings("ignore::skdpcluster.exceptions.NotSeparatedWarning")
-def test_missing_radius_warns_and_is_not_written_back():
+def test_exact_radius_by_explicit_choice_warns_and_is_not_written_back():
     X, _ = make_separated_mixture(N_TUPLES * 6, n_clusters=2, n_features=1, separation=100, random_state=1)
     with pytest.warns(PrivacyLeakWarning):
-        est = KTupleClusterer(n_clusters=2, method="averages", random_state=0).fit(X)
+        est = KTupleClusterer(n_clusters=2, method="averages", data_radius="data",
+                              random_state=0).fit(X)
     # Issue #12 item 7: the exact bound is used, but neither stored nor reported as proven.
-    assert est.data_radius is None and np.isnan(est.data_radius_)
+    assert est.data_radius == "data" and np.isnan(est.data_radius_)
     assert est.privacy_spent_["proven"] is False
     marker = est.privacy_ledger_[-1]
     assert marker.mechanism == "unproven" and marker.cost() == (0.0, 0.0)

@@ -344,11 +344,11 @@ def test_selection_modes_and_final_lloyd_step(mixture):
     assert selection.sensitivity == pytest.approx((2 * RADIUS) ** 2)  # spec §9.3: 4 Lambda^2
 
 
-def test_missing_radius_warns_and_is_not_written_back(mixture):
+def test_exact_radius_by_explicit_choice_warns_and_is_not_written_back(mixture):
     with pytest.warns(PrivacyLeakWarning):
-        est = PrivateStableKMeans(4, random_state=0).fit(mixture[0][:4000])
+        est = PrivateStableKMeans(4, data_radius="data", random_state=0).fit(mixture[0][:4000])
     # Issue #12 item 7: the exact bound is used, but neither stored nor reported as proven.
-    assert est.data_radius is None and np.isnan(est.data_radius_)
+    assert est.data_radius == "data" and np.isnan(est.data_radius_)
     assert est.privacy_spent_["proven"] is False
     assert est.privacy_ledger_[-1].details["hidden_attributes"] == ["data_radius_"]
     assert all(event.scale is None for event in est.privacy_ledger_)

@@ -14,6 +14,7 @@ PUBLIC_MODULES = [
     "skdpcluster",
     "skdpcluster.accountant",
     "skdpcluster.averaging",
+    "skdpcluster.bounds",
     "skdpcluster.cluster",
     "skdpcluster.datasets",
     "skdpcluster.exceptions",
@@ -21,6 +22,7 @@ PUBLIC_MODULES = [
     "skdpcluster.mechanisms",
     "skdpcluster.mixture",
     "skdpcluster.model_selection",
+    "skdpcluster.preprocessing",
     "skdpcluster.utils",
     "skdpcluster.utils.estimator_checks",
 ]

@@ -375,11 +375,11 @@ def test_data_derived_bounds_warn_and_are_not_written_back(small):
     assert gm.status_ == "success" and np.isnan(gm.sigma_min_).all() and np.isnan(gm.sigma_max_).all()
     assert gm.privacy_spent_["proven"] is False
     assert gm.privacy_ledger_[-1].mechanism == "unproven"
-    with pytest.warns(PrivacyLeakWarning, match="data_radius=None"), warnings.catch_warnings():
+    with pytest.warns(PrivacyLeakWarning, match="data_radius='data'"), warnings.catch_warnings():
         warnings.simplefilter("ignore", NotSeparatedWarning)  # far too few tuples for averages
         gm = PrivateGaussianMixture(2, tuple_method="averages", n_tuples=N_TUPLES,
-                                    random_state=0).fit(X)
-    assert gm.data_radius is None and np.isnan(gm.data_radius_)
+                                    data_radius="data", random_state=0).fit(X)
+    assert gm.data_radius == "data" and np.isnan(gm.data_radius_)
     assert gm.privacy_spent_["proven"] is False
 
 

@@ -253,9 +253,14 @@ def test_fit_tuples_with_averages_and_no_radius_is_unproven():
 def test_an_overflowing_data_bound_is_refused_before_any_randomness():
     X = np.array([[1e200, 0.0], [-1e200, 1.0]] * 2000)
     accountant = BudgetAccountant()
-    with pytest.warns(PrivacyLeakWarning), pytest.raises(ValueError, match="data_radius=None"):
-        PrivateStableKMeans(2, accountant=accountant, random_state=0).fit(X)
+    with pytest.warns(PrivacyLeakWarning), pytest.raises(ValueError, match="data_radius='data'"):
+        PrivateStableKMeans(2, data_radius="data", accountant=accountant, random_state=0).fit(X)
     assert accountant.ledger == []
+    # The default bound is released privately on a public grid (at most 1e9), so the same
+    # rows fit, within the request, without an exception.
+    est = PrivateStableKMeans(2, accountant=accountant, random_state=0).fit(X)
+    assert est.privacy_spent_["proven"] is True and est.data_radius_ <= 1.1e9
+    assert accountant.total()[0] <= 1.0 + 1e-9
 
 
 @pytest.mark.filterwarnings("ignore:GridInitializer:UserWarning")  # the radius is vast on purpose

@@ -12,17 +12,25 @@ A new estimator writes ``_plan``, ``_fit_private`` and its constraints.
 """
 
 import math
+import warnings
 from dataclasses import dataclass, field, replace
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
+from sklearn.base import (
+    BaseEstimator,
+    ClassNamePrefixFeaturesOutMixin,
+    ClusterMixin,
+    TransformerMixin,
+    clone,
+)
 from sklearn.exceptions import NotFittedError
 from sklearn.metrics import pairwise_distances_argmin_min
 from sklearn.metrics.pairwise import euclidean_distances
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from skdpcluster.accountant import BudgetAccountant, noise_fingerprint
+from skdpcluster.bounds import BOUNDS_SHARE, GRID_RANGE, RADIUS_SAFETY, plan_bounds, private_bounds
 from skdpcluster.exceptions import (
     DetachedAccountantError,
     NotSeparatedError,
@@ -146,7 +154,7 @@ class _PrivateFitMixin:
             X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2)
             X = np.asarray(X, dtype=np.float64)
             self._check_n_clusters()
-            self._commit(*self._run(X, self._plan(X)))
+            self._commit(*self._plan_and_run(X))
         return self
 
     def _check_n_clusters(self):
@@ -286,7 +294,12 @@ class _PrivateFitMixin:
         return center
 
     def _resolve_radius(self, X, center):
-        r"""Public bound Lambda: ``data_radius``, or computed from X with a PrivacyLeakWarning.
+        r"""Public bound Lambda: a numeric ``data_radius``, or (``"data"``) computed from X.
+
+        ``data_radius=None`` never reaches this method when the fit uses a
+        bound: :meth:`_plan_and_run` releases the bound privately first and
+        plans a clone with it. What is left is the explicit ``"data"`` choice
+        (and ``fit_tuples`` without a bound), which warns.
 
         Returns
         -------
@@ -298,17 +311,22 @@ class _PrivateFitMixin:
             :math:`\max_i\|x_i - c\|` is a data value, so the fit is not
             proven private, and ``data_radius_`` is stored as ``nan``.
         """
-        if self.data_radius is not None:
+        if self._public_radius_given():
             return self._checked_radius(float(self.data_radius), X.shape[0]), {}
         reason = (
-            f"{type(self).__name__}: data_radius=None, so the bound was computed from the data; "
-            "the result is not differentially private with respect to it. Pass a public "
-            "data_radius (and data_center) to keep the guarantee."
+            f"{type(self).__name__}: data_radius={self.data_radius!r}, so the bound was computed "
+            "from the data; the result is not differentially private with respect to it. Pass a "
+            "public data_radius (and data_center), or leave data_radius=None to estimate the "
+            "bound privately, to keep the guarantee."
         )
         warn_user(reason, PrivacyLeakWarning)
         with np.errstate(over="ignore"):
             radius = float(np.max(np.linalg.norm(X - center, axis=1))) or 1.0
         return self._checked_radius(radius, X.shape[0]), {"data_radius_": reason}
+
+    def _public_radius_given(self):
+        """Whether ``data_radius`` is a number given by the user (not ``None`` or ``"data"``)."""
+        return self.data_radius is not None and not isinstance(self.data_radius, str)
 
     #: Above this bound on the data the squared distances and sums of the private steps
     #: can overflow float64 (``(2 Lambda)^2 n`` must stay finite).
@@ -326,14 +344,74 @@ class _PrivateFitMixin:
         """
         limit = self._max_data_radius(n_samples)
         if not radius <= limit:
-            source = ("data_radius" if self.data_radius is not None
-                      else "data_radius=None: the largest norm of X - data_center, which")
+            source = ("data_radius" if self._public_radius_given()
+                      else f"data_radius={self.data_radius!r}: the largest norm of X - data_center, which")
             raise ValueError(
                 f"{source} is above {limit:.3g}, where the distances of "
                 f"{type(self).__name__} overflow; rescale X (and data_center) so that its "
                 "norms are smaller, and pass a public data_radius."
             )
         return radius
+
+    # -- private bounds (data_radius=None) ---------------------------------------------
+    def _plan_and_run(self, data):
+        """Plan and run the fit; with ``data_radius=None``, first release the bound privately.
+
+        The fit is then the composition of :func:`skdpcluster.bounds.private_bounds` on
+        the share ``_BOUNDS_SHARE`` of (epsilon, delta) and of
+        the estimator's own fit, on the rest, with the released centre and radius as
+        its public ``data_center`` and ``data_radius`` (a clone, so no parameter of
+        ``self`` changes). The clone is planned before any randomness at both ends of
+        the public radius grid, so no error can depend on the released radius.
+        """
+        if not (self.data_radius is None and self._needs_radius(data)):
+            return self._run(data, self._plan(data))
+        budget, center = plan_bounds(*self._bounds_rows(data).shape, self.epsilon, self.delta,
+                                     share=self._BOUNDS_SHARE, center=self.data_center)
+        inner = clone(self).set_params(epsilon=self.epsilon - budget.cost[0],
+                                       delta=self.delta - budget.cost[1])
+        costs = [self._plan_inner(inner, data, RADIUS_SAFETY * radius, center, quiet=True).cost
+                 for radius in GRID_RANGE]
+        cost = (budget.cost[0] + max(c[0] for c in costs), budget.cost[1] + max(c[1] for c in costs))
+        plan = PrivateFitPlan(cost, {"inner": inner, "bounds_budget": budget, "center": center})
+        return self._run(data, plan, self._fit_private_with_bounds)
+
+    #: Share of (epsilon, delta) spent on the bound when ``data_radius=None``.
+    _BOUNDS_SHARE = BOUNDS_SHARE
+
+    def _needs_radius(self, data):
+        """Whether the fit uses ``data_radius`` (a hook: k-tuple ``noisy_centers`` does not)."""
+        return True
+
+    def _bounds_rows(self, data):
+        """The rows whose bound is estimated (a hook for inputs that are not an array)."""
+        return data
+
+    @staticmethod
+    def _plan_inner(inner, data, radius, center, quiet=False):
+        """Plan ``inner`` with a public bound; ``quiet`` hides the warnings of a trial plan."""
+        inner.set_params(data_radius=radius, data_center=center)
+        with warnings.catch_warnings():
+            if quiet:
+                warnings.simplefilter("ignore")
+            return inner._plan(data)
+
+    def _fit_private_with_bounds(self, data, plan, rng):
+        """Release the bound, then run the fit on the rest of the budget with it as public."""
+        bounds_rng, fit_rng = rng.spawn(2)
+        inner, budget = plan.values["inner"], plan.values["bounds_budget"]
+        (center, radius), events = private_bounds(
+            self._bounds_rows(data), budget=budget, rng=bounds_rng, center=plan.values["center"],
+            neighbouring=getattr(self, "neighbouring", "replace_one"),
+            warn_context=f" of {type(self).__name__} (spent epsilon={budget.cost[0]:.3g}, "
+                         f"delta={budget.cost[1]:.3g})")
+        inner_plan = self._plan_inner(inner, data, radius, center)
+        result = inner._fit_private(data, inner_plan, fit_rng)
+        attributes = {**inner_plan.attributes, **result.attributes, "data_radius_": radius,
+                      "data_center_": center}
+        rho = None if result.rho is None else result.rho + math.fsum(e.rho for e in events)
+        return PrivateFit(result.centers, result.success, events + list(result.events),
+                          proven=result.proven, attributes=attributes, rho=rho)
 
 
 
@@ -348,7 +426,7 @@ class _BasePrivateClusterer(
         "n_clusters": [Interval(Integral, 1, None, closed="left")],
         "epsilon": [Interval(Real, 0, None, closed="neither")],
         "delta": [Interval(Real, 0, 1, closed="neither")],
-        "data_radius": [None, Interval(Real, 0, None, closed="neither")],
+        "data_radius": [None, StrOptions({"data"}), Interval(Real, 0, None, closed="neither")],
         "data_center": [None, "array-like"],
         "on_failure": [StrOptions({"warn", "raise"})],
         "accountant": [None, BudgetAccountant],

@@ -180,14 +180,16 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         ``sample_weight`` and expose ``cluster_centers_``; its
         ``n_clusters`` and ``random_state`` are set per fit. ``None`` uses
         ``KMeans(n_init=10)`` (spec §8.4-5).
-    data_radius : float, default=None
+    data_radius : float, "data" or None, default=None
         Public bound :math:`\Delta` on :math:`\|x - c\|`; rows outside are
         projected onto the ball. ``None``: the radius of ``X_server`` around
-        c (public; the paper's choice, §5.1), or, without ``X_server``, the
-        radius of ``X``, with a :class:`PrivacyLeakWarning`: the fit then
-        uses it without storing it (``data_radius_`` and ``budget_`` are
-        ``nan``) and reports ``privacy_spent_["proven"] = False`` (see the
-        privacy page). At most 1e100.
+        c (public; the paper's choice, §5.1), or, without ``X_server``, a
+        centre and a radius released privately on 10% of (epsilon, delta)
+        (:mod:`skdpcluster.bounds`; ``privacy_unit="sample"`` only), stored in
+        ``data_center_`` and ``data_radius_``. ``"data"``: the radius of
+        ``X``, with a :class:`PrivacyLeakWarning`.
+        With ``"data"`` the exact bound is used but not stored (``data_radius_``
+        is ``nan``) and ``privacy_spent_["proven"]`` is False. At most 1e100.
     data_center : array-like of shape (n_features,), default=None
         Public centre c of the data ball; ``None`` means the origin (the
         paper's uncentred second moment).
@@ -236,7 +238,10 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         The resolved calibration: per release, its mechanism, (epsilon,
         delta) per use, sensitivity, noise scale and uses (public).
     data_radius_ : float
-        The bound :math:`\Delta` used; ``nan`` when it was computed from ``X``.
+        The bound :math:`\Delta` used (private when ``data_radius=None``; ``nan`` with ``data_radius="data"``).
+    data_center_ : ndarray of shape (n_features,)
+        The centre of the bound, set only when ``data_radius=None`` released
+        it (private; the origin when the rows were too few to locate it).
     status_ : str
         ``"success"``: centres are always released; ``"failure"`` only when the private step failed (a
         :class:`~skdpcluster.exceptions.PrivateStepFailedWarning`; nothing released).
@@ -350,7 +355,7 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         """
         with _restore_on_error(self):
             data = self._validated_inputs(X, client_ids, X_server)
-            self._commit(*self._run(data, self._plan(data)))
+            self._commit(*self._plan_and_run(data))
         return self
 
     def _validated_inputs(self, X, client_ids, X_server):
@@ -410,6 +415,24 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
                 f"init as an array must hold finite public centres of shape (n_clusters, "
                 f"n_features) = ({self.n_clusters}, {n_features}), got shape {centers.shape}.")
         return "public", centers - center
+
+    def _needs_radius(self, data):
+        """The public server data gives the bound when there is some (no private bound then).
+
+        The private bound is proven for one row (``privacy_unit="sample"``); a client
+        holds many rows, so ``privacy_unit="client"`` needs a public ``data_radius``.
+        """
+        if data.server is not None:
+            return False
+        if self.privacy_unit == "client":
+            raise ValueError(
+                "data_radius=None estimates the bound privately per row, which does not protect "
+                "a whole client: with privacy_unit='client', pass a public data_radius (and "
+                "data_center), or public server-side rows as X_server.")
+        return True
+
+    def _bounds_rows(self, data):
+        return data.X
 
     def _resolve_federated_radius(self, data, center):
         """Delta: the parameter, else the public server radius, else the data's (leak warning).

@@ -300,6 +300,10 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
         float32_max = float(np.finfo(np.float32).max)
         return math.sqrt(float32_max / (8.0 * max(n_samples, 1))) / self.proj_clip_factor
 
+    def _needs_radius(self, data):
+        """Sparse recovery takes its bound from ``coord_bound`` (no private bound is needed)."""
+        return self.recovery != "sparse"
+
     def _resolve_bounds(self, X, center):
         r"""L2 radius :math:`\Lambda`; sparse: :math:`\min(\Lambda, \sqrt s\,\Lambda_\infty)`.
 
@@ -587,16 +591,17 @@ _SHARED_PARAMETERS = r"""
         divides by a noisy count), the fit is then private under add/remove
         as well. ``"add_remove"`` uses the smaller sensitivities and holds
         under add/remove only.
-    data_radius : float, default=None
+    data_radius : float, "data" or None, default=None
         Public bound :math:`\Lambda`: rows are projected onto
-        :math:`B(\mathrm{data\_center}, \Lambda)` (a per-row map). ``None``
-        computes it from the data, emits a
-        :class:`~skdpcluster.exceptions.PrivacyLeakWarning`, uses it without
-        storing it (``data_radius_`` and ``settings_["proj_radius"]`` are
-        ``nan``) and reports ``privacy_spent_["proven"] = False``. At most
-        :math:`\sqrt{3.4\cdot 10^{38}/(8n)}` divided by ``proj_clip_factor``
-        (the local search sums squared distances in float32). The error of
-        the noisy means grows linearly with it: give a tight public bound.
+        :math:`B(\mathrm{data\_center}, \Lambda)` (a per-row map).
+        ``None`` (the default) releases a centre and a radius privately on 10%
+        of (epsilon, delta) (:mod:`skdpcluster.bounds`), stored in
+        ``data_center_`` and ``data_radius_``; ``"data"`` computes the exact
+        bound from the data (not private, with a
+        :class:`~skdpcluster.exceptions.PrivacyLeakWarning`). The error of the noisy means grows linearly with
+        it: give a tight public bound.
+        With ``"data"`` the exact bound is used but not stored (``data_radius_``
+        and ``settings_["proj_radius"]`` are ``nan``) and ``privacy_spent_["proven"]`` is False.
     data_center : array-like of shape (n_features,), default=None
         Public centre of that ball; ``None`` means the origin.
     accountant : BudgetAccountant, default=None
@@ -642,7 +647,10 @@ _SHARED_ATTRIBUTES = r"""
     budget_ : dict
         The resolved budget (:class:`HighDimBudget`, public).
     data_radius_ : float
-        The L2 bound :math:`\Lambda` used; ``nan`` when it was computed from ``X``.
+        The L2 bound :math:`\Lambda` used (private when ``data_radius=None``; ``nan`` with ``data_radius="data"``).
+    data_center_ : ndarray of shape (n_features,)
+        The centre of the bound, set only when ``data_radius=None`` released
+        it (private; the origin when the rows were too few to locate it).
     privacy_spent_ : dict
         ``{"epsilon", "delta", "proven"}`` charged to the accountant, never
         more than requested; ``delta`` is 0 in the pure-DP default.

@@ -77,10 +77,16 @@ class KTupleClusterer(_BasePrivateClusterer):
         ``"averages"`` always uses 7.
     data_radius : float, default=None
         Public bound Lambda on ``||x - data_center||``, used by
-        ``"averages"`` (rows outside are projected onto the ball). ``None``
-        computes it from the data, emits a :class:`PrivacyLeakWarning`, uses
-        it without storing it (``data_radius_`` is ``nan``) and reports
-        ``privacy_spent_["proven"] = False``. At most 1e100.
+        ``"averages"`` (rows outside are projected onto the ball). With
+        ``"averages"``, ``None`` (the default) releases a centre and a radius privately on 10%
+        of (epsilon, delta) (:mod:`skdpcluster.bounds`), stored in
+        ``data_center_`` and ``data_radius_``; ``"data"`` computes the exact
+        bound from the data (not private, with a
+        :class:`~skdpcluster.exceptions.PrivacyLeakWarning`).
+        :meth:`fit_tuples` keeps the exact bound of the tuples for ``None``
+        (with the warning).
+        With ``"data"`` the exact bound is used but not stored (``data_radius_``
+        is ``nan``) and ``privacy_spent_["proven"]`` is False. At most 1e100.
     data_center : array-like of shape (n_features,), default=None
         Public centre of the data ball; ``None`` means the origin.
     r_min : float, default=None
@@ -135,8 +141,13 @@ class KTupleClusterer(_BasePrivateClusterer):
     separation_ : float
         The Delta used.
     data_radius_ : float
-        The bound used by ``"averages"`` (``nan`` for ``"noisy_centers"``, and
-        when the bound was computed from the data).
+        The bound used by ``"averages"`` (private when ``data_radius=None``;
+        ``nan`` for ``"noisy_centers"``).
+    data_center_ : ndarray of shape (n_features,)
+        The centre of the bound, set only when ``data_radius=None`` released
+        it (private; the origin when the rows were too few to locate it).
+        With ``"data"`` the exact bound is used but not stored (``data_radius_``
+        is ``nan``) and ``privacy_spent_["proven"]`` is False. At most 1e100.
     privacy_spent_ : dict
         ``{"epsilon", "delta", "proven"}`` charged to the accountant; never
         more than requested in the default modes.
@@ -309,6 +320,10 @@ class KTupleClusterer(_BasePrivateClusterer):
         if self.verbose:
             print(f"[KTupleClusterer] plan: {plan.attributes}, cost={plan.cost}")
         return plan
+
+    def _needs_radius(self, data):
+        """Only ``method="averages"`` uses the bound (private bounds are skipped otherwise)."""
+        return self.method == "averages"
 
     def _plan_radius(self, plan, X):
         center = plan.values["center"]

@@ -652,16 +652,20 @@ _SHARED_DOC = r"""
         with the ``"ktuple"`` initializer, which treats the number of rows
         as public (replace-one only). ``"add_remove"`` uses the smaller
         sensitivities and gives the guarantee under add/remove only.
-    data_radius : float, default=None
+    data_radius : float, "data" or None, default=None
         Public bound :math:`\Lambda`: rows are projected onto
         :math:`B(\mathrm{data\_center}, \Lambda)` (a per-row map, so
-        neighbours stay neighbours). ``None`` computes it from the data,
-        emits a :class:`~skdpcluster.exceptions.PrivacyLeakWarning`, uses it
-        without storing it (``data_radius_`` is ``nan``) and reports
-        ``privacy_spent_["proven"] = False``. At most 1e100. A loose bound mostly hurts the
+        neighbours stay neighbours). ``None`` (the default) releases a centre and a radius privately on 10%
+        of (epsilon, delta) (:mod:`skdpcluster.bounds`), stored in
+        ``data_center_`` and ``data_radius_``; ``"data"`` computes the exact
+        bound from the data (not private, with a
+        :class:`~skdpcluster.exceptions.PrivacyLeakWarning`).
+        With ``"data"`` the exact bound is used but not stored (``data_radius_``
+        is ``nan``) and ``privacy_spent_["proven"]`` is False. At most 1e100. A loose bound mostly hurts the
         initializer: the core steps' noise scales with the core radius.
     data_center : array-like of shape (n_features,), default=None
-        Public centre of that ball; ``None`` means the origin.
+        Public centre of the data ball; ``None`` means the origin when
+        ``data_radius`` is given, and a private centre when ``data_radius=None``.
     accountant : BudgetAccountant, default=None
         Charged once per fit with ``privacy_spent_``; ``None`` uses the
         default one.
@@ -714,7 +718,10 @@ _SHARED_ATTRIBUTES = r"""
         event that converts their total; the basic-composition sum of the
         ledger is ``privacy_spent_``.
     data_radius_ : float
-        The bound used; ``nan`` when it was computed from ``X``.
+        The bound used (private when ``data_radius=None``; ``nan`` with ``data_radius="data"``).
+    data_center_ : ndarray of shape (n_features,)
+        The centre of the bound, set only when ``data_radius=None`` released
+        it (private; the origin when the rows were too few to locate it).
     n_features_in_ : int
         Number of features seen during fit.
     feature_names_in_ : ndarray of shape (`n_features_in_`,)

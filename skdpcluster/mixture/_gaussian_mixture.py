@@ -399,10 +399,13 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         :math:`(10/\varepsilon)\,k\log(k/\delta)\sqrt{\log(k/\beta)}`.
     data_radius : float, default=None
         Public bound Lambda on ``||x - data_center||``, used by ``"averages"``
-        only. ``None`` with ``"averages"`` computes it from the data, emits a
-        :class:`~skdpcluster.exceptions.PrivacyLeakWarning`, uses it without
-        storing it (``data_radius_`` is ``nan``) and reports
-        ``privacy_spent_["proven"] = False``. At most 1e100.
+        only. With ``"averages"``, ``None`` (the default) releases a centre and a radius privately on 10%
+        of (epsilon, delta) (:mod:`skdpcluster.bounds`), stored in
+        ``data_center_`` and ``data_radius_``; ``"data"`` computes the exact
+        bound from the data (not private, with a
+        :class:`~skdpcluster.exceptions.PrivacyLeakWarning`).
+        With ``"data"`` the exact bound is used but not stored (``data_radius_``
+        is ``nan``) and ``privacy_spent_["proven"]`` is False. At most 1e100.
     data_center : array-like of shape (n_features,), default=None
         Public centre of the data ball; ``None`` means the origin.
     r_min : float, default=None
@@ -609,6 +612,10 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
             n_tuples=self.n_tuples, separation=self.separation, data_radius=data_radius,
             data_center=self.data_center, r_min=self.r_min, n_jobs=self.n_jobs,
         )
+
+    def _needs_radius(self, data):
+        """Only ``tuple_method="averages"`` uses the bound (private bounds are skipped otherwise)."""
+        return self.tuple_method == "averages"
 
     def _plan(self, X):
         n_samples, n_features = X.shape

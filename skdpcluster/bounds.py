@@ -1,0 +1,310 @@
+r"""Private estimation of a centre and a radius: the public bound the estimators need.
+
+Every mechanism of this library needs a public bound: a centre :math:`c` and a
+radius :math:`\Lambda` with the rows in :math:`B(c, \Lambda)` (rows outside are
+projected onto the ball). :func:`private_bounds` releases such a bound with a
+small share of the budget, so that ``Est().fit(X)`` with the default
+``data_radius=None`` stays differentially private.
+
+Algorithm (a private median, then a private quantile, both the exponential
+mechanism of McSherry & Talwar (2007) with a rank score):
+
+1. **Centre.** For each coordinate :math:`j`, the exponential mechanism over
+   the public grid :math:`G_c = \{0\} \cup \{\pm r_{lo} g_c^i\}` (geometric,
+   :math:`g_c = 1.01`, from :math:`r_{lo}` to :math:`r_{hi}`) with score
+
+   .. math::
+
+       u_j(t) = \min\left(\#\{i : x_{ij} < t^+\},\ \#\{i : x_{ij} > t^-\}\right),
+
+   where :math:`t^-, t^+` are the grid neighbours of :math:`t` (the
+   interior-point quality of Cohen et al. 2021, App. A.1.2, with the values
+   rounded to the grid): a private coordinate-wise median, whose score is
+   :math:`n` around a point mass. Skipped when a public centre is given.
+2. **Radius.** With the released centre :math:`\hat c` and
+   :math:`d_i = \|x_i - \hat c\|`, the exponential mechanism over the public
+   geometric grid :math:`G_r = \{r_{lo} g_r^i\}` (:math:`g_r = 1.1`) with
+   score :math:`u(R) = -|\#\{i : d_i \le R\} - q n|` and the data-independent
+   base measure :math:`\propto 1/R` (it breaks ties towards the smallest
+   radius, so data on one point gives a tiny radius, never a huge one); the
+   release is :math:`\Lambda = s \cdot R` with a safety factor :math:`s`.
+
+**Privacy.** Replacing, adding or removing one row changes every count, and
+so the median score, by at most 1. For the radius, replacing one row changes
+every count by at most 1 and leaves :math:`n` unchanged; adding or removing one changes the count by 0 or 1 and
+:math:`q n` by :math:`q`, so :math:`|u(t) - u'(t)| \le \max(q, 1 - q) \le 1`.
+Each score has sensitivity 1 under both relations, and each exponential
+mechanism is :math:`\varepsilon`-DP. The :math:`d` coordinates of the centre
+compose either by basic composition (:math:`\varepsilon_c / d` each) or,
+whichever gives each coordinate more budget, in zCDP: an
+:math:`\varepsilon`-DP exponential mechanism is :math:`\varepsilon`-bounded
+range, hence :math:`\varepsilon^2/8`-zCDP (Cesar & Rogers 2021, Lemma 3.2),
+:math:`d` of them are :math:`d\varepsilon^2/8`-zCDP (Bun & Steinke 2016,
+Lemma 2.3), converted at :math:`\delta_c` by Proposition 1.3 there. The
+radius is computed from the released centre (adaptive composition), so the
+whole estimate is :math:`(\varepsilon_c + \varepsilon_r, \delta_c)`-DP. The
+grids, ``quantile`` and the safety factor are public; nothing raises after
+randomness is drawn.
+
+**Failure modes** (documented in ``doc/privacy.rst``, measured there):
+too few rows for the share (rank error :math:`\approx (2/\varepsilon)\log(|G|/\beta)`
+rows), heavy tails (the quantile radius clips more than :math:`1 - q` of the
+rows, the tails are projected onto the ball), a centre far from the origin
+(the geometric grid has relative resolution 1%, so the radius grows by about
+1% of :math:`\|c\|`), and data beyond :math:`r_{hi}`. A warning computed
+from public or released values says when the release sits at the end of a
+grid or the data is too small for the share.
+"""
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from skdpcluster.averaging import _check_generator, _check_points
+from skdpcluster.mechanisms import PrivacyEvent, exponential_mechanism, zcdp_rho_for_dp
+from skdpcluster.utils._validation import check_epsilon_delta, check_probability
+from skdpcluster.utils._warnings import warn_user
+
+__all__ = ["BOUNDS_SHARE", "BoundsBudget", "plan_bounds", "private_bounds"]
+
+#: Share of a fit's (epsilon, delta) that an estimator with ``data_radius=None`` spends on the bound.
+BOUNDS_SHARE = 0.1
+#: Share of the bound's epsilon (and all its delta) spent on the centre when it is estimated.
+CENTER_SHARE = 0.5
+#: Public range of the grids: centres and radii between ``GRID_RANGE[0]`` and ``GRID_RANGE[1]``.
+GRID_RANGE = (1e-6, 1e9)
+_CENTER_RATIO = 1.01
+_RADIUS_RATIO = 1.1
+#: Multiplies the released quantile radius (public).
+RADIUS_SAFETY = 1.1
+#: A released radius below ``max(10 r_lo, 2% of |centre|)`` is at the grids' resolution.
+_TINY_RADIUS = 10.0
+_CENTER_RESOLUTION = 0.02
+#: Confidence level of the rank error stated in warnings (utility only).
+_BETA = 0.05
+
+
+@dataclass(frozen=True)
+class BoundsBudget:
+    """The named split of a bound estimate: (epsilon, delta) of the centre, epsilon of the radius."""
+
+    epsilon_center: float
+    delta_center: float
+    epsilon_radius: float
+
+    @classmethod
+    def of_fit(cls, epsilon, delta, *, estimate_center, share=BOUNDS_SHARE):
+        """The share of a fit's (epsilon, delta) spent on its bound (public values only)."""
+        epsilon_bounds, delta_bounds = share * epsilon, share * delta
+        if not estimate_center:
+            return cls(0.0, 0.0, epsilon_bounds)
+        return cls(CENTER_SHARE * epsilon_bounds, delta_bounds,
+                   (1.0 - CENTER_SHARE) * epsilon_bounds)
+
+    @property
+    def cost(self):
+        """The (epsilon, delta) of :func:`private_bounds` at most (basic composition)."""
+        return self.epsilon_center + self.epsilon_radius, self.delta_center
+
+
+def center_grid(low=GRID_RANGE[0], high=GRID_RANGE[1], ratio=_CENTER_RATIO):
+    """Public grid of candidate centre coordinates: 0 and +-low * ratio**i up to high."""
+    half = np.geomspace(low, high, math.ceil(math.log(high / low) / math.log(ratio)) + 1)
+    return np.concatenate([-half[::-1], [0.0], half])
+
+
+def radius_grid(low=GRID_RANGE[0], high=GRID_RANGE[1], ratio=_RADIUS_RATIO):
+    """Public grid of candidate radii: low * ratio**i up to high."""
+    return np.geomspace(low, high, math.ceil(math.log(high / low) / math.log(ratio)) + 1)
+
+
+def _rank_scores(values, grid, target):
+    """Score -|#{values <= t} - target| of every grid point t (sensitivity 1)."""
+    counts = np.searchsorted(np.sort(values), grid, side="right")
+    return -np.abs(counts - target)
+
+
+def _median_scores(values, grid):
+    """Score min(#{x < t_next}, #{x > t_prev}) of every grid point t (sensitivity 1).
+
+    The interior-point quality of Cohen et al. (2021), App. A.1.2 (values
+    rounded down and up to the grid), on any sorted public grid: largest at
+    the median, and equal to n at the grid points around a point mass.
+    """
+    ordered = np.sort(values)
+    below_next = np.searchsorted(ordered, np.append(grid[1:], np.inf), side="left")
+    above_prev = ordered.size - np.searchsorted(ordered, np.insert(grid[:-1], 0, -np.inf),
+                                                side="right")
+    return np.minimum(below_next, above_prev)
+
+
+def _private_median(values, grid, epsilon, rng):
+    """Exponential mechanism over ``grid`` with the median score; returns a grid value."""
+    index, event = exponential_mechanism(_median_scores(values, grid), epsilon=epsilon,
+                                         sensitivity=1.0, rng=rng)
+    return float(grid[index]), event
+
+
+def _private_quantile(values, grid, quantile, epsilon, rng, log_base_measure=None):
+    """Exponential mechanism over ``grid`` with the rank score of ``quantile``; returns a grid value."""
+    scores = _rank_scores(values, grid, quantile * values.size)
+    index, event = exponential_mechanism(scores, epsilon=epsilon, sensitivity=1.0, rng=rng,
+                                         log_base_measure=log_base_measure)
+    return float(grid[index]), event
+
+
+def _coordinate_epsilon(epsilon, delta, n_features):
+    """Per-coordinate epsilon of the centre and whether zCDP composition gave it."""
+    basic = epsilon / n_features
+    if delta <= 0:
+        return basic, False
+    zcdp = math.sqrt(8.0 * zcdp_rho_for_dp(epsilon, delta) / n_features)
+    return (zcdp, True) if zcdp > basic else (basic, False)
+
+
+def _private_center(X, budget, neighbouring, rng):
+    """Step 1: coordinate-wise private median on the centre grid, and its composite event."""
+    n_features = X.shape[1]
+    per_coordinate, zcdp = _coordinate_epsilon(budget.epsilon_center, budget.delta_center,
+                                               n_features)
+    grid = center_grid()
+    center = np.array([_private_median(X[:, j], grid, per_coordinate, rng)[0]
+                       for j in range(n_features)])
+    event = PrivacyEvent(
+        "private_bounds_center", budget.epsilon_center, budget.delta_center if zcdp else 0.0,
+        sensitivity=1.0, scale=2.0 / per_coordinate, count=1,
+        rho=n_features * per_coordinate**2 / 8.0,
+        label="bounds/center", neighbouring=neighbouring,
+        details={"composition": "zcdp" if zcdp else "basic", "n_coordinates": n_features,
+                 "epsilon_coordinate": per_coordinate, "grid_size": grid.size,
+                 "grid_ratio": _CENTER_RATIO, "grid_range": GRID_RANGE},
+    )
+    return center, event
+
+
+def _private_radius(X, center, epsilon, quantile, neighbouring, rng):
+    """Step 2: private quantile of the distances to ``center`` on the radius grid."""
+    grid = radius_grid()
+    distances = np.linalg.norm(X - center, axis=1)
+    radius, event = _private_quantile(distances, grid, quantile, epsilon, rng,
+                                      log_base_measure=-np.log(grid))
+    event = PrivacyEvent(
+        "private_bounds_radius", epsilon, 0.0, sensitivity=1.0, scale=event.scale,
+        rho=epsilon**2 / 8.0,
+        label="bounds/radius", neighbouring=neighbouring,
+        details={"quantile": quantile, "safety_factor": RADIUS_SAFETY, "grid_size": grid.size,
+                 "grid_ratio": _RADIUS_RATIO, "grid_range": GRID_RANGE},
+    )
+    return RADIUS_SAFETY * radius, event
+
+
+def rank_error(epsilon, grid_size, beta=_BETA):
+    """Rows by which the exponential mechanism's rank misses, with probability 1 - beta (public)."""
+    return (2.0 / epsilon) * math.log(grid_size / beta)
+
+
+def center_min_rows(budget, n_features):
+    """Rows the private centre needs: (4 / eps_coordinate) log(|G_c| / beta) (public)."""
+    per_coordinate, _ = _coordinate_epsilon(budget.epsilon_center, budget.delta_center, n_features)
+    return math.ceil(2.0 * rank_error(per_coordinate, center_grid().size))
+
+
+def plan_bounds(n_samples, n_features, epsilon, delta, *, share=BOUNDS_SHARE, center=None):
+    """The budget of a fit's bound and its public centre, from public values only.
+
+    With ``center=None`` the centre is estimated when there are at least
+    :func:`center_min_rows` rows for its share; otherwise (typically many
+    features and few rows) the bound is centred at the origin, the whole
+    share goes to the radius, and a warning says so.
+
+    Returns
+    -------
+    budget : BoundsBudget
+    center : ndarray or None
+        ``None`` when the centre is to be estimated.
+    """
+    if center is None:
+        budget = BoundsBudget.of_fit(epsilon, delta, share=share, estimate_center=True)
+        needed = center_min_rows(budget, n_features)
+        if n_samples >= needed:
+            return budget, None
+        warn_user(f"private bounds: {n_samples} rows are too few to locate a centre privately "
+                  f"in {n_features} dimensions with epsilon={budget.epsilon_center:.3g} (at least "
+                  f"{needed} are needed); the bound is centred at the origin. Pass a public "
+                  "data_center (and data_radius) if the data is far from the origin.",
+                  UserWarning)
+        center = np.zeros(n_features)
+    return BoundsBudget.of_fit(epsilon, delta, share=share, estimate_center=False), center
+
+
+def _warn_if_degraded(n_samples, center, radius, budget, quantile, share_text):
+    """Warnings computed from public values and the released bound only."""
+    problems = []
+    error = rank_error(budget.epsilon_radius, radius_grid().size)
+    if error > (1.0 - quantile) * n_samples + 0.25 * n_samples:
+        problems.append(f"with {n_samples} rows, the radius quantile is accurate to about "
+                        f"+-{error:.0f} rows only")
+    resolution = max(_TINY_RADIUS * GRID_RANGE[0], _CENTER_RESOLUTION * np.linalg.norm(center))
+    if radius <= RADIUS_SAFETY * resolution:
+        problems.append(f"the radius {radius:.3g} is at the resolution of the grids: the rows may "
+                        "all be (nearly) one point, or lie beyond the public grid "
+                        f"(+-{GRID_RANGE[1]:g})")
+    if radius >= RADIUS_SAFETY * GRID_RANGE[1] or np.any(np.abs(center) >= GRID_RANGE[1]):
+        problems.append(f"the bound reached the end of the public grid ({GRID_RANGE[1]:g}): "
+                        "rows far beyond it are projected onto the ball")
+    if problems:
+        warn_user(f"private bounds{share_text}: " + "; ".join(problems) + ". Pass a public "
+                  "data_radius (and data_center) for better utility.", UserWarning)
+
+
+def private_bounds(X, *, budget, rng, center=None, quantile=0.99, neighbouring="replace_one",
+                   warn_context=""):
+    r"""Release a centre and a radius containing about a ``quantile`` share of the rows.
+
+    See the module docstring for the algorithm, its proof and its failure
+    modes.
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_features)
+        Finite rows; ``n_samples`` is public.
+    budget : BoundsBudget
+        The (epsilon, delta) of the centre and the epsilon of the radius.
+    rng : numpy.random.Generator
+    center : array-like of shape (n_features,), default=None
+        A public centre; ``None`` estimates it (needs ``budget.epsilon_center > 0``).
+    quantile : float, default=0.99
+        Target share of the rows inside the ball, in (0, 1].
+    neighbouring : {"replace_one", "add_remove"}, default="replace_one"
+        Recorded in the events; the proof holds under both.
+    warn_context : str, default=""
+        Text naming the caller in warnings (for example the estimator and its share).
+
+    Returns
+    -------
+    (center, radius) : (ndarray of shape (n_features,), float)
+        The released bound.
+    events : list of PrivacyEvent
+        ``"private_bounds_center"`` (when estimated) and ``"private_bounds_radius"``.
+
+    Raises
+    ------
+    ValueError
+        On invalid parameters, before any randomness is drawn.
+    """
+    X, center = _check_points(X, center)
+    quantile = check_probability(quantile, "quantile", closed_right=True)
+    check_epsilon_delta(budget.epsilon_radius, 0.0)
+    if center is None:
+        check_epsilon_delta(budget.epsilon_center, budget.delta_center)
+    rng = _check_generator(rng)
+    events = []
+    if center is None:
+        center, center_event = _private_center(X, budget, neighbouring, rng)
+        events.append(center_event)
+    radius, radius_event = _private_radius(X, center, budget.epsilon_radius, quantile,
+                                           neighbouring, rng)
+    events.append(radius_event)
+    _warn_if_degraded(X.shape[0], center, radius, budget, quantile, warn_context)
+    return (center, radius), events

@@ -1,0 +1,300 @@
+"""Private bounds (skdpcluster.bounds) and the estimators' default ``data_radius=None``."""
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from dp_stats import epsilon_lower_bound
+from skdpcluster import (
+    BudgetAccountant,
+    FederatedPrivateKMeans,
+    KTupleClusterer,
+    PrivacyLeakWarning,
+    PrivateGaussianMixture,
+    PrivateHighDimKMeans,
+    PrivateHighDimKMedian,
+    PrivateStableKMeans,
+    PrivateStableKMedian,
+)
+from skdpcluster import bounds as B
+from skdpcluster import mechanisms as M
+from skdpcluster.datasets import make_separated_mixture
+
+BUDGET = B.BoundsBudget.of_fit(1.0, 1e-6, estimate_center=True)
+
+
+@pytest.fixture(scope="module")
+def blobs():
+    """The stable benchmark's mixture (k = 4, d = 4, closest means 10 apart), shifted off the origin."""
+    X, y = make_separated_mixture(20_000, n_clusters=4, n_features=4, separation=10 / math.sqrt(2),
+                                  random_state=0)
+    return X + 30.0, y
+
+
+def _ledger_sum(events):
+    return math.fsum(e.cost()[0] for e in events), math.fsum(e.cost()[1] for e in events)
+
+
+def _assert_within(spent, request, epsilon_exact=False):
+    """The ledger never exceeds the request; the bound's epsilon is spent whatever it finds."""
+    assert spent[0] <= request[0] * (1 + 1e-9) and spent[1] <= request[1] * (1 + 1e-9)
+    if epsilon_exact:
+        assert spent[0] == pytest.approx(request[0])
+
+
+# ---------------------------------------------------------------------------
+# The function
+# ---------------------------------------------------------------------------
+
+
+def test_budget_split_is_the_documented_share():
+    assert BUDGET.cost == pytest.approx((0.1, 1e-7))
+    assert BUDGET.epsilon_center == pytest.approx(0.05) and BUDGET.epsilon_radius == pytest.approx(0.05)
+    radius_only = B.BoundsBudget.of_fit(2.0, 1e-6, estimate_center=False)
+    assert radius_only.cost == pytest.approx((0.2, 0.0))
+
+
+def test_bound_contains_the_quantile_and_is_tight(blobs):
+    X, _ = blobs
+    (center, radius), events = B.private_bounds(X, budget=BUDGET, rng=np.random.default_rng(0))
+    distances = np.linalg.norm(X - center, axis=1)
+    # Centre: a coordinate-wise median up to the grid's 1% relative resolution and the rank error.
+    assert np.all(np.abs(center - np.median(X, axis=0)) <= 0.01 * np.abs(np.median(X, axis=0)) + 1.0)
+    # Radius: safety * a grid value within a factor 1.1 of a quantile near 0.99 (rank error
+    # (2 / 0.05) log(364 / 0.05) = 356 rows of 20 000, so between the 0.97 and the 1.0 quantile).
+    assert np.quantile(distances, 0.97) <= radius <= B.RADIUS_SAFETY * 1.1 * distances.max()
+    assert np.mean(distances > radius) <= 0.01
+    _assert_within(_ledger_sum(events), BUDGET.cost, epsilon_exact=True)
+    assert [e.label for e in events] == ["bounds/center", "bounds/radius"]
+
+
+def test_public_center_is_used_and_only_the_radius_is_paid(blobs):
+    X, _ = blobs
+    budget = B.BoundsBudget.of_fit(1.0, 1e-6, estimate_center=False)
+    center = np.full(4, 30.0)
+    (released, radius), events = B.private_bounds(X, budget=budget, center=center,
+                                                  rng=np.random.default_rng(1))
+    assert np.array_equal(released, center) and len(events) == 1
+    assert _ledger_sum(events) == pytest.approx((0.1, 0.0))
+    assert radius >= np.quantile(np.linalg.norm(X - center, axis=1), 0.97)
+
+
+def test_events_hold_public_values_only(blobs):
+    X, _ = blobs
+    first = B.private_bounds(X, budget=BUDGET, rng=np.random.default_rng(2))[1]
+    other = B.private_bounds(X[::-1] * 3.0, budget=BUDGET, rng=np.random.default_rng(3))[1]
+    assert first == other  # no data-dependent field
+
+
+@pytest.mark.parametrize("params, match", [
+    ({"quantile": 0.0}, "quantile"),
+    ({"center": np.zeros(3)}, "center must have shape"),
+    ({"budget": B.BoundsBudget(0.0, 0.0, 0.1)}, "epsilon"),
+    ({"budget": B.BoundsBudget(0.1, 0.0, 0.0)}, "epsilon"),
+    ({"rng": 0}, "Generator"),
+])
+def test_invalid_parameters_raise_before_randomness(blobs, params, match):
+    rng = np.random.default_rng(4)
+    state = rng.bit_generator.state
+    arguments = {"budget": BUDGET, "rng": rng, **params}
+    with pytest.raises(ValueError, match=match):
+        B.private_bounds(blobs[0], **arguments)
+    assert rng.bit_generator.state == state
+
+
+def test_one_point_gives_a_radius_at_the_grid_resolution_with_a_warning():
+    X = np.full((5_000, 3), 7.0)
+    with pytest.warns(UserWarning, match="at the resolution of the grids"):
+        (center, radius), events = B.private_bounds(X, budget=BUDGET, rng=np.random.default_rng(5))
+    # The centre is within the grid's 1% of 7; the radius covers that gap and little more.
+    assert np.all(np.abs(center - 7.0) <= 0.1)
+    assert np.linalg.norm(center - 7.0) <= radius <= 0.02 * B.RADIUS_SAFETY * np.linalg.norm(center)
+    _assert_within(_ledger_sum(events), BUDGET.cost, epsilon_exact=True)
+
+
+def test_a_few_huge_outliers_do_not_move_the_bound(blobs):
+    X = blobs[0].copy()
+    X[:20] = 1e8
+    (center, radius), _ = B.private_bounds(X, budget=BUDGET, rng=np.random.default_rng(6))
+    bulk = np.linalg.norm(blobs[0][20:] - center, axis=1)
+    assert radius <= B.RADIUS_SAFETY * 1.1 * bulk.max()
+
+
+def test_data_beyond_the_grid_degrades_with_a_warning():
+    X = np.random.default_rng(7).normal(size=(5_000, 2)) + 1e12
+    with pytest.warns(UserWarning, match="beyond the public grid"):
+        (center, radius), events = B.private_bounds(X, budget=BUDGET, rng=np.random.default_rng(8))
+    assert np.all(np.isfinite(center)) and math.isfinite(radius)
+    _assert_within(_ledger_sum(events), BUDGET.cost, epsilon_exact=True)
+
+
+def test_too_few_rows_warns_from_public_values():
+    X = np.random.default_rng(9).normal(size=(100, 2))
+    with pytest.warns(UserWarning, match="accurate to about"):
+        B.private_bounds(X, budget=BUDGET, rng=np.random.default_rng(10))
+
+
+# ---------------------------------------------------------------------------
+# Statistical privacy on worst-case neighbours (with an under-noised mutant)
+# ---------------------------------------------------------------------------
+# Rank score at the median (target t = 200 of n = 400). X_a: 199 values at 0.45, one at
+# ``split``, 200 at 1e4; X_b moves one of the 1e4 values to 0.5. The score of the
+# candidates in [0.5, split) rises by 1 and of those in [split, 1e4) falls by 1: the two
+# directions that bring the exponential mechanism's loss close to epsilon when the falling
+# region has little mass (the normaliser then moves by almost e^{eps/2} as well). The
+# split puts about 2% of the mass in the falling region: 8000 for the centre's uniform
+# weights, 36 for the radius's 1/R base measure. True loss of the event [split, 1e4):
+# about 0.95 at epsilon = 1, about 1.9 for the mutant. Both run on the radius grid (364
+# public candidates; the centre's kernel is the same function on any public grid).
+_REGIONS_BELOW = 0.5
+
+
+def _neighbours(split):
+    return (np.r_[np.full(199, 0.45), split, np.full(200, 1e4)],
+            np.r_[np.full(199, 0.45), split, 0.5, np.full(199, 1e4)])
+
+
+def _halved_sensitivity(monkeypatch):
+    """The mutant: every exponential mechanism of bounds.py calibrated to half the sensitivity."""
+    def under_noised(scores, *, sensitivity, **kwargs):
+        return M.exponential_mechanism(scores, sensitivity=sensitivity / 2.0, **kwargs)
+    monkeypatch.setattr(B, "exponential_mechanism", under_noised)
+
+
+def _loss_lower_bound(draw, split, n_draws=20_000):
+    counts = []
+    for seed, values in zip((20, 21), _neighbours(split)):
+        rng = np.random.default_rng(seed)
+        released = np.array([draw(values, rng) for _ in range(n_draws)])
+        regions = np.searchsorted([_REGIONS_BELOW, split], released, side="right")
+        counts.append(np.bincount(regions, minlength=3))
+    return epsilon_lower_bound(counts[0], n_draws, counts[1], n_draws), counts
+
+
+@pytest.mark.parametrize("mutant", [False, True])
+def test_center_median_empirical_privacy_loss(monkeypatch, mutant):
+    if mutant:
+        _halved_sensitivity(monkeypatch)
+    grid = B.radius_grid()
+    bound, counts = _loss_lower_bound(
+        lambda values, rng: B._private_median(values, grid, 1.0, rng)[0], split=8000.0)
+    assert (bound > 1.0) == mutant, (bound, counts)
+
+
+@pytest.mark.parametrize("mutant", [False, True])
+def test_radius_quantile_empirical_privacy_loss(monkeypatch, mutant):
+    if mutant:
+        _halved_sensitivity(monkeypatch)
+
+    grid = B.radius_grid()
+    base_measure = -np.log(grid)  # as in B._private_radius: the distances are the values here
+
+    def draw(distances, rng):
+        return B._private_quantile(distances, grid, 0.5, 1.0, rng, log_base_measure=base_measure)[0]
+
+    bound, counts = _loss_lower_bound(draw, split=36.0)
+    assert (bound > 1.0) == mutant, (bound, counts)
+
+
+# ---------------------------------------------------------------------------
+# Estimators: the default fit is private
+# ---------------------------------------------------------------------------
+
+DEFAULT_ESTIMATORS = [
+    PrivateStableKMeans(4), PrivateStableKMedian(4), PrivateHighDimKMeans(4),
+    PrivateHighDimKMedian(4), FederatedPrivateKMeans(4),
+]
+
+
+@pytest.mark.filterwarnings("ignore:.*no X_server was given")
+@pytest.mark.parametrize("estimator", DEFAULT_ESTIMATORS, ids=lambda e: type(e).__name__)
+def test_default_fit_is_private_and_within_the_request(blobs, estimator):
+    X, _ = blobs
+    accountant = BudgetAccountant()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyLeakWarning)
+        est = estimator.set_params(accountant=accountant, random_state=0).fit(X)
+    assert est.privacy_spent_["proven"] is True
+    assert est.data_radius is None and est.data_center is None  # parameters unchanged
+    labels = [e.label for e in est.privacy_ledger_]
+    assert labels[:2] == ["bounds/center", "bounds/radius"]
+    _assert_within(_ledger_sum(est.privacy_ledger_[:2]), BUDGET.cost, epsilon_exact=True)
+    spent = _ledger_sum(est.privacy_ledger_)
+    _assert_within(spent, (1.0, 1e-6))
+    assert accountant.total() == pytest.approx(spent)
+    assert np.allclose(est.data_center_, np.median(X, axis=0), atol=1.5)
+    distances = np.linalg.norm(X - est.data_center_, axis=1)
+    assert np.quantile(distances, 0.97) <= est.data_radius_ <= 2 * distances.max()
+
+
+def test_noisy_centers_methods_need_no_bound():
+    for estimator in (KTupleClusterer(2), PrivateGaussianMixture(2)):
+        assert not estimator._needs_radius(None)
+
+
+def test_exact_bound_only_by_explicit_choice(blobs):
+    X, _ = blobs
+    with pytest.warns(PrivacyLeakWarning, match="data_radius='data'"):
+        est = PrivateStableKMeans(4, data_radius="data", random_state=0).fit(X)
+    assert est.data_radius == "data"
+    assert all(not e.label.startswith("bounds/") for e in est.privacy_ledger_)
+
+
+def test_invalid_parameter_raises_before_the_bound_is_spent(blobs):
+    accountant = BudgetAccountant()
+    est = PrivateStableKMeans(4, budget_split={"nope": 1.0}, accountant=accountant)
+    with pytest.raises(ValueError, match="budget_split"):
+        est.fit(blobs[0])
+    assert accountant.total() == (0.0, 0.0) and not hasattr(est, "privacy_spent_")
+
+
+def test_too_few_rows_for_the_reduced_budget_raise_before_randomness():
+    # With 10% of epsilon spent on the bound, the k-tuple test needs more tuples than at the
+    # full budget: a public fact, raised before any randomness or spend.
+    accountant = BudgetAccountant()
+    X = np.random.default_rng(11).normal(size=(2_000 * 4, 1))
+    est = KTupleClusterer(2, method="averages", n_tuples=2_000, accountant=accountant)
+    with pytest.raises(ValueError, match="tuples are too few"):
+        est.fit(X)
+    assert accountant.total() == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("case", ["one_point", "outliers", "far_away"])
+def test_degenerate_data_degrades_gracefully(blobs, case):
+    X = blobs[0][:5_000].copy()
+    if case == "one_point":
+        X[:] = 3.0
+    elif case == "outliers":
+        X[:5] = 1e7
+    else:
+        X += 1e11
+    accountant = BudgetAccountant()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        warnings.simplefilter("error", PrivacyLeakWarning)
+        est = PrivateStableKMeans(4, accountant=accountant, random_state=0).fit(X)
+    _assert_within(_ledger_sum(est.privacy_ledger_), (1.0, 1e-6))
+    assert accountant.total() == pytest.approx(_ledger_sum(est.privacy_ledger_))
+    assert est.privacy_spent_["proven"] and np.all(np.isfinite(est.cluster_centers_))
+
+
+def test_too_few_rows_for_the_centre_fall_back_to_the_origin():
+    # d = 40, n = 2000: the centre needs center_min_rows rows (a public value), so the bound
+    # is centred at the origin and the whole share goes to the radius.
+    X = np.random.default_rng(12).normal(size=(2_000, 40)) + 2.0
+    budget = B.BoundsBudget.of_fit(1.0, 1e-6, estimate_center=True)
+    assert B.center_min_rows(budget, 40) > 2_000
+    accountant = BudgetAccountant()
+    with pytest.warns(UserWarning, match="too few to locate a centre"):
+        est = PrivateHighDimKMeans(2, accountant=accountant, random_state=0).fit(X)
+    assert np.array_equal(est.data_center_, np.zeros(40))
+    assert [e.label for e in est.privacy_ledger_][0] == "bounds/radius"
+    assert est.privacy_ledger_[0].epsilon == pytest.approx(0.1)
+    _assert_within(_ledger_sum(est.privacy_ledger_), (1.0, 1e-6))
+    # Here (1 - q) n epsilon_r / 2 = 1 nat separates the quantile from the radii above all
+    # rows, so the radius overshoots; the 1/R base measure makes an overshoot by a factor t
+    # about 1/t as likely (seed fixed).
+    norms = np.linalg.norm(X, axis=1)
+    assert np.quantile(norms, 0.9) <= est.data_radius_ <= 4 * norms.max()

@@ -1,0 +1,184 @@
+"""PrivateStandardScaler and make_private_pipeline."""
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.metrics import adjusted_rand_score
+from sklearn.pipeline import make_pipeline
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from dp_stats import delta_lower_bound, event_counts
+from skdpcluster import BudgetAccountant, PrivacyLeakWarning, PrivateStableKMeans
+from skdpcluster.datasets import make_separated_mixture
+from skdpcluster.mechanisms import analytic_gaussian_sigma
+from skdpcluster.preprocessing import PrivateStandardScaler, make_private_pipeline
+from skdpcluster.preprocessing import _scaler as S
+
+
+def _stable_mixture(n_samples, scale=1.0, shift=0.0):
+    """The stable benchmark's mixture (k = 4, d = 4, closest means 10 apart), in other units."""
+    X, y = make_separated_mixture(n_samples, n_clusters=4, n_features=4,
+                                  separation=10 / math.sqrt(2), random_state=0)
+    return X * scale + shift, y
+
+
+def _ledger_sum(events):
+    return math.fsum(e.cost()[0] for e in events), math.fsum(e.cost()[1] for e in events)
+
+
+@parametrize_with_checks([PrivateStandardScaler()])
+@pytest.mark.filterwarnings("ignore:private bounds")  # check data has a few dozen rows
+def test_sklearn_compatible_scaler(estimator, check):
+    check(estimator)
+
+
+def test_statistics_within_the_noise_band():
+    rng = np.random.default_rng(0)
+    std = np.array([20.0, 8.0, 5.0])
+    X = rng.normal([100.0, -3.0, 0.0], std, size=(200_000, 3))
+    scaler = PrivateStandardScaler(data_radius=100.0, data_center=[100.0, -3.0, 0.0],
+                                   random_state=0).fit(X)
+    # Pass 1 (sigma at sensitivity sqrt 2, (0.5, 5e-7)): 5-sigma noise of the second moment
+    # 5 sigma sqrt 2 Lambda^2 / n = 26 < 25 + 26, so no variance is floored above 2x its
+    # value; pass 2 on B(0, 4 sqrt 3): the standardized mean and second moment move by at most
+    # 5 sigma 2 Lambda_z / n and 5 sigma sqrt 2 Lambda_z^2 / n.
+    sigma = analytic_gaussian_sigma(math.sqrt(2), 0.5, 5e-7)
+    z_radius = 4 * math.sqrt(3)
+    z_mean_error = 5 * sigma * 2 * z_radius / len(X)
+    z_var_error = 5 * sigma * math.sqrt(2) * z_radius**2 / len(X)
+    scale_1 = np.sqrt(2 * std**2 + 5 * sigma * math.sqrt(2) * 100.0**2 / len(X))
+    assert np.all(np.abs(scaler.mean_ - X.mean(axis=0)) <= z_mean_error * scale_1)
+    relative_var = np.abs(scaler.var_ / X.var(axis=0) - 1)
+    assert np.all(relative_var <= z_var_error * scale_1**2 / std**2)
+    assert scaler.privacy_spent_ == {"epsilon": 1.0, "delta": 1e-6, "proven": True}
+    assert [e.label for e in scaler.privacy_ledger_] == ["scaler/moments", "scaler/moments"]
+
+
+def test_default_fit_is_private_and_charged_to_the_accountant():
+    X, _ = _stable_mixture(100_000, scale=50.0, shift=1_000.0)
+    accountant = BudgetAccountant()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyLeakWarning)
+        scaler = PrivateStandardScaler(epsilon=0.5, accountant=accountant, random_state=0).fit(X)
+    spent = _ledger_sum(scaler.privacy_ledger_)
+    assert spent[0] <= 0.5 * (1 + 1e-9) and spent[1] <= 1e-6 * (1 + 1e-9)
+    assert accountant.total() == pytest.approx(spent)
+    assert scaler.data_radius is None and scaler.privacy_spent_["proven"]
+    assert np.all(np.abs(scaler.mean_ - X.mean(axis=0)) <= 0.1 * X.std(axis=0))
+    assert np.allclose(scaler.scale_, X.std(axis=0), rtol=0.1)
+
+
+def test_transform_is_bounded_by_the_public_output_radius():
+    X, _ = _stable_mixture(5_000)
+    scaler = PrivateStandardScaler(data_radius=30.0, random_state=0).fit(X)
+    assert scaler.output_radius_ == pytest.approx(3.0 * 2.0)  # 3 sqrt(d), d = 4
+    far = np.vstack([X, np.full((3, 4), 1e6)])
+    assert np.linalg.norm(scaler.transform(far), axis=1).max() <= scaler.output_radius_ * (1 + 1e-12)
+    assert PrivateStandardScaler(data_radius=30.0, output_radius=2.5).fit(X).output_radius_ == 2.5
+
+
+@pytest.mark.parametrize("params, match", [
+    ({"epsilon": -1.0}, "epsilon"),
+    ({"data_radius": "max"}, "data_radius"),
+    ({"data_center": [0.0]}, "data_center"),
+])
+def test_bad_input_raises_before_spending(params, match):
+    accountant = BudgetAccountant()
+    with pytest.raises(ValueError, match=match):
+        PrivateStandardScaler(accountant=accountant, **params).fit(np.ones((10, 2)))
+    assert accountant.total() == (0.0, 0.0)
+
+
+# Worst-case neighbours for the joint release (d = 2, public ball B(0, 1), n = 10): X_a has
+# a row at e1, X_b at e2 (the other rows at 0). The release is a Gaussian shift of norm
+# sqrt(1/2 + 1) = 1.22 along the difference; the projection on it is the likelihood ratio's
+# statistic. At (epsilon, delta) = (1, 0.05) the true delta at epsilon = 1 is about 0.03;
+# the mutant (sensitivity halved, sigma halved) has about 0.30.
+@pytest.mark.parametrize("mutant", [False, True])
+def test_moments_empirical_privacy_loss(monkeypatch, mutant):
+    if mutant:
+        monkeypatch.setattr(S, "_MOMENTS_SENSITIVITY", S._MOMENTS_SENSITIVITY / 2.0)
+    epsilon, delta, n_draws = 1.0, 0.05, 10_000
+    rows = [np.zeros((10, 2)), np.zeros((10, 2))]
+    rows[0][0], rows[1][0] = [1.0, 0.0], [0.0, 1.0]
+    direction = np.array([0.5, -0.5, 1 / math.sqrt(2), -1 / math.sqrt(2)])
+    direction /= np.linalg.norm(direction)
+    samples = []
+    for seed, X in zip((40, 41), rows):
+        rng = np.random.default_rng(seed)
+        released = []
+        for _ in range(n_draws):
+            mean, second, _ = S._noisy_moments(X, 1.0, epsilon, delta, rng)
+            noisy = np.concatenate([mean * 10 / 2.0, second * 10 / math.sqrt(2)])
+            released.append(noisy @ direction)
+        samples.append(np.asarray(released))
+    edges = np.quantile(np.concatenate(samples), np.linspace(0.02, 0.98, 25))
+    counts = [event_counts(s, edges) for s in samples]
+    bound = delta_lower_bound(counts[0], n_draws, counts[1], n_draws, epsilon=epsilon)
+    assert (bound > delta) == mutant, bound
+
+
+# ---------------------------------------------------------------------------
+# Pipelines
+# ---------------------------------------------------------------------------
+
+
+def test_make_private_pipeline_sets_the_public_bound_and_the_ledger():
+    accountant = BudgetAccountant()
+    scaler, est = PrivateStandardScaler(epsilon=0.2), PrivateStableKMeans(4, epsilon=0.8)
+    pipe = make_private_pipeline(scaler, est, n_features=4, accountant=accountant)
+    assert est.data_radius == pytest.approx(6.0) and est.data_center is None
+    assert scaler.accountant is accountant and est.accountant is accountant
+    assert [step for _, step in pipe.steps] == [scaler, est]
+    given = PrivateStableKMeans(4, data_radius=9.0)
+    make_private_pipeline(PrivateStandardScaler(), given, n_features=4)
+    assert given.data_radius == 9.0  # a public bound set by the user is kept
+    with pytest.raises(ValueError, match="n_features"):
+        make_private_pipeline(scaler, est, n_features=0)
+
+
+def _pipeline_ari(X, y, seed=0):
+    """ARI of scaler (epsilon 0.1) + stable k-means (0.9), both charged to one accountant."""
+    accountant = BudgetAccountant(epsilon=1.0, delta=1e-6)
+    pipe = make_private_pipeline(
+        PrivateStandardScaler(epsilon=0.1, delta=1e-7, random_state=seed),
+        PrivateStableKMeans(4, epsilon=0.9, delta=9e-7, random_state=seed),
+        n_features=X.shape[1], accountant=accountant)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyLeakWarning)
+        labels = pipe.fit(X).predict(X)
+    assert len(accountant.ledger) == 2 and accountant.total()[0] <= 1.0 * (1 + 1e-9)
+    return adjusted_rand_score(y, labels)
+
+
+def test_private_pipeline_clusters_scaled_data():
+    # Four unit Gaussians at +-(10/sqrt 2) e1, +-(10/sqrt 2) e2 in d = 2 (every feature carries
+    # the clusters), in units 40 times larger and shifted by 500.
+    X, y = make_separated_mixture(20_000, n_clusters=4, n_features=2,
+                                  separation=10 / math.sqrt(2), random_state=0)
+    assert _pipeline_ari(X * 40.0 + 500.0, y) >= 0.99
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason=(
+    "standardizing the d = 4 benchmark mixture (means in 2 of the 4 features) shrinks the "
+    "separated features to sd 0.2 and keeps the 2 noise features at sd 1; PrivateStableKMeans' "
+    "grid initializer then often splits along the noise features: ARI over seeds 0-7 at 1e5 "
+    "rows is 0.33, 1.0, 0.20, 1.0, 0.21, 0.33, 0.29, 1.0 (and 0.33-0.99 after sklearn's exact "
+    "StandardScaler too), while non-private KMeans on the privately scaled rows gets 1.0: a "
+    "limit of the estimator on standardized data, not of the scaler"))
+def test_private_pipeline_reaches_ari_099_on_the_stable_benchmark_at_1e5_rows():
+    X, y = _stable_mixture(100_000, scale=40.0, shift=500.0)
+    assert min(_pipeline_ari(X, y, seed) for seed in range(4)) >= 0.99
+
+
+def test_non_private_scaler_is_not_detected():
+    """The documented leak: a sklearn StandardScaler before the estimator is invisible to it."""
+    from sklearn.preprocessing import StandardScaler
+    X, _ = _stable_mixture(5_000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyLeakWarning)
+        make_pipeline(StandardScaler(), PrivateStableKMeans(4, data_radius=6.0,
+                                                            random_state=0)).fit(X)
