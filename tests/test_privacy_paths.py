@@ -147,6 +147,7 @@ class _RaisingInitializer(GridInitializer):
         raise ValueError(f"cannot initialise: row {X[0]!r}")
 
 
+@pytest.mark.private_step_failure
 def test_a_raising_private_step_is_a_charged_unproven_failure_without_data_in_the_message():
     X = make_separated_mixture(4000, n_clusters=2, n_features=2, separation=20,
                                random_state=0)[0]
@@ -172,6 +173,7 @@ class _MixtureWithFailingLearner(PrivateGaussianMixture):
         raise FloatingPointError(f"overflow at {fresh[0]!r}")
 
 
+@pytest.mark.private_step_failure
 def test_a_failed_private_step_of_the_mixture_releases_no_parameters():
     X = make_separated_mixture(100_000, n_clusters=2, n_features=3, separation=50,
                                random_state=0)[0]
@@ -186,6 +188,7 @@ def test_a_failed_private_step_of_the_mixture_releases_no_parameters():
         gm.predict(X[:2])
 
 
+@pytest.mark.private_step_failure
 def test_the_suite_treats_a_failed_private_step_as_an_error():
     X = make_separated_mixture(1000, n_clusters=2, n_features=2, separation=20,
                                random_state=0)[0]
