@@ -11,9 +11,19 @@ from sklearn.utils.validation import validate_data
 from skdpcluster._tuples import generate_tuples
 from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _BasePrivateClusterer, _restore_on_error
 from skdpcluster.exceptions import InsufficientDataError
+from skdpcluster.mechanisms import PrivacyEvent
 from skdpcluster.ktuple import min_tuples
-from skdpcluster.ktuple._framework import check_tuple_parameters, conditioning_event
+from skdpcluster.ktuple._framework import canonical_order, check_tuple_parameters, conditioning_event
 from skdpcluster.ktuple.averages import AVERAGES_SEPARATION, private_k_averages
+from skdpcluster.averaging import _project_onto_ball
+from skdpcluster.ktuple.located import (
+    locate,
+    locate_and_average,
+    min_located_tuples,
+    plan_located_budget,
+    unspent_events,
+    zcdp_composite_event,
+)
 from skdpcluster.ktuple.noisy_centers import default_separation, private_k_noisy_centers
 from skdpcluster.ktuple.partition import _outer_ell, compute_m_eps1
 from skdpcluster.utils._compat import HasMethods, Interval, StrOptions, fit_context
@@ -25,6 +35,11 @@ __all__ = ["KTupleClusterer"]
 AVERAGES_ROWS_PER_CLUSTER = 15
 #: Resolution of the private averages relative to the data radius when ``r_min=None``.
 DEFAULT_R_MIN_FRACTION = 1e-4
+#: Rows per cluster in one block that ``n_tuples="auto"`` aims for with ``method="located"``.
+LOCATED_ROWS_PER_CLUSTER = 5
+#: Core steps on the raw rows after ``method="located"``, and their radius factor (1/3, as
+#: :class:`~skdpcluster.PrivateStableKMeans`).
+LOCATED_CORE_STEPS, LOCATED_CORE_RADIUS_FACTOR = 2, 1.0 / 3.0
 
 
 class KTupleClusterer(_BasePrivateClusterer):
@@ -159,7 +174,7 @@ class KTupleClusterer(_BasePrivateClusterer):
 
     _parameter_constraints: dict = {
         **_BasePrivateClusterer._parameter_constraints,
-        "method": [StrOptions({"noisy_centers", "averages"})],
+        "method": [StrOptions({"located", "noisy_centers", "averages"})],
         "beta": [Interval(Real, 0, 1, closed="neither")],
         "base_estimator": [None, HasMethods(["fit"])],
         "n_tuples": [StrOptions({"auto"}), Interval(Integral, 1, None, closed="left")],
@@ -174,7 +189,7 @@ class KTupleClusterer(_BasePrivateClusterer):
         self,
         n_clusters=8,
         *,
-        method="noisy_centers",
+        method="located",
         epsilon=1.0,
         delta=1e-6,
         beta=0.05,
@@ -222,9 +237,13 @@ class KTupleClusterer(_BasePrivateClusterer):
         return default_separation(self.n_clusters, self.epsilon, self.delta, self.beta)
 
     def _resolved_n_tuples(self, n_samples):
-        minimum = min_tuples(self.epsilon, self.delta, self.beta, self.accounting)
         if self.n_tuples != "auto":
             return int(self.n_tuples)
+        if self.method == "located":
+            minimum = min_located_tuples(self.n_clusters, self.epsilon, self.delta, on_rows=True)
+            wanted = n_samples // (LOCATED_ROWS_PER_CLUSTER * self.n_clusters)
+            return min(max(minimum, wanted), n_samples // self.n_clusters)
+        minimum = min_tuples(self.epsilon, self.delta, self.beta, self.accounting)
         if self.method == "averages":
             return max(minimum, n_samples // (AVERAGES_ROWS_PER_CLUSTER * self.n_clusters))
         return minimum
@@ -239,6 +258,8 @@ class KTupleClusterer(_BasePrivateClusterer):
 
     def _plan_tuples(self, n_tuples, n_features):
         """Checks and attributes shared by ``fit`` and ``fit_tuples`` (public values only)."""
+        if self.method == "located":
+            return self._plan_located(n_tuples, n_features)
         separation = self._resolved_separation()
         shape_probe = np.zeros((n_tuples, self.n_clusters, 1))
         check_tuple_parameters(
@@ -251,8 +272,24 @@ class KTupleClusterer(_BasePrivateClusterer):
             "m_": m,
             "ell_": _outer_ell(n_tuples, self.epsilon, self.delta, self.beta, self.accounting),
             "separation_": separation,
+            "located_info_": None,
         }
         return PrivateFitPlan(self._cost(n_tuples), {"center": center}, attributes)
+
+    def _plan_located(self, n_tuples, n_features):
+        """The public plan of ``method="located"``: enough tuples for its histogram threshold."""
+        needed = min_located_tuples(self.n_clusters, self.epsilon, self.delta, on_rows=True)
+        if n_tuples < needed:
+            raise InsufficientDataError(
+                f"method='located' needs at least {needed} tuples at n_clusters="
+                f"{self.n_clusters}, epsilon={self.epsilon}, delta={self.delta} (below that no "
+                f"cluster can pass the histogram threshold), got {n_tuples}; with n_tuples='auto' "
+                f"that is at least {needed * self.n_clusters} rows. Use more data or a larger "
+                "epsilon/delta."
+            )
+        attributes = {"n_tuples_": n_tuples, "m_": None, "ell_": np.nan, "separation_": np.nan}
+        cost = (float(self.epsilon), float(self.delta))
+        return PrivateFitPlan(cost, {"center": self._resolve_center(n_features)}, attributes)
 
     def _plan(self, X):
         n_samples, n_features = X.shape
@@ -273,7 +310,7 @@ class KTupleClusterer(_BasePrivateClusterer):
 
     def _plan_radius(self, plan, X):
         center = plan.values["center"]
-        if self.method == "averages":
+        if self.method in ("averages", "located"):
             radius = self._resolve_radius(X, center)
             r_min = self.r_min if self.r_min is not None else DEFAULT_R_MIN_FRACTION * radius
         else:
@@ -293,11 +330,14 @@ class KTupleClusterer(_BasePrivateClusterer):
             X, self._base_estimator(), self.n_clusters, plan.attributes["n_tuples_"],
             rng=tuple_rng, n_jobs=self.n_jobs,
         )
-        result = self._aggregate(tuples, plan, noise_rng)
+        result = self._aggregate(tuples, plan, noise_rng, rows=X)
         result.attributes["labels_"] = self._training_labels(X, result.centers)
         return result
 
-    def _aggregate(self, tuples, plan, rng):
+    def _aggregate(self, tuples, plan, rng, rows=None):
+        """The private aggregation of ``method``; ``rows`` (the raw data) only refine "located"."""
+        if self.method == "located":
+            return self._aggregate_located(tuples, plan, rng, rows)
         center = plan.values["center"]
         common = dict(epsilon=self.epsilon, delta=self.delta, beta=self.beta, rng=rng,
                       accounting=self.accounting)
@@ -314,6 +354,22 @@ class KTupleClusterer(_BasePrivateClusterer):
             )
         centers = None if result.centers is None else result.centers + center
         return PrivateFit(centers, result.success, result.events, proven=result.proven)
+
+    def _aggregate_located(self, tuples, plan, rng, rows):
+        """Locate, then average the tuples (:mod:`skdpcluster.ktuple.located`) or refine on ``rows``."""
+        center, radius = plan.values["center"], plan.values["data_radius"]
+        budget = plan_located_budget(self.epsilon, self.delta, on_rows=rows is not None)
+        if rows is None:
+            result = locate_and_average(tuples - center, data_radius=radius, budget=budget,
+                                        rng=rng)
+            centers, events, public = result.centers, result.events, result.public
+        else:
+            centers, events, public = _locate_then_refine_on_rows(
+                tuples - center, rows, center, radius, budget, rng)
+        events.append(zcdp_composite_event(events, budget.delta_zcdp))
+        centers = None if centers is None else canonical_order(centers) + center
+        return PrivateFit(centers, centers is not None, events, rho=events[-1].rho,
+                          attributes={"located_info_": public})
 
     @staticmethod
     def _training_labels(X, centers):
@@ -359,3 +415,59 @@ class KTupleClusterer(_BasePrivateClusterer):
         result = self._aggregate(tuples, plan, rng)
         result.attributes["labels_"] = np.empty(0, dtype=np.intp)
         return result
+
+
+def _locate_then_refine_on_rows(tuples, X, center, radius, budget, rng):
+    r"""Steps 1-2 of "located" on the tuples, then private Lloyd and core steps on the raw rows.
+
+    After the location (:func:`~skdpcluster.ktuple.located.locate`), the
+    rows are assigned to the nearest located centre *in the location space*
+    and the cells are averaged (one DP-Lloyd step: sums of
+    :math:`x/\Lambda` over disjoint cells, L2 sensitivities 2 and
+    :math:`\sqrt 2` under replace-one,
+    :func:`~skdpcluster.cluster._stable_init.noisy_cell_sums`), then
+    :data:`LOCATED_CORE_STEPS` ball-restricted core steps of
+    :class:`~skdpcluster.PrivateStableKMeans` follow; each of the
+    :math:`1 +` :data:`LOCATED_CORE_STEPS` steps gets an equal share of
+    ``budget.rho_rows``. The rows also made the tuples: the row steps compose
+    sequentially with the tuple steps (replace-one of a row changes one tuple
+    and one row). A failed step charges the budget it did not use.
+
+    Returns
+    -------
+    centers : ndarray of shape (k, d) or None
+        In coordinates centred at ``center``.
+    events : list of PrivacyEvent
+    public : dict
+    """
+    # Imported here: cluster._stable imports this module (its k-tuple initializer).
+    from skdpcluster.cluster._stable import _ClippedData, core_step
+    from skdpcluster.cluster._stable_init import cell_sums, nearest_centers, noisy_cell_sums
+
+    locate_rng, rows_rng = rng.spawn(2)
+    location = locate(tuples, data_radius=radius, budget=budget, rng=locate_rng)
+    events = location.events + unspent_events(location.events, budget)
+    rho_step = budget.rho_rows / (1 + LOCATED_CORE_STEPS)
+    if location.centers is None:
+        return None, events + [_unused_rows_event(budget.rho_rows)], location.public
+    data = _ClippedData.from_rows(X, center, radius)
+    labels, _ = nearest_centers(location.to_location_space(data.X), location.centers)
+    sums, counts = cell_sums(data.X, labels, len(location.centers))
+    noisy = noisy_cell_sums(sums / radius, counts, rho=rho_step, neighbouring="replace_one",
+                            rng=rows_rng, label="located/lloyd_step")
+    events += noisy.events
+    if not np.all(noisy.accepted()):
+        location.public["failed_step"] = "lloyd_step"
+        return None, events + [_unused_rows_event(budget.rho_rows - rho_step)], location.public
+    centers = _project_onto_ball(radius * noisy.means(), 0.0, radius)
+    for step in range(LOCATED_CORE_STEPS):
+        centers, _, noisy = core_step(
+            data, centers, radius_factor=LOCATED_CORE_RADIUS_FACTOR, rho=rho_step,
+            neighbouring="replace_one", rng=rows_rng, label=f"located/core_step_{step}",
+        )
+        events += noisy.events
+    return centers, events, location.public
+
+
+def _unused_rows_event(rho):
+    return PrivacyEvent("unused_budget", 0.0, 0.0, rho=rho, label="located/rows_unused_budget")

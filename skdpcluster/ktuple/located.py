@@ -60,6 +60,8 @@ from skdpcluster.utils._validation import check_epsilon_delta
 __all__ = [
     "LocatedBudget",
     "histogram_threshold",
+    "Location",
+    "locate",
     "locate_and_average",
     "min_located_tuples",
     "plan_located_budget",
@@ -67,6 +69,7 @@ __all__ = [
     "private_located_average",
     "private_sparse_histogram",
     "private_width",
+    "unspent_events",
     "zcdp_composite_event",
 ]
 
@@ -74,8 +77,10 @@ __all__ = [
 WIDTH_EPSILON_SHARE = 0.1
 #: Share of delta spent on the threshold of the sparse histogram.
 THRESHOLD_DELTA_SHARE = 0.25
-#: Share of the tuple steps' zCDP budget spent by the histogram (the rest averages).
+#: Share of the zCDP budget spent by the histogram; the rest averages the tuples, or, when
+#: the caller refines on the raw rows, is left to the rows (see :func:`plan_located_budget`).
 HISTOGRAM_RHO_SHARE = 0.5
+ROWS_HISTOGRAM_RHO_SHARE = 0.25
 #: The width search passes when the k heaviest cells hold this share of the T k tuple points.
 MASS_FRACTION = 0.75
 #: Candidate widths ``2 Lambda * WIDTH_RATIO**-j``, ``j < N_WIDTHS``, asked from the finest.
@@ -133,32 +138,34 @@ class LocatedBudget:
         return self.rho_histogram + self.rho_average + self.rho_rows
 
 
-def plan_located_budget(epsilon, delta, rows_share=0.0):
+def plan_located_budget(epsilon, delta, *, on_rows=False):
     r"""Split ``(epsilon, delta)`` between the steps (public values only).
 
     :math:`\varepsilon_w = 0.1\varepsilon`, :math:`\delta_\tau = \delta/4`,
     :math:`\delta_z = 3\delta/4` and :math:`\rho` the largest zCDP with
     :math:`\varepsilon_w + \log(1/(1-\delta_\tau)) + \rho + 2\sqrt{\rho\log(1/\delta_z)}
-    \le \varepsilon`; a share ``rows_share`` of :math:`\rho` is left for steps on
-    the raw rows, the rest is split evenly between the histogram and the averages.
+    \le \varepsilon`. On tuples only, :math:`\rho` is split evenly between the
+    histogram and the averages; with ``on_rows=True`` the histogram gets a
+    quarter and the rest is left for the caller's steps on the raw rows
+    (which average thousands of rows instead of hundreds of tuples).
 
     Returns
     -------
     LocatedBudget
     """
     epsilon, delta = check_epsilon_delta(epsilon, delta, allow_zero_delta=False)
-    if not 0.0 <= rows_share < 1.0:
-        raise ValueError(f"rows_share must be in [0, 1), got rows_share={rows_share!r}.")
     delta_threshold = THRESHOLD_DELTA_SHARE * delta
     epsilon_width = WIDTH_EPSILON_SHARE * epsilon
     epsilon_zcdp = epsilon - epsilon_width + math.log1p(-delta_threshold)
     delta_zcdp = delta - delta_threshold
     rho = zcdp_rho_for_dp(epsilon_zcdp, delta_zcdp) * _RHO_SAFETY
-    rho_tuples = (1.0 - rows_share) * rho
-    return LocatedBudget(
-        epsilon_width, delta_threshold, HISTOGRAM_RHO_SHARE * rho_tuples,
-        (1.0 - HISTOGRAM_RHO_SHARE) * rho_tuples, rows_share * rho, delta_zcdp,
-    )
+    if on_rows:
+        histogram = ROWS_HISTOGRAM_RHO_SHARE * rho
+        return LocatedBudget(epsilon_width, delta_threshold, histogram, 0.0, rho - histogram,
+                             delta_zcdp)
+    histogram = HISTOGRAM_RHO_SHARE * rho
+    return LocatedBudget(epsilon_width, delta_threshold, histogram, rho - histogram, 0.0,
+                         delta_zcdp)
 
 
 def zcdp_composite_event(events, delta):
@@ -180,7 +187,7 @@ def histogram_threshold(sigma, k, delta_threshold):
     return 1.0 + sigma * float(norm.isf(delta_threshold / k))
 
 
-def min_located_tuples(k, epsilon, delta):
+def min_located_tuples(k, epsilon, delta, *, on_rows=False):
     r"""The fewest tuples with which all k groups can pass the histogram threshold.
 
     A group holds at most one point of each of the T tuples, so its cell
@@ -193,7 +200,7 @@ def min_located_tuples(k, epsilon, delta):
     -------
     int
     """
-    budget = plan_located_budget(epsilon, delta)
+    budget = plan_located_budget(epsilon, delta, on_rows=on_rows)
     sigma = math.sqrt(2 * k) / math.sqrt(2.0 * budget.rho_histogram)
     return math.ceil(histogram_threshold(sigma, k, budget.delta_threshold) + 2.0 * sigma)
 
@@ -438,21 +445,22 @@ def private_group_means(tuples, *, selection, anchors, radii, rho, rng, label):
     return GroupMeans(means, accepted, noisy_counts, sum_event.scale, [sum_event, count_event])
 
 
-def _average_near_located(tuples, located, width, budget, rng):
+def _average_near_located(tuples, location, budget, rng):
     """Step 3 when the location ran in the data space: one average in balls around the cells."""
     d = tuples.shape[2]
-    radii = np.full(len(located), SELECT_FACTOR * width * math.sqrt(d))
-    selection = _nearest_point_of_each_tuple(tuples, located, radii)
-    result = private_group_means(tuples, selection=selection, anchors=located, radii=radii,
-                                 rho=budget.rho_average, rng=rng, label="located/average")
-    return np.where(result.accepted[:, None], result.means, located), True, result.events
+    radii = np.full(len(location.centers), SELECT_FACTOR * location.width * math.sqrt(d))
+    selection = _nearest_point_of_each_tuple(tuples, location.centers, radii)
+    result = private_group_means(tuples, selection=selection, anchors=location.centers,
+                                 radii=radii, rho=budget.rho_average, rng=rng,
+                                 label="located/average")
+    return np.where(result.accepted[:, None], result.means, location.centers), True, result.events
 
 
-def _average_from_projection(tuples, points, located, width, data_radius, budget, rng):
+def _average_from_projection(tuples, location, data_radius, budget, rng):
     """Step 3 after a projected location: a data-ball average, then one in smaller balls."""
-    k, d = len(located), tuples.shape[2]
-    p = points.shape[2]
-    select = _nearest_point_of_each_tuple(points, located, np.full(k, SELECT_FACTOR * width * math.sqrt(p)))
+    (k, p), d, width = location.centers.shape, tuples.shape[2], location.width
+    select = _nearest_point_of_each_tuple(tuples @ location.projection.T, location.centers,
+                                          np.full(k, SELECT_FACTOR * width * math.sqrt(p)))
     first = private_group_means(
         tuples, selection=select, anchors=np.zeros((k, d)), radii=np.full(k, data_radius),
         rho=budget.rho_average / 2.0, rng=rng, label="located/average_wide",
@@ -474,8 +482,89 @@ def _average_from_projection(tuples, points, located, width, data_radius, budget
 # ---------------------------------------------------------------------------
 
 
-def _unspent_event(events, budget):
-    """One event for the planned tuple-step budget a failed run did not use (never data-dependent total)."""
+@dataclass
+class Location:
+    """What :func:`locate` releases (steps 1-2).
+
+    Attributes
+    ----------
+    centers : ndarray of shape (k, p) or None
+        The k located group centres in the location space; ``None`` when a
+        step failed.
+    projection : ndarray of shape (p, d) or None
+        The public map from the data space to the location space (``None``:
+        the identity).
+    width : float or None
+        The released grid width.
+    events : list of PrivacyEvent
+    public : dict
+        Diagnostics (``n_tuples``, ``location_dim``, ``width``,
+        ``n_released_cells``, ``failed_step``).
+    """
+
+    centers: np.ndarray | None
+    projection: np.ndarray | None
+    width: float | None
+    events: list
+    public: dict
+
+    def to_location_space(self, points):
+        """Map data-space points (last axis d) to the location space."""
+        return points if self.projection is None else points @ self.projection.T
+
+
+def locate(tuples, *, data_radius, budget, rng):
+    """Steps 1-2 (width, then thresholded histogram) on tuples centred at the public centre.
+
+    Parameters
+    ----------
+    tuples : ndarray of shape (n_tuples, k, d)
+        Centred at the public data centre; points outside B(0, data_radius)
+        are projected onto it.
+    data_radius : float
+    budget : LocatedBudget
+    rng : numpy.random.Generator
+
+    Returns
+    -------
+    Location
+    """
+    n_tuples, k, d = tuples.shape
+    tuples = _project_onto_ball(tuples, 0.0, data_radius)
+    projection_rng, width_rng, histogram_rng = rng.spawn(3)
+    projection = _public_projection(d, projection_rng)
+    points = tuples if projection is None else tuples @ projection.T
+    public = {"n_tuples": n_tuples, "location_dim": points.shape[2], "width": None,
+              "n_released_cells": 0, "failed_step": None}
+    found, width_event = private_width(points, data_radius=data_radius,
+                                       epsilon=budget.epsilon_width, rng=width_rng)
+    location = Location(None, projection, None, [width_event], public)
+    if found is None:
+        public["failed_step"] = "width"
+        return location
+    location.width, shift = found
+    public["width"] = location.width
+    cells, weights, histogram_events = private_sparse_histogram(
+        points, width=location.width, shift=shift, rho=budget.rho_histogram,
+        delta_threshold=budget.delta_threshold, rng=histogram_rng,
+    )
+    location.events += histogram_events
+    public["n_released_cells"] = len(cells)
+    groups = located_groups(cells, weights, k)
+    if groups is None:
+        public["failed_step"] = "locate"
+    else:
+        location.centers = shift + groups * location.width
+    return location
+
+
+def unspent_events(events, budget):
+    """One event for the planned tuple-step budget that a failed step left unused.
+
+    The ledger of a fit must not depend on the outcome: whatever of the
+    threshold's (epsilon, delta) and of the histogram and average zCDP was
+    not spent is charged here.
+    """
     rho = budget.rho_histogram + budget.rho_average - math.fsum(
         e.rho for e in events if e.rho is not None)
     threshold_spent = any(e.mechanism == "sparse_histogram_threshold" for e in events)
@@ -498,6 +587,7 @@ def locate_and_average(tuples, *, data_radius, budget, rng):
     data_radius : float
         Public Lambda.
     budget : LocatedBudget
+        With ``rho_average > 0``.
     rng : numpy.random.Generator
 
     Returns
@@ -507,53 +597,23 @@ def locate_and_average(tuples, *, data_radius, budget, rng):
         the width, threshold, histogram and average shares of ``budget``
         whether or not a step failed.
     """
-    n_tuples, k, d = tuples.shape
     tuples = _project_onto_ball(tuples, 0.0, data_radius)
-    projection_rng, width_rng, histogram_rng, average_rng = rng.spawn(4)
-    projection = _public_projection(d, projection_rng)
-    points = tuples if projection is None else tuples @ projection.T
-    public = {"n_tuples": n_tuples, "location_dim": points.shape[2], "width": None,
-              "n_released_cells": 0, "failed_step": None}
-    found, width_event = private_width(points, data_radius=data_radius,
-                                       epsilon=budget.epsilon_width, rng=width_rng)
-    events, centers = [width_event], None
-    if found is None:
-        public["failed_step"] = "width"
-    else:
-        centers = _locate_then_average(tuples, points, projection, found, data_radius, budget,
-                                       histogram_rng, average_rng, events, public)
-    events += _unspent_event(events, budget)
+    locate_rng, average_rng = rng.spawn(2)
+    location = locate(tuples, data_radius=data_radius, budget=budget, rng=locate_rng)
+    events, centers = list(location.events), None
+    if location.centers is not None:
+        if location.projection is None:
+            centers, ok, average_events = _average_near_located(tuples, location, budget,
+                                                                average_rng)
+        else:
+            centers, ok, average_events = _average_from_projection(
+                tuples, location, data_radius, budget, average_rng)
+        events += average_events
+        if not ok:
+            location.public["failed_step"], centers = "average", None
+    events += unspent_events(events, budget)
     centers = None if centers is None else canonical_order(centers)
-    return KTupleResult(centers, centers is not None, events, public)
-
-
-def _locate_then_average(tuples, points, projection, found, data_radius, budget,
-                         histogram_rng, average_rng, events, public):
-    """Steps 2 and 3 (appends to ``events`` and ``public``); the centres or None."""
-    width, shift = found
-    public["width"] = width
-    cells, weights, histogram_events = private_sparse_histogram(
-        points, width=width, shift=shift, rho=budget.rho_histogram,
-        delta_threshold=budget.delta_threshold, rng=histogram_rng,
-    )
-    events += histogram_events
-    public["n_released_cells"] = len(cells)
-    groups = located_groups(cells, weights, tuples.shape[1])
-    if groups is None:
-        public["failed_step"] = "locate"
-        return None
-    located = shift + groups * width
-    if projection is None:
-        centers, ok, average_events = _average_near_located(
-            tuples, located, width, budget, average_rng)
-    else:
-        centers, ok, average_events = _average_from_projection(
-            tuples, points, located, width, data_radius, budget, average_rng)
-    events += average_events
-    if not ok:
-        public["failed_step"] = "average"
-        return None
-    return centers
+    return KTupleResult(centers, centers is not None, events, location.public)
 
 
 def private_located_average(tuples, *, data_radius, epsilon, delta, rng):
