@@ -74,18 +74,20 @@ __all__ = [
 ]
 
 #: Share of epsilon spent by the width search (pure DP).
-WIDTH_EPSILON_SHARE = 0.1
+WIDTH_EPSILON_SHARE = 0.15
 #: Share of delta spent on the threshold of the sparse histogram.
 THRESHOLD_DELTA_SHARE = 0.25
 #: Share of the zCDP budget spent by the histogram; the rest averages the tuples, or, when
 #: the caller refines on the raw rows, is left to the rows (see :func:`plan_located_budget`).
 HISTOGRAM_RHO_SHARE = 0.5
-ROWS_HISTOGRAM_RHO_SHARE = 0.25
+ROWS_HISTOGRAM_RHO_SHARE = 0.4
 #: The width search passes when the k heaviest cells hold this share of the T k tuple points.
-MASS_FRACTION = 0.75
-#: Candidate widths ``2 Lambda * WIDTH_RATIO**-j``, ``j < N_WIDTHS``, asked from the finest.
+MASS_FRACTION = 0.6
+#: Candidate widths ``2 Lambda * WIDTH_RATIO**-j``, ``j < N_WIDTHS``, asked from the finest,
+#: each with N_SHIFTS public random grid shifts.
 WIDTH_RATIO = math.sqrt(2.0)
-N_WIDTHS = 40
+N_WIDTHS = 24
+N_SHIFTS = 3
 #: Above this dimension the location runs on a public random projection to this many dimensions.
 PROJECTION_DIM = 6
 #: A tuple point joins a located group within ``SELECT_FACTOR * w * sqrt(dim)`` of its centre.
@@ -240,11 +242,13 @@ def tuple_cell_counts(points, width, shift):
         Number of tuples with at least one point in the cell (each tuple counts once).
     """
     n_tuples, k, p = points.shape
-    cells = np.floor((points - shift) / width).astype(np.int64).reshape(-1, p)
-    owner = np.repeat(np.arange(n_tuples, dtype=np.int64), k)[:, None]
-    pairs = np.unique(np.hstack([owner, cells]), axis=0)  # one row per (tuple, cell)
-    occupied, counts = np.unique(pairs[:, 1:], axis=0, return_counts=True)
-    return occupied, counts.astype(float)
+    cells = np.floor((points - shift) / width).astype(np.int64)  # (n_tuples, k, p)
+    same = np.all(cells[:, :, None, :] == cells[:, None, :, :], axis=-1)  # (n_tuples, k, k)
+    first = ~np.any(np.tril(same, k=-1), axis=2)  # no earlier point of the tuple in the cell
+    kept = np.ascontiguousarray(cells[first])
+    keys = kept.view(np.dtype((np.void, kept.dtype.itemsize * p))).ravel()
+    _, index, counts = np.unique(keys, return_index=True, return_counts=True)
+    return kept[index], counts.astype(float)
 
 
 def _heaviest_mass(counts, k):
@@ -257,10 +261,15 @@ def _heaviest_mass(counts, k):
 
 
 def private_width(points, *, data_radius, epsilon, rng, mass_fraction=MASS_FRACTION):
-    r"""The finest public width at which k grid cells hold most tuple points: AboveThreshold.
+    r"""The finest public grid at which k cells hold most tuple points: AboveThreshold.
 
-    Query :math:`q(w)` = the sum of the k largest cell counts of
-    :func:`tuple_cell_counts` at width :math:`w` (public random shift).
+    The queries are the public grids (width :math:`w`, shift :math:`s`),
+    :data:`N_SHIFTS` random shifts per width, widths from the finest;
+    :math:`q(w, s)` = the sum of the k largest cell counts of
+    :func:`tuple_cell_counts` on that grid. Several shifts per width let a
+    grid whose boundaries cut through the groups be skipped without
+    coarsening (AboveThreshold's cost does not depend on the number of
+    queries).
     *Sensitivity* :math:`k`: a tuple has a point in at most k cells and
     counts once in each, so removing it lowers at most k counts by 1 and the
     sum of the k largest by at most k; adding one raises it by at most k;
@@ -282,11 +291,11 @@ def private_width(points, *, data_radius, epsilon, rng, mass_fraction=MASS_FRACT
     Returns
     -------
     found : (float, ndarray) or None
-        The width and its grid shift, or ``None`` when no width passed.
+        The width and its grid shift, or ``None`` when no grid passed.
     event : PrivacyEvent
     """
     n_tuples, k, p = points.shape
-    widths = _candidate_widths(data_radius)
+    widths = np.repeat(_candidate_widths(data_radius), N_SHIFTS)
     shifts = rng.random((len(widths), p)) * widths[:, None]
     queries = (_heaviest_mass(tuple_cell_counts(points, w, s)[1], k) for w, s in zip(widths, shifts))
     index, event = above_threshold(
