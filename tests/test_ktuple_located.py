@@ -268,8 +268,15 @@ def test_min_located_tuples_is_where_the_threshold_can_be_passed():
 # ---------------------------------------------------------------------------
 
 
-def test_located_is_the_default_method():
-    assert KTupleClusterer().method == "located"
+def test_auto_method_is_located_exactly_when_the_radius_is_public():
+    X = make_separated_mixture(2_000_000, 2, 1, separation=512, random_state=0)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no PrivacyLeakWarning from the default fit
+        default = KTupleClusterer(2, accountant=BudgetAccountant(), random_state=0).fit(X[:200_000])
+    assert KTupleClusterer().method == "auto" and default.method_ == "noisy_centers"
+    located = KTupleClusterer(2, data_radius=600.0, accountant=BudgetAccountant(),
+                              random_state=0).fit(X[:20_000])
+    assert located.method_ == "located" and located.status_ == "success"
 
 
 def test_too_few_rows_raise_before_any_budget_is_spent():

@@ -47,9 +47,23 @@ class KTupleClusterer(_BasePrivateClusterer):
 
     The rows are split at random into ``n_tuples`` disjoint blocks; a
     non-private ``base_estimator`` is fitted on every block and its k centres
-    form one k-tuple. A private test (PrivateTestPartition, Figure 2) checks
-    that almost all tuples agree, i.e. that they are partitioned by Delta-far
-    balls; if so, the tuples are combined privately:
+    form one k-tuple. The tuples are combined privately:
+
+    * ``method="located"`` (issue #13; :mod:`skdpcluster.ktuple.located`):
+      locate the k groups of tuple points on a private grid (AboveThreshold
+      chooses the width, a thresholded Gaussian histogram the cells), then
+      one private Lloyd step and two ball-restricted core steps of
+      :class:`~skdpcluster.PrivateStableKMeans` on the raw rows (on
+      :meth:`fit_tuples`, clipped Gaussian averages of the tuple points
+      instead). Noise scales with the cluster, not the domain: it needs
+      about :math:`\tau \approx 150`-:math:`350` tuples
+      (:func:`~skdpcluster.ktuple.located.min_located_tuples`) and groups
+      of tuple points that fit in grid cells far apart, and the public
+      ``data_radius``.
+
+    The paper's methods first run a private test (PrivateTestPartition,
+    Figure 2) that almost all tuples agree, i.e. that they are partitioned
+    by Delta-far balls; if so:
 
     * ``method="noisy_centers"``: PrivatekNoisyCenters (Figure 4) releases the
       centres of one agreeing tuple with Gaussian noise proportional to a
@@ -68,8 +82,13 @@ class KTupleClusterer(_BasePrivateClusterer):
     ----------
     n_clusters : int, default=8
         Number of clusters k (at least 2).
-    method : {"noisy_centers", "averages"}, default="noisy_centers"
-        The private aggregation of the tuples.
+    method : {"auto", "located", "noisy_centers", "averages"}, default="auto"
+        The private aggregation of the tuples. ``"auto"`` is ``"located"``
+        when ``data_radius`` is given and ``"noisy_centers"`` (which needs no
+        bound) otherwise, so that the default fit never computes a bound from
+        the data. ``benchmarks/bench_ktuple_practical.py``: with the public
+        radius, ``"located"`` passes where ``"noisy_centers"`` fails (k = 4,
+        d = 4, means 10·e_i apart, n = 10^4).
     epsilon : float, default=1.0
         Privacy parameter of the whole fit.
     delta : float, default=1e-6
@@ -83,15 +102,19 @@ class KTupleClusterer(_BasePrivateClusterer):
         ``KMeans(init="k-means++", n_init=1)``, solved by a fast batched path.
     n_tuples : int or "auto", default="auto"
         Number of blocks. ``"auto"`` uses the minimum admissible number for
-        ``"noisy_centers"`` and ``max(minimum, n_samples // (15 k))`` for
-        ``"averages"``.
+        ``"noisy_centers"``, ``max(minimum, n_samples // (15 k))`` for
+        ``"averages"``, and for ``"located"`` ``n_samples // (5 k)`` (5
+        rows per cluster in a block) within ``[min_located_tuples,
+        n_samples // k]``; fewer rows raise :class:`InsufficientDataError`.
     separation : float, default=None
-        Delta of ``"noisy_centers"`` (> 6). ``None`` uses the paper's
+        Delta of ``"noisy_centers"`` (> 6); ignored by ``"located"``. ``None``
+        uses the paper's
         :math:`(10/\varepsilon)\,k\log(k/\delta)\sqrt{\log(k/\beta)}`.
         ``"averages"`` always uses 7.
     data_radius : float, default=None
         Public bound Lambda on ``||x - data_center||``, used by
-        ``"averages"`` (rows outside are projected onto the ball). ``None``
+        ``"located"`` and ``"averages"`` (rows outside are projected onto
+        the ball). ``None``
         computes it from the data, emits a :class:`PrivacyLeakWarning` and
         stores it only in ``data_radius_``.
     data_center : array-like of shape (n_features,), default=None
@@ -128,14 +151,22 @@ class KTupleClusterer(_BasePrivateClusterer):
         The private centres, rows in lexicographic order; ``None`` after a
         failed test. A differentially private release.
     status_ : {"success", "failure"}
-        Outcome of the private test (a private release).
+        Outcome of the private test, or for ``"located"`` whether every
+        step found k groups (a private release).
+    method_ : str
+        The method used (``"auto"`` resolved).
+    located_info_ : dict or None
+        ``"located"`` only: the released grid ``width``, the number of
+        released cells, the dimension of the location space and the
+        ``failed_step`` (``None`` after a success). Private releases.
     labels_ : ndarray of shape (n_samples,)
         Nearest released centre of every training row (-1 after a failure).
         **Not private**: a function of the training data.
     n_tuples_ : int
         Number of tuples used.
     m_, ell_ : int, float
-        Public parameters of the test (Definitions 4.1 and 4.4).
+        Public parameters of the test (Definitions 4.1 and 4.4); ``None``
+        and ``nan`` for ``"located"``.
     separation_ : float
         The Delta used.
     data_radius_ : float
@@ -174,7 +205,7 @@ class KTupleClusterer(_BasePrivateClusterer):
 
     _parameter_constraints: dict = {
         **_BasePrivateClusterer._parameter_constraints,
-        "method": [StrOptions({"located", "noisy_centers", "averages"})],
+        "method": [StrOptions({"auto", "located", "noisy_centers", "averages"})],
         "beta": [Interval(Real, 0, 1, closed="neither")],
         "base_estimator": [None, HasMethods(["fit"])],
         "n_tuples": [StrOptions({"auto"}), Interval(Integral, 1, None, closed="left")],
@@ -189,7 +220,7 @@ class KTupleClusterer(_BasePrivateClusterer):
         self,
         n_clusters=8,
         *,
-        method="located",
+        method="auto",
         epsilon=1.0,
         delta=1e-6,
         beta=0.05,
@@ -229,8 +260,19 @@ class KTupleClusterer(_BasePrivateClusterer):
         self.verbose = verbose
 
     # -- public plan --------------------------------------------------------------
+    def _method(self):
+        """``method`` with ``"auto"`` resolved from public parameters only.
+
+        ``"located"`` needs the public bound Lambda; without one it would
+        have to be computed from the data (a leak), so ``"auto"`` then uses
+        ``"noisy_centers"``, which needs none.
+        """
+        if self.method != "auto":
+            return self.method
+        return "noisy_centers" if self.data_radius is None else "located"
+
     def _resolved_separation(self):
-        if self.method == "averages":
+        if self._method() == "averages":
             return AVERAGES_SEPARATION
         if self.separation is not None:
             return float(self.separation)
@@ -239,12 +281,12 @@ class KTupleClusterer(_BasePrivateClusterer):
     def _resolved_n_tuples(self, n_samples):
         if self.n_tuples != "auto":
             return int(self.n_tuples)
-        if self.method == "located":
+        if self._method() == "located":
             minimum = min_located_tuples(self.n_clusters, self.epsilon, self.delta, on_rows=True)
             wanted = n_samples // (LOCATED_ROWS_PER_CLUSTER * self.n_clusters)
             return min(max(minimum, wanted), n_samples // self.n_clusters)
         minimum = min_tuples(self.epsilon, self.delta, self.beta, self.accounting)
-        if self.method == "averages":
+        if self._method() == "averages":
             return max(minimum, n_samples // (AVERAGES_ROWS_PER_CLUSTER * self.n_clusters))
         return minimum
 
@@ -258,7 +300,7 @@ class KTupleClusterer(_BasePrivateClusterer):
 
     def _plan_tuples(self, n_tuples, n_features):
         """Checks and attributes shared by ``fit`` and ``fit_tuples`` (public values only)."""
-        if self.method == "located":
+        if self._method() == "located":
             return self._plan_located(n_tuples, n_features)
         separation = self._resolved_separation()
         shape_probe = np.zeros((n_tuples, self.n_clusters, 1))
@@ -273,6 +315,7 @@ class KTupleClusterer(_BasePrivateClusterer):
             "ell_": _outer_ell(n_tuples, self.epsilon, self.delta, self.beta, self.accounting),
             "separation_": separation,
             "located_info_": None,
+            "method_": self._method(),
         }
         return PrivateFitPlan(self._cost(n_tuples), {"center": center}, attributes)
 
@@ -287,7 +330,8 @@ class KTupleClusterer(_BasePrivateClusterer):
                 f"that is at least {needed * self.n_clusters} rows. Use more data or a larger "
                 "epsilon/delta."
             )
-        attributes = {"n_tuples_": n_tuples, "m_": None, "ell_": np.nan, "separation_": np.nan}
+        attributes = {"n_tuples_": n_tuples, "m_": None, "ell_": np.nan, "separation_": np.nan,
+                      "method_": "located"}
         cost = (float(self.epsilon), float(self.delta))
         return PrivateFitPlan(cost, {"center": self._resolve_center(n_features)}, attributes)
 
@@ -310,7 +354,7 @@ class KTupleClusterer(_BasePrivateClusterer):
 
     def _plan_radius(self, plan, X):
         center = plan.values["center"]
-        if self.method in ("averages", "located"):
+        if self._method() in ("averages", "located"):
             radius = self._resolve_radius(X, center)
             r_min = self.r_min if self.r_min is not None else DEFAULT_R_MIN_FRACTION * radius
         else:
@@ -336,12 +380,12 @@ class KTupleClusterer(_BasePrivateClusterer):
 
     def _aggregate(self, tuples, plan, rng, rows=None):
         """The private aggregation of ``method``; ``rows`` (the raw data) only refine "located"."""
-        if self.method == "located":
+        if self._method() == "located":
             return self._aggregate_located(tuples, plan, rng, rows)
         center = plan.values["center"]
         common = dict(epsilon=self.epsilon, delta=self.delta, beta=self.beta, rng=rng,
                       accounting=self.accounting)
-        if self.method == "averages":
+        if self._method() == "averages":
             result = private_k_averages(
                 tuples - center, data_radius=plan.values["data_radius"],
                 r_min=plan.values["r_min"], **common,
