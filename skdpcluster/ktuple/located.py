@@ -29,7 +29,7 @@ Neighbouring relation: two tuple sets are neighbours when they differ in one
 tuple (replace-one). Each data row is in one disjoint block and a block makes
 one tuple, so a replace-one change of the rows changes at most one tuple.
 
-Privacy (proof in ``doc/ktuple.rst``, section "Locate, then average"): the
+Privacy (full proof in ``doc/ktuple.rst``, section "Locate, then average"): the
 width search is :math:`\varepsilon_w`-DP; the Gaussian releases are
 :math:`\rho`-zCDP in total and, together with the threshold of step 2,
 :math:`(\rho + 2\sqrt{\rho\log(1/\delta_z)} + \log(1/(1-\delta_\tau)),
@@ -143,12 +143,12 @@ class LocatedBudget:
 def plan_located_budget(epsilon, delta, *, on_rows=False):
     r"""Split ``(epsilon, delta)`` between the steps (public values only).
 
-    :math:`\varepsilon_w = 0.1\varepsilon`, :math:`\delta_\tau = \delta/4`,
+    :math:`\varepsilon_w = 0.15\varepsilon`, :math:`\delta_\tau = \delta/4`,
     :math:`\delta_z = 3\delta/4` and :math:`\rho` the largest zCDP with
     :math:`\varepsilon_w + \log(1/(1-\delta_\tau)) + \rho + 2\sqrt{\rho\log(1/\delta_z)}
     \le \varepsilon`. On tuples only, :math:`\rho` is split evenly between the
-    histogram and the averages; with ``on_rows=True`` the histogram gets a
-    quarter and the rest is left for the caller's steps on the raw rows
+    histogram and the averages; with ``on_rows=True`` the histogram gets
+    40 % and the rest is left for the caller's steps on the raw rows
     (which average thousands of rows instead of hundreds of tuples).
 
     Returns
