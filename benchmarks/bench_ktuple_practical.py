@@ -195,7 +195,8 @@ def run(quick):
     rows += [mixture_run(s) for s in range(protocol["extra_runs"])]
     rows += [stable_run(s) for s in range(protocol["extra_runs"])]
     summary = summarize(rows)
-    write_csv("ktuple_practical_runs", rows)
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    write_csv("ktuple_practical_runs", [{c: row.get(c, "") for c in columns} for row in rows])
     write_csv("ktuple_practical_summary", summary)
     print_table(summary, ["dataset", "n", "method", "runs", "released", "target_met", "ari_min",
                           "cost_ratio_median", "cost_ratio_max"])

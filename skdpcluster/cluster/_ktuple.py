@@ -1,5 +1,6 @@
 r"""KTupleClusterer: private k-tuple clustering (Cohen et al., ICML 2021) as a scikit-learn estimator."""
 
+import math
 from numbers import Integral, Real
 
 import numpy as np
@@ -504,13 +505,30 @@ def _locate_then_refine_on_rows(tuples, X, center, radius, budget, rng):
         location.public["failed_step"] = "lloyd_step"
         return None, events + [_unused_rows_event(budget.rho_rows - rho_step)], location.public
     centers = _project_onto_ball(radius * noisy.means(), 0.0, radius)
-    for step in range(LOCATED_CORE_STEPS):
+    caps = [None] * (LOCATED_CORE_STEPS - 1) + [_cluster_scale(location, len(X), X.shape[1])]
+    for step, cap in enumerate(caps):
         centers, _, noisy = core_step(
             data, centers, radius_factor=LOCATED_CORE_RADIUS_FACTOR, rho=rho_step,
             neighbouring="replace_one", rng=rows_rng, label=f"located/core_step_{step}",
+            max_radii=cap,
         )
         events += noisy.events
     return centers, events, location.public
+
+
+def _cluster_scale(location, n_samples, n_features):
+    r"""A ball that holds a cluster's rows, from released and public values only.
+
+    At the released width :math:`w` most tuple points of a group share a grid
+    cell, so their spread per axis is at most about :math:`w`; a tuple point
+    is the mean of about :math:`R = n/(T k)` rows of its cluster (public), so
+    the rows spread about :math:`w\sqrt{R}` per axis and lie within
+    :math:`w\sqrt{R}\,(\sqrt d + 3)`. The last core step's radius is capped
+    there, which shrinks its noise when the clusters are far apart.
+    """
+    n_tuples, k = location.public["n_tuples"], len(location.centers)
+    rows_per_cluster = max(n_samples // n_tuples, k) / k
+    return location.width * math.sqrt(rows_per_cluster) * (math.sqrt(n_features) + 3.0)
 
 
 def _unused_rows_event(rho):

@@ -527,7 +527,7 @@ def _check_initializer_spend(initializer, events, budget):
 # ---------------------------------------------------------------------------
 
 
-def core_statistics(data, centers, radius_factor):
+def core_statistics(data, centers, radius_factor, max_radii=None):
     r"""Noise-free core sums of thesis steps 2-4, centred and scaled (spec §9.5 ``core_step``).
 
     :math:`\hat D_i = \min_{j\ne i}\|c_i - c_j\|`, :math:`r_i = f\hat D_i`
@@ -536,7 +536,8 @@ def core_statistics(data, centers, radius_factor):
     :math:`f < 1/2`, and every such x has :math:`c_i` as nearest centre),
     :math:`S_i = \sum_{x\in\hat X_i}(x - c_i)/r_i` (each term of norm
     :math:`\le 1`) and :math:`N_i = |\hat X_i|`. The noise-free core average
-    is :math:`\bar c_i = c_i + r_i S_i/N_i`.
+    is :math:`\bar c_i = c_i + r_i S_i/N_i`. ``max_radii`` (public, or
+    released earlier) caps :math:`r_i`; the cores stay disjoint.
 
     Returns
     -------
@@ -546,6 +547,8 @@ def core_statistics(data, centers, radius_factor):
     """
     gaps = center_gaps(centers)
     radii = np.where(np.isinf(gaps), 2.0 * data.radius, radius_factor * gaps)
+    if max_radii is not None:
+        radii = np.minimum(radii, max_radii)
     labels, sq_distances = data.assign(centers)
     inside = (radii[labels] > 0) & (sq_distances <= radii[labels] ** 2)
     sums, counts = cell_sums(data.X, np.where(inside, labels, len(centers)), len(centers))
@@ -553,7 +556,7 @@ def core_statistics(data, centers, radius_factor):
     return (sums - counts[:, None] * centers) / scale, counts, radii
 
 
-def core_step(data, centers, *, radius_factor, rho, neighbouring, rng, label):
+def core_step(data, centers, *, radius_factor, rho, neighbouring, rng, label, max_radii=None):
     r"""One private core step (thesis steps 2-4, spec §9.5): :math:`\rho`-zCDP.
 
     The core sums and counts of :func:`core_statistics` go through
@@ -569,7 +572,7 @@ def core_step(data, centers, *, radius_factor, rho, neighbouring, rng, label):
     fallback : ndarray of bool of shape (n_clusters,)
     noisy : NoisyCells
     """
-    sums, counts, radii = core_statistics(data, centers, radius_factor)
+    sums, counts, radii = core_statistics(data, centers, radius_factor, max_radii)
     noisy = noisy_cell_sums(sums, counts, rho=rho, neighbouring=neighbouring, rng=rng,
                             label=label)
     accepted = noisy.accepted() & (radii > 0)
