@@ -122,7 +122,7 @@ def mixture_run(seed, n=400_000):
                                   random_state=seed)[:2]
     est = _quiet(lambda: PrivateGaussianMixture(2, data_radius=300.0, accountant=BudgetAccountant(),
                                                 random_state=seed).fit(X))
-    row = {"dataset": "mixture", "n": n, "method": est.tuple_method, "seed": seed,
+    row = {"dataset": "mixture", "n": n, "method": est.method_, "seed": seed,
            "released": est.means_ is not None}
     if row["released"]:
         order = np.argsort(est.means_[:, 0])
