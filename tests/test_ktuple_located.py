@@ -80,6 +80,16 @@ def test_located_groups_joins_touching_cells_and_keeps_the_k_heaviest():
     assert L.located_groups(cells[:2], weights[:2], 2) is None  # one touching group only
 
 
+def test_located_groups_split_a_group_twice_as_heavy_as_the_others():
+    """Two clusters whose cells touch form one group of double weight: it is split in two."""
+    cells = np.array([[0, 0], [1, 0], [10, 10], [20, 0]])
+    weights = np.array([100.0, 100.0, 100.0, 100.0])
+    groups = L.located_groups(cells, weights, 4)
+    assert sorted(map(tuple, groups)) == [(0.5, 0.5), (1.5, 0.5), (10.5, 10.5), (20.5, 0.5)]
+    # A group split across two cells (weight like the others) is not split: fewer than k groups.
+    assert L.located_groups(cells, np.array([50.0, 50.0, 100.0, 100.0]), 4) is None
+
+
 # ---------------------------------------------------------------------------
 # Statistical privacy tests on worst-case neighbouring tuple sets
 # ---------------------------------------------------------------------------

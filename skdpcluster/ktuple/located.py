@@ -90,6 +90,8 @@ N_WIDTHS = 24
 N_SHIFTS = 3
 #: Above this dimension the location runs on a public random projection to this many dimensions.
 PROJECTION_DIM = 6
+#: A group of touching cells is split in two when it weighs this many times the median group.
+SPLIT_RATIO = 1.5
 #: A tuple point joins a located group within ``SELECT_FACTOR * w * sqrt(dim)`` of its centre.
 SELECT_FACTOR = 2.0
 #: A noisy count is trusted from this many standard deviations of its noise (and >= 1).
@@ -346,10 +348,14 @@ def private_sparse_histogram(points, *, width, shift, rho, delta_threshold, rng)
 
 
 def located_groups(cells, weights, k):
-    """Post-processing: the k heaviest groups of touching released cells, or None if fewer.
+    """Post-processing: k groups of released cells (their weighted centres), or None.
 
     Cells touch when their integer coordinates differ by at most 1 on every
-    axis. A group's centre is the weighted mean of its cells' centres, in
+    axis; touching cells form a group. While there are fewer than k groups,
+    the heaviest group is split in two (:func:`_split_in_two`) if it weighs
+    at least :data:`SPLIT_RATIO` times the median of the others (two clusters
+    whose cells touch); otherwise the location fails. The k heaviest groups
+    are kept. A group's centre is the weighted mean of its cells' centres, in
     cell units (add 0.5 to the integer corner).
 
     Returns
@@ -360,13 +366,38 @@ def located_groups(cells, weights, k):
         return None
     touching = np.abs(cells[:, None, :] - cells[None, :, :]).max(axis=-1) <= 1
     n_groups, labels = connected_components(sparse.csr_matrix(touching), directed=False)
-    if n_groups < k:
-        return None
+    while n_groups < k:
+        mass = np.bincount(labels, weights=weights, minlength=n_groups)
+        heaviest = int(np.argmax(mass))
+        members = np.flatnonzero(labels == heaviest)
+        others = np.delete(mass, heaviest)
+        if len(members) < 2 or not len(others) or mass[heaviest] < SPLIT_RATIO * np.median(others):
+            return None
+        labels[members[_split_in_two(cells[members], weights[members])]] = n_groups
+        n_groups += 1
     mass = np.bincount(labels, weights=weights, minlength=n_groups)
     heaviest = np.argsort(mass)[::-1][:k]
     return np.stack([
         np.average(cells[labels == g] + 0.5, axis=0, weights=weights[labels == g]) for g in heaviest
     ])
+
+
+def _split_in_two(cells, weights, n_iter=10):
+    """Weighted 2-means of cells, started at the heaviest cell and the cell farthest from it.
+
+    Deterministic post-processing. Returns a boolean mask of the second part.
+    """
+    first = cells[np.argmax(weights)].astype(float)
+    second = cells[np.argmax(np.linalg.norm(cells - first, axis=1))].astype(float)
+    part = np.all(cells == second, axis=1)
+    for _ in range(n_iter):
+        update = np.linalg.norm(cells - second, axis=1) < np.linalg.norm(cells - first, axis=1)
+        if update.all() or not update.any():
+            break
+        part = update
+        first = np.average(cells[~part], axis=0, weights=weights[~part])
+        second = np.average(cells[part], axis=0, weights=weights[part])
+    return part
 
 
 # ---------------------------------------------------------------------------
