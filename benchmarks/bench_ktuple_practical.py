@@ -54,7 +54,12 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score
 
 from benchmarks._common import plot_lines, print_table, write_csv
-from skdpcluster import BudgetAccountant, KTupleClusterer, PrivateGaussianMixture, PrivateStableKMeans
+from skdpcluster import (
+    BudgetAccountant,
+    KTupleClusterer,
+    PrivateGaussianMixture,
+    PrivateStableKMeans,
+)
 from skdpcluster.datasets import make_separated_mixture
 
 EPSILON, DELTA, ARI_TARGET = 1.0, 1e-6, 0.99
@@ -65,7 +70,8 @@ PROTOCOLS = {
             "curve_sizes": (1_000, 2_000, 3_000, 5_000, 7_000, 10_000, 30_000, 100_000),
             "extra_runs": 20},
 }
-GMM_MEANS, GMM_SCALES, GMM_WEIGHTS = np.array([[-200.0, 0.0], [200.0, 50.0]]), [1.0, 2.0], [0.3, 0.7]
+GMM_MEANS = np.array([[-200.0, 0.0], [200.0, 50.0]])
+GMM_SCALES, GMM_WEIGHTS = [1.0, 2.0], [0.3, 0.7]
 
 
 def _random_means(seed):
@@ -178,7 +184,8 @@ def smallest_n(curve):
 
 def _plot(curve):
     long = [{"n": r["n"], "share": r[key], "what": name} for r in curve
-            for key, name in (("share_released", "released"), ("share_target", "ARI>=0.99, cost<=1.05"))]
+            for key, name in (("share_released", "released"),
+                              ("share_target", "ARI>=0.99, cost<=1.05"))]
     plot_lines("ktuple_practical_curve", long, x="n", y="share", group="what", xlabel="n (rows)",
                ylabel="share of runs", logx=True,
                title="KTupleClusterer (located), k=4, d=4, ±10 e_i, eps=1")
@@ -191,7 +198,8 @@ def _plot(curve):
 def run(quick):
     """Run the protocol; write the CSV and PNG files; return the headline rows."""
     protocol = PROTOCOLS[bool(quick)]
-    rows = [ktuple_run(d, n, b, m, s) for d, n, b, m in TARGET_ROWS for s in range(protocol["runs"])]
+    rows = [ktuple_run(d, n, b, m, s) for d, n, b, m in TARGET_ROWS
+            for s in range(protocol["runs"])]
     rows += [mixture_run(s) for s in range(protocol["extra_runs"])]
     rows += [stable_run(s) for s in range(protocol["extra_runs"])]
     summary = summarize(rows)

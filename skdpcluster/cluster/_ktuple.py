@@ -401,7 +401,7 @@ class KTupleClusterer(_BasePrivateClusterer):
         return PrivateFit(centers, result.success, result.events, proven=result.proven)
 
     def _aggregate_located(self, tuples, plan, rng, rows):
-        """Locate, then average the tuples (:mod:`skdpcluster.ktuple.located`) or refine on ``rows``."""
+        """Locate (:mod:`skdpcluster.ktuple.located`), then average the tuples or refine on ``rows``."""
         center, radius = plan.values["center"], plan.values["data_radius"]
         budget = plan_located_budget(self.epsilon, self.delta, on_rows=rows is not None)
         if rows is None:

@@ -6,8 +6,8 @@ noise scaled to the whole domain: they need tuples that agree to
 tuples. Here the noise is scaled to the *cluster*:
 
 1. **Width** (:func:`private_width`): AboveThreshold (sparse vector) over a
-   public geometric sequence of grid widths, finest first, each on a grid
-   with a public random shift; query :math:`q(w)` = number of tuple points
+   public geometric sequence of grid widths, finest first, each with a few
+   public random grid shifts; query :math:`q(w, s)` = number of tuple points
    in the k heaviest cells, each tuple counting at most once per cell.
 2. **Locate** (:func:`private_sparse_histogram`): a Gaussian histogram of
    the occupied cells at that width, released only above a threshold
@@ -17,7 +17,9 @@ tuples. Here the noise is scaled to the *cluster*:
    point to each located group (its point nearest to the group, if close
    enough); the points are clipped to a ball of radius :math:`R` around an
    anchor and averaged with Gaussian noise: the error is
-   :math:`\propto R/T` instead of :math:`\propto \Lambda/T`.
+   :math:`\propto R/T` instead of :math:`\propto \Lambda/T`. When the raw
+   rows are at hand, :class:`~skdpcluster.KTupleClusterer` replaces this step
+   by a private Lloyd step and core steps on the rows.
 
 When :math:`d >` :data:`PROJECTION_DIM`, steps 1-2 run on a public random
 orthonormal projection of the tuples to :data:`PROJECTION_DIM` dimensions,
@@ -220,7 +222,7 @@ def _candidate_widths(data_radius):
 
 
 def _public_projection(n_features, rng):
-    """A uniformly random orthonormal (p, d) map, or None when d <= PROJECTION_DIM (public randomness)."""
+    """A uniformly random orthonormal (p, d) map (public randomness); None when d <= PROJECTION_DIM."""
     if n_features <= PROJECTION_DIM:
         return None
     basis, _ = np.linalg.qr(rng.standard_normal((n_features, PROJECTION_DIM)))
@@ -299,7 +301,8 @@ def private_width(points, *, data_radius, epsilon, rng, mass_fraction=MASS_FRACT
     n_tuples, k, p = points.shape
     widths = np.repeat(_candidate_widths(data_radius), N_SHIFTS)
     shifts = rng.random((len(widths), p)) * widths[:, None]
-    queries = (_heaviest_mass(tuple_cell_counts(points, w, s)[1], k) for w, s in zip(widths, shifts))
+    queries = (_heaviest_mass(tuple_cell_counts(points, w, s)[1], k)
+               for w, s in zip(widths, shifts))
     index, event = above_threshold(
         queries, threshold=mass_fraction * n_tuples * k, sensitivity=k, epsilon=epsilon, rng=rng,
         label="located/width",
@@ -406,7 +409,7 @@ def _split_in_two(cells, weights, n_iter=10):
 
 
 def _nearest_point_of_each_tuple(points, centers, radii):
-    """Index of every tuple's point nearest to each centre, and whether it lies within the radius."""
+    """Every tuple's point nearest to each centre (index), and whether it is within the radius."""
     sq_distances = (
         np.einsum("tkd,tkd->tk", points, points)[:, :, None]
         - 2.0 * np.einsum("tkd,gd->tkg", points, centers)
