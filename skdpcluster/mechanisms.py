@@ -17,6 +17,8 @@ exact result they implement:
   valid for every ``epsilon > 0``.
 * Exponential mechanism (McSherry & Talwar 2007), sampled with the Gumbel-max
   trick in log space.
+* AboveThreshold, the sparse vector technique (Dwork & Roth 2014,
+  Algorithm 1 and Theorem 3.23).
 * zCDP conversions (Bun & Steinke 2016, Propositions 1.3 and 1.4).
 * Amplification by subsampling without replacement under replace-one
   neighbours (Balle, Barthe & Gaboardi 2018, Theorem 10), and the bound of
@@ -38,6 +40,7 @@ from skdpcluster.utils._validation import check_epsilon_delta
 
 __all__ = [
     "PrivacyEvent",
+    "above_threshold",
     "analytic_gaussian_sigma",
     "classical_gaussian_sigma",
     "exponential_mechanism",
@@ -507,6 +510,62 @@ def exponential_mechanism(
         neighbouring=neighbouring,
     )
     return index, event
+
+
+# ---------------------------------------------------------------------------
+# Sparse vector
+# ---------------------------------------------------------------------------
+
+
+def above_threshold(values, *, threshold, sensitivity, epsilon, rng, label="",
+                    neighbouring="replace_one"):
+    r"""AboveThreshold: the index of the first query whose noisy value reaches a noisy threshold.
+
+    Dwork & Roth (2014), Algorithm 1 and Theorem 3.23: with
+    :math:`\hat T = T + \mathrm{Lap}(2\Delta/\varepsilon)` drawn once and
+    :math:`\nu_i \sim \mathrm{Lap}(4\Delta/\varepsilon)` per query, releasing
+    the first :math:`i` with :math:`q_i + \nu_i \ge \hat T` (or "none") is
+    :math:`\varepsilon`-DP when every query has sensitivity at most
+    :math:`\Delta` under the stated neighbouring relation. The queries must be
+    fixed in advance (or chosen from public values and earlier answers); the
+    cost does not depend on how many are asked nor on the outcome.
+
+    Parameters
+    ----------
+    values : iterable of float
+        The true query values, consumed lazily in order: nothing after the
+        first noisy pass is evaluated.
+    threshold : float
+        The public threshold T.
+    sensitivity : float
+        Sensitivity of every query, > 0.
+    epsilon : float
+        > 0.
+    rng : numpy.random.Generator
+    label, neighbouring : str
+        Copied into the event.
+
+    Returns
+    -------
+    index : int or None
+        The first passing query, or ``None`` when none passes.
+    event : PrivacyEvent
+    """
+    epsilon, _ = check_epsilon_delta(epsilon, 0.0)
+    sensitivity = _check_sensitivity(sensitivity)
+    if sensitivity == 0 or not np.isfinite(threshold):
+        raise ValueError("above_threshold needs a sensitivity > 0 and a finite threshold.")
+    event = PrivacyEvent(
+        "above_threshold", epsilon, 0.0, sensitivity, 4.0 * sensitivity / epsilon, label=label,
+        neighbouring=neighbouring,
+        details={"threshold_scale": 2.0 * sensitivity / epsilon,
+                 "theorem": "Dwork & Roth 2014, Theorem 3.23"},
+    )
+    noisy_threshold = threshold + rng.laplace(0.0, 2.0 * sensitivity / epsilon)
+    for index, value in enumerate(values):
+        if value + rng.laplace(0.0, 4.0 * sensitivity / epsilon) >= noisy_threshold:
+            return index, event
+    return None, event
 
 
 # ---------------------------------------------------------------------------

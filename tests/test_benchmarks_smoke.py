@@ -84,3 +84,29 @@ def test_breakdown_times_the_parts():
 def test_growth_exponent_recovers_a_power_law():
     rows = [{"n_samples": n, "seconds": 3.0 * n**1.5} for n in (10, 100, 1000)]
     assert speed.growth_exponent(rows, "seconds") == pytest.approx(1.5)
+
+
+def test_practical_summary_counts_releases_and_targets():
+    from benchmarks import bench_ktuple_practical as practical
+
+    rows = [
+        {"dataset": "k4_d4", "n": 10, "method": "located", "released": True, "ok": True,
+         "ari": 1.0, "cost_ratio": 1.01},
+        {"dataset": "k4_d4", "n": 10, "method": "located", "released": True, "ok": False,
+         "ari": 0.5, "cost_ratio": 1.5},
+        {"dataset": "k4_d4", "n": 20, "method": "located", "released": False, "ok": False},
+    ]
+    summary = practical.summarize(rows)
+    assert [(r["n"], r["released"], r["target_met"]) for r in summary] == [(10, 2, 1), (20, 0, 0)]
+    assert summary[0]["cost_ratio_median"] == 1.255 and math.isnan(summary[1]["ari_min"])
+    assert practical.smallest_n(summary) is None
+    summary[1]["share_target"] = 1.0
+    assert practical.smallest_n(summary) == 20
+
+
+def test_practical_run_scores_one_tiny_fit():
+    from benchmarks import bench_ktuple_practical as practical
+
+    row = practical.ktuple_run("k2_d1", 2_000, 1.01, "auto", seed=0)
+    assert row["method"] == "located" and row["released"] in (True, False)
+    assert row["ok"] == (row["released"] and row["ari"] >= 0.99 and row["cost_ratio"] <= 1.01)

@@ -230,7 +230,8 @@ def test_default_fit_is_private_and_within_the_request(blobs, estimator):
 
 
 def test_noisy_centers_methods_need_no_bound():
-    for estimator in (KTupleClusterer(2), PrivateGaussianMixture(2)):
+    for estimator in (KTupleClusterer(2, method="noisy_centers"),
+                      PrivateGaussianMixture(2, tuple_method="noisy_centers")):
         assert not estimator._needs_radius(None)
 
 

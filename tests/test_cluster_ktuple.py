@@ -30,7 +30,8 @@ def easy_data():
 def test_recovers_the_separated_centres(easy_data):
     X, y = easy_data
     acc = BudgetAccountant(epsilon=1.0, delta=1e-6)
-    est = KTupleClusterer(n_clusters=2, accountant=acc, random_state=0).fit(X)
+    est = KTupleClusterer(n_clusters=2, method="noisy_centers",
+                          accountant=acc, random_state=0).fit(X)
     assert est.status_ == "success"
     assert est.n_tuples_ == N_TUPLES and est.m_ >= 1 and est.ell_ > 0
     assert est.cluster_centers_.shape == (2, 1)
@@ -46,16 +47,21 @@ def test_recovers_the_separated_centres(easy_data):
 
 def test_integer_seed_is_reproducible(easy_data):
     X, _ = easy_data
-    a = KTupleClusterer(n_clusters=2, random_state=3).fit(X).cluster_centers_
-    b = KTupleClusterer(n_clusters=2, random_state=3).fit(X).cluster_centers_
-    c = KTupleClusterer(n_clusters=2, random_state=4).fit(X).cluster_centers_
+    a = KTupleClusterer(n_clusters=2, method="noisy_centers",
+                        random_state=3).fit(X).cluster_centers_
+    b = KTupleClusterer(n_clusters=2, method="noisy_centers",
+                        random_state=3).fit(X).cluster_centers_
+    c = KTupleClusterer(n_clusters=2, method="noisy_centers",
+                        random_state=4).fit(X).cluster_centers_
     assert np.array_equal(a, b) and not np.array_equal(a, c)
 
 
 def test_parallel_blocks_give_the_same_fit(easy_data):
     X, _ = easy_data
-    a = KTupleClusterer(n_clusters=2, random_state=5, n_jobs=1).fit(X).cluster_centers_
-    b = KTupleClusterer(n_clusters=2, random_state=5, n_jobs=2).fit(X).cluster_centers_
+    a = KTupleClusterer(n_clusters=2, method="noisy_centers",
+                        random_state=5, n_jobs=1).fit(X).cluster_centers_
+    b = KTupleClusterer(n_clusters=2, method="noisy_centers",
+                        random_state=5, n_jobs=2).fit(X).cluster_centers_
     assert np.array_equal(a, b)
 
 
@@ -64,15 +70,17 @@ def test_dask_backend_matches_in_process(easy_data):
     import joblib
 
     X, _ = easy_data
-    expected = KTupleClusterer(n_clusters=2, random_state=6, n_jobs=1).fit(X).cluster_centers_
+    expected = KTupleClusterer(n_clusters=2, method="noisy_centers",
+                               random_state=6, n_jobs=1).fit(X).cluster_centers_
     with distributed.Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=":0"):
         with joblib.parallel_config(backend="dask"):
-            got = KTupleClusterer(n_clusters=2, random_state=6, n_jobs=2).fit(X).cluster_centers_
+            got = KTupleClusterer(n_clusters=2, method="noisy_centers",
+                                  random_state=6, n_jobs=2).fit(X).cluster_centers_
     assert np.array_equal(expected, got)
 
 
 @pytest.mark.parametrize("d", [1, 5, 50])
-@pytest.mark.parametrize("method", ["noisy_centers", "averages"])
+@pytest.mark.parametrize("method", ["located", "noisy_centers", "averages"])
 def test_ledger_never_exceeds_the_request(d, method):
     X, _ = make_separated_mixture(N_TUPLES * 8, n_clusters=2, n_features=d, separation=40,
                                   random_state=d)
@@ -93,7 +101,8 @@ def test_failure_is_reported_not_garbage():
     X = rng.normal(size=(N_TUPLES * 4, 2))  # one blob split in two: tuples never agree
     acc = BudgetAccountant()
     with pytest.warns(NotSeparatedWarning, match="status_='failure'") as record:
-        est = KTupleClusterer(n_clusters=2, accountant=acc, random_state=0).fit(X)
+        est = KTupleClusterer(n_clusters=2, method="noisy_centers",
+                              accountant=acc, random_state=0).fit(X)
     assert record[0].filename == __file__  # attributed to the caller, not to library internals
     assert est.status_ == "failure" and est.cluster_centers_ is None
     assert np.all(est.labels_ == -1)
@@ -105,7 +114,8 @@ def test_failure_is_reported_not_garbage():
 def test_on_failure_raise_charges_and_keeps_previous_state(easy_data):
     X_easy, _ = easy_data
     acc = BudgetAccountant()
-    est = KTupleClusterer(n_clusters=2, on_failure="raise", accountant=acc, random_state=0).fit(X_easy)
+    est = KTupleClusterer(n_clusters=2, method="noisy_centers",
+                          on_failure="raise", accountant=acc, random_state=0).fit(X_easy)
     centers = est.cluster_centers_.copy()
     X_hard = np.random.default_rng(1).normal(size=(N_TUPLES * 4, 1))
     with pytest.raises(NotSeparatedError):
@@ -130,7 +140,8 @@ def test_on_failure_raise_charges_and_keeps_previous_state(easy_data):
 )
 def test_bad_input_fails_before_any_spend(easy_data, params, X_factory, error, match):
     acc = BudgetAccountant()
-    est = KTupleClusterer(n_clusters=2, accountant=acc, random_state=0).fit(easy_data[0])
+    est = KTupleClusterer(n_clusters=2, method="noisy_centers",
+                          accountant=acc, random_state=0).fit(easy_data[0])
     before = (est.cluster_centers_.copy(), est.n_features_in_, len(acc.ledger))
     est.set_params(**params)
     with pytest.raises(error, match=match):
@@ -142,7 +153,7 @@ def test_bad_input_fails_before_any_spend(easy_data, params, X_factory, error, m
 def test_budget_refused_before_the_data_is_touched(easy_data):
     acc = BudgetAccountant(epsilon=0.5)
     with pytest.raises(ValueError, match="ceiling"):
-        KTupleClusterer(n_clusters=2, accountant=acc).fit(easy_data[0])
+        KTupleClusterer(n_clusters=2, method="noisy_centers", accountant=acc).fit(easy_data[0])
     assert acc.ledger == []
 
 
@@ -164,7 +175,7 @@ def test_exact_radius_by_explicit_choice_warns_and_is_not_written_back():
 def test_fit_tuples_on_precomputed_tuples():
     rng = np.random.default_rng(2)
     tuples = np.array([[-1e4, 0.0], [1e4, 0.0]])[None] + rng.normal(0, 0.01, size=(N_TUPLES, 2, 2))
-    est = KTupleClusterer(n_clusters=2, random_state=0).fit_tuples(tuples)
+    est = KTupleClusterer(n_clusters=2, method="noisy_centers", random_state=0).fit_tuples(tuples)
     assert est.status_ == "success" and est.n_features_in_ == 2
     assert np.array_equal(est.predict([[-9000.0, 1.0], [8000.0, 0.0]]), [0, 1])
     with pytest.raises(ValueError, match="n_clusters=2"):

@@ -93,7 +93,10 @@ def test_ledger_never_exceeds_the_request(Estimator, k, d, epsilon, params):
     # The whole request is used: (epsilon, delta) is reached up to the 1e-10 safety shave.
     assert spent[0] >= epsilon * (1 - 1e-8)
     composite = est.privacy_ledger_[-1]
-    zcdp_parts = [e for e in est.privacy_ledger_[:-1] if e.rho is not None]
+    # The k-tuple initializer's "located" releases are composed and converted by its own
+    # composite (located/zcdp_total) and charged to the fit as (epsilon, delta).
+    zcdp_parts = [e for e in est.privacy_ledger_[:-1]
+                  if e.rho is not None and not e.label.startswith("located/")]
     assert composite.mechanism == "zcdp_composition"
     assert all(e.epsilon == 0 and e.delta == 0 for e in zcdp_parts)
     assert composite.rho == pytest.approx(math.fsum(e.rho for e in zcdp_parts), rel=1e-12)
@@ -185,14 +188,24 @@ def test_ktuple_failure_falls_back_to_the_grid_and_is_charged():
                                   random_state=2)
     acc = BudgetAccountant()
     with pytest.warns(UserWarning, match="fallback_grid"):
-        est = PrivateStableKMeans(4, initializer="ktuple", data_radius=RADIUS, accountant=acc,
-                                  random_state=0).fit(X)
+        est = PrivateStableKMeans(4, initializer=KTupleClusterer(method="noisy_centers"),
+                                  data_radius=RADIUS, accountant=acc, random_state=0).fit(X)
     assert est.initializer_status_ == "fallback_grid"
     labels = {e.label.split("/")[0] for e in est.privacy_ledger_}
     assert {"partition_test", "stable"} <= labels  # the failed test is charged, then the grid
     budget = est.budget_
     assert budget["initializer"] == pytest.approx({"epsilon": 0.3, "delta": 3e-7})
     assert budget["rho_fallback"] > 0 and acc.total()[0] <= 1.0
+    assert adjusted_rand_score(y, est.labels_) >= 0.99
+
+
+def test_default_ktuple_initializer_passes_where_noisy_centers_falls_back():
+    """The default k-tuple method ("located", issue #13) passes on the data above (n = 40 000)."""
+    X, y = make_separated_mixture(40_000, n_clusters=4, n_features=4, separation=SEPARATION,
+                                  random_state=2)
+    est = PrivateStableKMeans(4, initializer="ktuple", data_radius=RADIUS,
+                              accountant=BudgetAccountant(), random_state=0).fit(X)
+    assert est.initializer_status_ == "success"
     assert adjusted_rand_score(y, est.labels_) >= 0.99
 
 
@@ -405,13 +418,14 @@ def test_failed_ktuple_initializer_can_fall_back_to_the_highdim_method(estimator
                                   random_state=0)
     acc = BudgetAccountant()
     with pytest.warns(UserWarning, match="high-dimensional method"):
-        est = estimator_class(n_clusters=4, initializer="ktuple", fallback="highdim",
-                              data_radius=20.0, accountant=acc, random_state=0).fit(X)
+        est = estimator_class(n_clusters=4, initializer=KTupleClusterer(method="noisy_centers"),
+                              fallback="highdim", data_radius=20.0, accountant=acc,
+                              random_state=0).fit(X)
     assert est.initializer_status_ == "fallback_highdim"
     assert est.privacy_spent_["epsilon"] <= 1.0 and est.privacy_spent_["delta"] <= 1e-6
     assert acc.total() == pytest.approx((est.privacy_spent_["epsilon"], est.privacy_spent_["delta"]))
-    grid = estimator_class(n_clusters=4, initializer="ktuple", data_radius=20.0,
-                           random_state=0)
+    grid = estimator_class(n_clusters=4, initializer=KTupleClusterer(method="noisy_centers"),
+                           data_radius=20.0, random_state=0)
     with pytest.warns(UserWarning, match="grid initializer"):
         grid.fit(X)
     assert grid.initializer_status_ == "fallback_grid"

@@ -30,7 +30,8 @@ from skdpcluster.ktuple import min_tuples
 from skdpcluster.utils.estimator_checks import dp_checks, expected_failed_checks
 
 SKLEARN_CHECK_INSTANCES = [
-    KTupleClusterer(n_clusters=2, epsilon=1e5, delta=0.1, random_state=0),
+    KTupleClusterer(n_clusters=2, method="noisy_centers", epsilon=1e5, delta=0.1, random_state=0),
+    KTupleClusterer(n_clusters=2, epsilon=20.0, delta=0.1, data_radius=100.0, random_state=0),
     KTupleClusterer(n_clusters=2, method="averages", epsilon=300.0, delta=0.1, data_radius=100.0,
                     random_state=0),
     PrivateGaussianMixture(2, epsilon=300.0, delta=0.1, random_state=0),
@@ -52,7 +53,10 @@ def _easy(n_samples, n_clusters=2, n_features=1, separation=512):
 
 DP_CHECK_CASES = {
     "KTupleClusterer-noisy_centers": (
-        KTupleClusterer(n_clusters=2), lambda: _easy(min_tuples(1.0, 1e-6, 0.05) * 80)),
+        KTupleClusterer(n_clusters=2, method="noisy_centers"),
+        lambda: _easy(min_tuples(1.0, 1e-6, 0.05) * 80)),
+    "KTupleClusterer-located": (
+        KTupleClusterer(n_clusters=2, data_radius=600.0), lambda: _easy(20_000)),
     "KTupleClusterer-averages": (
         KTupleClusterer(n_clusters=2, method="averages", epsilon=60.0, n_tuples=4000, data_radius=600.0),
         lambda: _easy(4000 * 40)),

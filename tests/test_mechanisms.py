@@ -2,7 +2,7 @@ import math
 
 import numpy as np
 import pytest
-from scipy import optimize, stats
+from scipy import integrate, optimize, stats
 
 from dp_stats import delta_lower_bound, epsilon_lower_bound, event_counts
 from skdpcluster import mechanisms as M
@@ -212,3 +212,85 @@ def test_exponential_empirical_loss(inflate, should_pass):
     counts_b, _ = _exponential_counts(scores_b, epsilon, 31, inflate=inflate)
     bound = epsilon_lower_bound(counts_a, n, counts_b, n)
     assert (bound <= epsilon) is should_pass
+
+
+# ---------------------------------------------------------------------------
+# AboveThreshold (sparse vector)
+# ---------------------------------------------------------------------------
+
+
+def _above_threshold_outcomes(values, *, sensitivity, epsilon, threshold, seed, n_draws):
+    rng = np.random.default_rng(seed)
+    outcomes = [M.above_threshold(values, threshold=threshold, sensitivity=sensitivity,
+                                  epsilon=epsilon, rng=rng)[0] for _ in range(n_draws)]
+    outcomes = [len(values) if index is None else index for index in outcomes]
+    return np.bincount(outcomes, minlength=len(values) + 1)
+
+
+def test_above_threshold_empirical_loss_within_epsilon():
+    """Worst-ish neighbours (Dwork & Roth's proof pair): earlier queries one sensitivity lower, the
+    last one higher. The realised loss of AboveThreshold stays near a third of epsilon on events of
+    observable probability, so this check cannot see a halved sensitivity; the law test below does."""
+    epsilon, n_draws = 6.0, 30_000
+    a, b = [0.0, 0.0, 1.0], [1.0, 1.0, 0.0]
+    counts_a = _above_threshold_outcomes(a, sensitivity=1.0, epsilon=epsilon, threshold=1.5,
+                                         seed=40, n_draws=n_draws)
+    counts_b = _above_threshold_outcomes(b, sensitivity=1.0, epsilon=epsilon, threshold=1.5,
+                                         seed=41, n_draws=n_draws)
+    assert epsilon_lower_bound(counts_a, n_draws, counts_b, n_draws) <= epsilon
+
+
+def _single_query_pass_probability(gap, threshold_scale, query_scale):
+    """Pr[Lap(query_scale) - Lap(threshold_scale) >= gap], by quadrature over the threshold noise."""
+    def integrand(r):
+        tail = gap + r
+        survival = 0.5 * math.exp(-tail / query_scale) if tail >= 0 else 1 - 0.5 * math.exp(tail / query_scale)
+        return survival * math.exp(-abs(r) / threshold_scale) / (2 * threshold_scale)
+    return integrate.quad(integrand, -60 * threshold_scale, 60 * threshold_scale, points=[0.0, -gap],
+                          limit=200)[0]
+
+
+@pytest.mark.parametrize("sensitivity_factor, should_match", [(1.0, True), (0.5, False)])
+def test_above_threshold_noise_law(sensitivity_factor, should_match):
+    """One query: Pr[pass] must follow Lap(4 Delta/eps) query noise against Lap(2 Delta/eps) threshold noise.
+
+    The mutant halves the sensitivity it is told (so both noises are halved); its pass
+    frequencies leave the 1e-6 binomial band of the correct law.
+    """
+    sensitivity, epsilon, n_draws = 1.0, 1.0, 20_000
+    inside = []
+    for gap in (2.0, 6.0):
+        counts = _above_threshold_outcomes([0.0], sensitivity=sensitivity * sensitivity_factor,
+                                           epsilon=epsilon, threshold=gap, seed=int(gap), n_draws=n_draws)
+        expected = _single_query_pass_probability(gap, 2 * sensitivity / epsilon, 4 * sensitivity / epsilon)
+        low, high = stats.binom.interval(1 - 1e-6, n_draws, expected)
+        inside.append(low <= counts[0] <= high)
+    assert all(inside) is should_match
+
+
+def test_above_threshold_costs_epsilon_pass_or_fail():
+    rng = np.random.default_rng(0)
+    passed, event = M.above_threshold(iter([0.0, 100.0]), threshold=50.0, sensitivity=1.0, epsilon=1.0, rng=rng)
+    failed, event_failed = M.above_threshold([0.0, 1.0], threshold=1e6, sensitivity=1.0, epsilon=1.0, rng=rng)
+    assert (passed, failed) == (1, None)
+    assert event.cost() == event_failed.cost() == (1.0, 0.0)
+
+
+def test_above_threshold_does_not_evaluate_queries_after_the_pass():
+    evaluated = []
+
+    def queries():
+        for value in (1e9, 0.0, 0.0):
+            evaluated.append(value)
+            yield value
+
+    index, _ = M.above_threshold(queries(), threshold=0.0, sensitivity=1.0, epsilon=1.0,
+                                 rng=np.random.default_rng(0))
+    assert index == 0 and evaluated == [1e9]
+
+
+@pytest.mark.parametrize("kwargs", [{"sensitivity": 0.0}, {"threshold": np.inf}, {"epsilon": -1.0}])
+def test_above_threshold_rejects_bad_parameters(kwargs):
+    params = {"threshold": 0.0, "sensitivity": 1.0, "epsilon": 1.0, **kwargs}
+    with pytest.raises(ValueError):
+        M.above_threshold([0.0], rng=np.random.default_rng(0), **params)

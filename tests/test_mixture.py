@@ -156,14 +156,20 @@ def test_recovers_means_and_weights_within_the_spec_bounds(easy, fitted):
 
 def test_privacy_spent_matches_ledger_and_accountant(fitted):
     gm, acc = fitted
-    assert gm.privacy_spent_ == {"epsilon": 1.0, "delta": 1e-6, "proven": True}
-    assert len(gm.privacy_ledger_) == 1
-    event = gm.privacy_ledger_[0]
-    assert event.cost() == (gm.privacy_spent_["epsilon"], gm.privacy_spent_["delta"])
-    assert acc.total() == pytest.approx(event.cost()) and len(acc.ledger) == 1
+    # The default fit first releases its bound on 10% of the budget (skdpcluster.bounds),
+    # then fits the mixture on the remaining (0.9, 9e-7).
+    assert gm.privacy_spent_["proven"] is True
+    assert gm.privacy_spent_["epsilon"] == pytest.approx(1.0)
+    assert gm.privacy_spent_["delta"] <= 1e-6
+    labels = [event.label for event in gm.privacy_ledger_]
+    assert labels == ["bounds/center", "bounds/radius", "PrivateGaussianMixture.fit"]
+    spent = [sum(event.cost()[i] for event in gm.privacy_ledger_) for i in (0, 1)]
+    assert spent == pytest.approx([gm.privacy_spent_["epsilon"], gm.privacy_spent_["delta"]])
+    assert acc.total() == pytest.approx(tuple(spent)) and len(acc.ledger) == 1
+    event = gm.privacy_ledger_[-1]
     tuple_part, fresh_part = event.details["tuple_part"], event.details["fresh_part"]
-    assert tuple_part["epsilon"] <= 1.0 * (1 + 1e-12) and tuple_part["delta"] <= 1e-6 * (1 + 1e-12)
-    assert (fresh_part["epsilon"], fresh_part["delta"]) == (1.0, 1e-6)
+    assert tuple_part["epsilon"] <= 0.9 * (1 + 1e-12) and tuple_part["delta"] <= 9e-7 * (1 + 1e-12)
+    assert (fresh_part["epsilon"], fresh_part["delta"]) == pytest.approx((0.9, 9e-7))
     json.loads(acc.to_json())  # the nested details stay serialisable
 
 
@@ -177,8 +183,8 @@ def test_fresh_budget_is_exactly_the_target():
 
 def test_fresh_releases_use_the_derived_noise(fitted):
     gm, _ = fitted
-    budget = _FreshBudget.for_target(1.0, 1e-6)
-    events = gm.privacy_ledger_[0].details["fresh_part"]["details"]["events"]
+    budget = _FreshBudget.for_target(0.9, 0.9e-6)  # the rest after the private bound's 10%
+    events = gm.privacy_ledger_[-1].details["fresh_part"]["details"]["events"]
     counts = [e for e in events if e["label"].startswith("gaussian_mixture/counts")]
     learners = [e for e in events if e["mechanism"] == "private_gaussian_estimate"]
     assert [c["scale"] for c in counts] == pytest.approx(
@@ -215,6 +221,7 @@ def test_covariances_are_spd_with_the_documented_floor(easy, covariance_type):
     """Noise-dominated case: few fresh rows (samples_per_tuple leaves 40), tiny sigma_min."""
     X = easy[0][: N_TUPLES * 30 + 40]
     gm = PrivateGaussianMixture(2, covariance_type=covariance_type, samples_per_tuple=30,
+                                tuple_method="noisy_centers",
                                 sigma_min=1e-3, sigma_max=50.0, random_state=1).fit(X)
     assert gm.status_ == "success" and gm.n_fresh_ == 40
     full = _full(gm)
@@ -309,8 +316,9 @@ def test_failure_is_reported_not_garbage():
     assert gm.status_ == "failure" and not gm.converged_
     assert gm.means_ is None and gm.covariances_ is None and gm.weights_ is None
     assert np.all(gm.labels_ == -1)
-    assert acc.total() == pytest.approx((1.0, 1e-6))  # the whole fit is priced either way
-    assert gm.privacy_ledger_[0].details["fresh_part"]["details"]["released"] is False
+    # The whole fit is priced either way: the private bound (pure epsilon, 10%) and the rest.
+    assert acc.total() == pytest.approx((1.0, 0.9e-6))
+    assert gm.privacy_ledger_[-1].details["fresh_part"]["details"]["released"] is False
     for method in (gm.predict, gm.predict_proba, gm.score_samples):
         with pytest.raises(NotFittedError, match="failed"):
             method(X[:3])
@@ -333,9 +341,11 @@ def test_on_failure_raise_charges_and_keeps_previous_state(small):
     "params, rows, error, match",
     [
         ({}, "nan", ValueError, "NaN"),
-        ({}, 1000, InsufficientDataError, "needs at least 7852"),
+        ({}, 300, InsufficientDataError, r"needs at least \d+ tuples"),
         ({"samples_per_tuple": 100}, N_TUPLES * 30, InsufficientDataError, "fresh rows"),
-        ({"n_tuples": 100}, N_TUPLES * 30, InsufficientDataError, "at least 1963"),
+        ({"n_tuples": 100}, N_TUPLES * 30, InsufficientDataError, "at least 162 tuples"),
+        ({"n_tuples": 100, "tuple_method": "noisy_centers"}, N_TUPLES * 30,
+         InsufficientDataError, "at least 1963"),
         ({"epsilon": 0}, N_TUPLES * 30, ValueError, "epsilon"),
         ({"delta": 1.0}, N_TUPLES * 30, ValueError, "delta"),
         ({"n_components": 1}, N_TUPLES * 30, ValueError, "n_components"),

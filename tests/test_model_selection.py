@@ -41,7 +41,8 @@ def data():
 
 
 def _search(accountant, n_jobs=1, **grid):
-    estimator = KTupleClusterer(n_clusters=2, accountant=accountant, random_state=0)
+    estimator = KTupleClusterer(n_clusters=2, method="noisy_centers",
+                                accountant=accountant, random_state=0)
     return GridSearchCV(estimator, grid or {"epsilon": [1.0, 2.0]}, cv=3, n_jobs=n_jobs)
 
 
@@ -84,7 +85,8 @@ def test_charged_search_refuses_before_fitting_when_over_budget(data):
 @_SEEDED
 def test_charged_search_through_a_pipeline(data):
     acc = BudgetAccountant()
-    pipe = make_pipeline(StandardScaler(), KTupleClusterer(n_clusters=2, random_state=0))
+    pipe = make_pipeline(StandardScaler(), KTupleClusterer(n_clusters=2, method="noisy_centers",
+                                                           random_state=0))
     search = GridSearchCV(pipe, {"ktupleclusterer__epsilon": [1.0, 2.0]}, cv=2)
     fit_search_charged(search, data[0], accountant=acc, selection_epsilon=0.5, data_radius=10.0)
     assert acc.total()[0] == pytest.approx(2 * 1.0 + 2 * 2.0 + 2.0 + 0.5)
@@ -94,8 +96,8 @@ def test_charged_search_through_a_pipeline(data):
 @_SEEDED
 def test_select_privately_prefers_the_better_candidate_and_charges_epsilon(data):
     X, _ = data
-    good = KTupleClusterer(n_clusters=2, epsilon=2.0, random_state=0).fit(X)
-    bad = KTupleClusterer(n_clusters=2, epsilon=2.0, random_state=0).fit(X)
+    good = KTupleClusterer(n_clusters=2, method="noisy_centers", epsilon=2.0, random_state=0).fit(X)
+    bad = KTupleClusterer(n_clusters=2, method="noisy_centers", epsilon=2.0, random_state=0).fit(X)
     bad.cluster_centers_ = np.array([[-2000.0], [2000.0]])  # a candidate far from the data
     acc = BudgetAccountant()
     picks = [select_privately([bad, good], X, data_radius=600.0, epsilon=1.0, random_state=seed,

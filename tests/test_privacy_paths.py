@@ -49,6 +49,7 @@ def easy():
 
 
 def _ktuple(**params):
+    params = {"method": "noisy_centers", **params}  # the tests of this module are about its paths
     return KTupleClusterer(n_clusters=2, epsilon=EPSILON, delta=DELTA, random_state=0, **params)
 
 
@@ -128,6 +129,7 @@ def test_gaussian_mixture_fits_on_extreme_rows(base):
     X = make_separated_mixture(100_000, n_clusters=2, n_features=3, separation=50,
                                random_state=0)[0]
     clean = PrivateGaussianMixture(2, epsilon=EPSILON, delta=DELTA, n_tuples=400,
+                                   tuple_method="noisy_centers",
                                    base_estimator=base, random_state=0)
     clean = _fit_charged(clean, X)
     X[:3], X[3:6] = HUGE, -HUGE  # rows in the tuple blocks and in the fresh rows
@@ -178,7 +180,7 @@ def test_a_failed_private_step_of_the_mixture_releases_no_parameters():
     X = make_separated_mixture(100_000, n_clusters=2, n_features=3, separation=50,
                                random_state=0)[0]
     gm = _MixtureWithFailingLearner(2, epsilon=EPSILON, delta=DELTA, n_tuples=400,
-                                    random_state=0)
+                                    tuple_method="noisy_centers", random_state=0)
     with pytest.warns(PrivateStepFailedWarning):
         gm = _fit_charged(gm, X)
     assert gm.status_ == "failure" and gm.converged_ is False and gm.labels_ is None
@@ -230,7 +232,8 @@ def test_paper_accounting_charges_the_larger_proven_delta(easy):
     delta = 1e-8  # at DELTA the proven delta of the paper's ell exceeds 1
     n_tuples = min_tuples(EPSILON, delta, 0.05, accounting="paper")  # 234
     accountant = BudgetAccountant()
-    est = KTupleClusterer(2, epsilon=EPSILON, delta=delta, accounting="paper", n_tuples=n_tuples,
+    est = KTupleClusterer(2, method="noisy_centers", epsilon=EPSILON, delta=delta,
+                          accounting="paper", n_tuples=n_tuples,
                           accountant=accountant, random_state=0).fit(easy)
     spent = est.privacy_spent_
     assert spent["proven"] is True  # what is charged is what Claim 4.5 gives with this ell

@@ -406,6 +406,9 @@ class _PrivateFitMixin:
             warn_context=f" of {type(self).__name__} (spent epsilon={budget.cost[0]:.3g}, "
                          f"delta={budget.cost[1]:.3g})")
         inner_plan = self._plan_inner(inner, data, radius, center)
+        # Data-derived values of the inner plan (e.g. the mixture's sigma bounds) make the
+        # whole fit unproven: the safety net and ``_commit`` read the outer plan.
+        plan.unproven.update(inner_plan.unproven)
         result = inner._fit_private(data, inner_plan, fit_rng)
         attributes = {**inner_plan.attributes, **result.attributes, "data_radius_": radius,
                       "data_center_": center}

@@ -1,5 +1,6 @@
 r"""KTupleClusterer: private k-tuple clustering (Cohen et al., ICML 2021) as a scikit-learn estimator."""
 
+import math
 from numbers import Integral, Real
 
 import numpy as np
@@ -11,9 +12,19 @@ from sklearn.utils.validation import validate_data
 from skdpcluster._tuples import generate_tuples
 from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _BasePrivateClusterer, _restore_on_error
 from skdpcluster.exceptions import InsufficientDataError
+from skdpcluster.mechanisms import PrivacyEvent
 from skdpcluster.ktuple import min_tuples
-from skdpcluster.ktuple._framework import check_tuple_parameters, conditioning_event
+from skdpcluster.averaging import _project_onto_ball
+from skdpcluster.ktuple._framework import canonical_order, check_tuple_parameters, conditioning_event
 from skdpcluster.ktuple.averages import AVERAGES_SEPARATION, per_cluster_budget, private_k_averages
+from skdpcluster.ktuple.located import (
+    locate,
+    locate_and_average,
+    min_located_tuples,
+    plan_located_budget,
+    unspent_events,
+    zcdp_composite_event,
+)
 from skdpcluster.ktuple.noisy_centers import _check_modes as check_noisy_centers_modes
 from skdpcluster.ktuple.noisy_centers import default_separation, private_k_noisy_centers
 from skdpcluster.ktuple.partition import _outer_ell, compute_m_eps1
@@ -26,6 +37,11 @@ __all__ = ["KTupleClusterer"]
 AVERAGES_ROWS_PER_CLUSTER = 15
 #: Resolution of the private averages relative to the data radius when ``r_min=None``.
 DEFAULT_R_MIN_FRACTION = 1e-4
+#: Rows per cluster in one block that ``n_tuples="auto"`` aims for with ``method="located"``.
+LOCATED_ROWS_PER_CLUSTER = 5
+#: Core steps on the raw rows after ``method="located"``, and their radius factor (1/3, as
+#: :class:`~skdpcluster.PrivateStableKMeans`).
+LOCATED_CORE_STEPS, LOCATED_CORE_RADIUS_FACTOR = 2, 1.0 / 3.0
 
 
 class KTupleClusterer(_BasePrivateClusterer):
@@ -33,9 +49,23 @@ class KTupleClusterer(_BasePrivateClusterer):
 
     The rows are split at random into ``n_tuples`` disjoint blocks; a
     non-private ``base_estimator`` is fitted on every block and its k centres
-    form one k-tuple. A private test (PrivateTestPartition, Figure 2) checks
-    that almost all tuples agree, i.e. that they are partitioned by Delta-far
-    balls; if so, the tuples are combined privately:
+    form one k-tuple. The tuples are combined privately:
+
+    * ``method="located"`` (issue #13; :mod:`skdpcluster.ktuple.located`):
+      locate the k groups of tuple points on a private grid (AboveThreshold
+      chooses the width, a thresholded Gaussian histogram the cells), then
+      one private Lloyd step and two ball-restricted core steps of
+      :class:`~skdpcluster.PrivateStableKMeans` on the raw rows (on
+      :meth:`fit_tuples`, clipped Gaussian averages of the tuple points
+      instead). Noise scales with the cluster, not the domain: it needs
+      about :math:`\tau \approx 150`-:math:`350` tuples
+      (:func:`~skdpcluster.ktuple.located.min_located_tuples`) and groups
+      of tuple points that fit in grid cells far apart, and the public
+      ``data_radius``.
+
+    The paper's methods first run a private test (PrivateTestPartition,
+    Figure 2) that almost all tuples agree, i.e. that they are partitioned
+    by Delta-far balls; if so:
 
     * ``method="noisy_centers"``: PrivatekNoisyCenters (Figure 4) releases the
       centres of one agreeing tuple with Gaussian noise proportional to a
@@ -54,8 +84,13 @@ class KTupleClusterer(_BasePrivateClusterer):
     ----------
     n_clusters : int, default=8
         Number of clusters k (at least 2).
-    method : {"noisy_centers", "averages"}, default="noisy_centers"
-        The private aggregation of the tuples.
+    method : {"auto", "located", "noisy_centers", "averages"}, default="auto"
+        The private aggregation of the tuples. ``"auto"`` is ``"located"``
+        when ``data_radius`` is given and ``"noisy_centers"`` (which needs no
+        bound) otherwise, so that the default fit never computes a bound from
+        the data. ``benchmarks/bench_ktuple_practical.py``: with the public
+        radius, ``"located"`` passes where ``"noisy_centers"`` fails (k = 4,
+        d = 4, means 10·e_i apart, n = 10^4).
     epsilon : float, default=1.0
         Privacy parameter of the whole fit.
     delta : float, default=1e-6
@@ -69,24 +104,26 @@ class KTupleClusterer(_BasePrivateClusterer):
         ``KMeans(init="k-means++", n_init=1)``, solved by a fast batched path.
     n_tuples : int or "auto", default="auto"
         Number of blocks. ``"auto"`` uses the minimum admissible number for
-        ``"noisy_centers"`` and ``max(minimum, n_samples // (15 k))`` for
-        ``"averages"``.
+        ``"noisy_centers"``, ``max(minimum, n_samples // (15 k))`` for
+        ``"averages"``, and for ``"located"`` ``n_samples // (5 k)`` (5
+        rows per cluster in a block) within ``[min_located_tuples,
+        n_samples // k]``; fewer rows raise :class:`InsufficientDataError`.
     separation : float, default=None
-        Delta of ``"noisy_centers"`` (> 6). ``None`` uses the paper's
+        Delta of ``"noisy_centers"`` (> 6); ignored by ``"located"``. ``None``
+        uses the paper's
         :math:`(10/\varepsilon)\,k\log(k/\delta)\sqrt{\log(k/\beta)}`.
         ``"averages"`` always uses 7.
     data_radius : float, default=None
         Public bound Lambda on ``||x - data_center||``, used by
-        ``"averages"`` (rows outside are projected onto the ball). With
-        ``"averages"``, ``None`` (the default) releases a centre and a radius privately on 10%
-        of (epsilon, delta) (:mod:`skdpcluster.bounds`), stored in
+        ``"located"`` and ``"averages"`` (rows outside are projected onto the
+        ball). ``None`` (the default) releases a centre and a radius privately
+        on 10% of (epsilon, delta) (:mod:`skdpcluster.bounds`), stored in
         ``data_center_`` and ``data_radius_``; ``"data"`` computes the exact
-        bound from the data (not private, with a
-        :class:`~skdpcluster.exceptions.PrivacyLeakWarning`).
-        :meth:`fit_tuples` keeps the exact bound of the tuples for ``None``
-        (with the warning).
-        With ``"data"`` the exact bound is used but not stored (``data_radius_``
-        is ``nan``) and ``privacy_spent_["proven"]`` is False. At most 1e100.
+        bound from the data (not private: a
+        :class:`~skdpcluster.exceptions.PrivacyLeakWarning`, the bound is used
+        but not stored, ``data_radius_`` is ``nan``, and
+        ``privacy_spent_["proven"]`` is False). :meth:`fit_tuples` keeps the
+        exact bound of the tuples for ``None`` (with the warning). At most 1e100.
     data_center : array-like of shape (n_features,), default=None
         Public centre of the data ball; ``None`` means the origin.
     r_min : float, default=None
@@ -130,14 +167,22 @@ class KTupleClusterer(_BasePrivateClusterer):
         The private centres, rows in lexicographic order; ``None`` after a
         failed test. A differentially private release.
     status_ : {"success", "failure"}
-        Outcome of the private test (a private release).
+        Outcome of the private test, or for ``"located"`` whether every
+        step found k groups (a private release).
+    method_ : str
+        The method used (``"auto"`` resolved).
+    located_info_ : dict or None
+        ``"located"`` only: the released grid ``width``, the number of
+        released cells, the dimension of the location space and the
+        ``failed_step`` (``None`` after a success). Private releases.
     labels_ : ndarray of shape (n_samples,)
         Nearest released centre of every training row (-1 after a failure).
         **Not private**: a function of the training data.
     n_tuples_ : int
         Number of tuples used.
     m_, ell_ : int, float
-        Public parameters of the test (Definitions 4.1 and 4.4).
+        Public parameters of the test (Definitions 4.1 and 4.4); ``None``
+        and ``nan`` for ``"located"``.
     separation_ : float
         The Delta used.
     data_radius_ : float
@@ -182,7 +227,7 @@ class KTupleClusterer(_BasePrivateClusterer):
 
     _parameter_constraints: dict = {
         **_BasePrivateClusterer._parameter_constraints,
-        "method": [StrOptions({"noisy_centers", "averages"})],
+        "method": [StrOptions({"auto", "located", "noisy_centers", "averages"})],
         "beta": [Interval(Real, 0, 1, closed="neither")],
         "base_estimator": [None, HasMethods(["fit"])],
         "n_tuples": [StrOptions({"auto"}), Interval(Integral, 1, None, closed="left")],
@@ -198,7 +243,7 @@ class KTupleClusterer(_BasePrivateClusterer):
         self,
         n_clusters=8,
         *,
-        method="noisy_centers",
+        method="auto",
         epsilon=1.0,
         delta=1e-6,
         beta=0.05,
@@ -240,18 +285,33 @@ class KTupleClusterer(_BasePrivateClusterer):
         self.verbose = verbose
 
     # -- public plan --------------------------------------------------------------
+    def _method(self):
+        """``method`` with ``"auto"`` resolved: ``"located"``.
+
+        ``"located"`` needs a bound Lambda: a public ``data_radius``, or with
+        ``data_radius=None`` the bound released privately first
+        (:mod:`skdpcluster.bounds`).
+        """
+        if self.method != "auto":
+            return self.method
+        return "located"
+
     def _resolved_separation(self):
-        if self.method == "averages":
+        if self._method() == "averages":
             return AVERAGES_SEPARATION
         if self.separation is not None:
             return float(self.separation)
         return default_separation(self.n_clusters, self.epsilon, self.delta, self.beta)
 
     def _resolved_n_tuples(self, n_samples):
-        minimum = min_tuples(self.epsilon, self.delta, self.beta, self.accounting)
         if self.n_tuples != "auto":
             return int(self.n_tuples)
-        if self.method == "averages":
+        if self._method() == "located":
+            minimum = min_located_tuples(self.n_clusters, self.epsilon, self.delta, on_rows=True)
+            wanted = n_samples // (LOCATED_ROWS_PER_CLUSTER * self.n_clusters)
+            return min(max(minimum, wanted), n_samples // self.n_clusters)
+        minimum = min_tuples(self.epsilon, self.delta, self.beta, self.accounting)
+        if self._method() == "averages":
             return max(minimum, n_samples // (AVERAGES_ROWS_PER_CLUSTER * self.n_clusters))
         return minimum
 
@@ -288,6 +348,8 @@ class KTupleClusterer(_BasePrivateClusterer):
     def _plan_tuples(self, n_tuples, n_features):
         """Checks and attributes shared by ``fit`` and ``fit_tuples`` (public values only)."""
         self._check_unproven_modes()
+        if self._method() == "located":
+            return self._plan_located(n_tuples, n_features)
         separation = self._resolved_separation()
         shape_probe = np.zeros((n_tuples, self.n_clusters, 1))
         check_tuple_parameters(
@@ -301,8 +363,26 @@ class KTupleClusterer(_BasePrivateClusterer):
             "m_": m,
             "ell_": _outer_ell(n_tuples, self.epsilon, self.delta, self.beta, self.accounting),
             "separation_": separation,
+            "located_info_": None,
+            "method_": self._method(),
         }
         return PrivateFitPlan(self._cost(n_tuples), {"center": center}, attributes)
+
+    def _plan_located(self, n_tuples, n_features):
+        """The public plan of ``method="located"``: enough tuples for its histogram threshold."""
+        needed = min_located_tuples(self.n_clusters, self.epsilon, self.delta, on_rows=True)
+        if n_tuples < needed:
+            raise InsufficientDataError(
+                f"method='located' needs at least {needed} tuples at n_clusters="
+                f"{self.n_clusters}, epsilon={self.epsilon}, delta={self.delta} (below that no "
+                f"cluster can pass the histogram threshold), got {n_tuples}; with n_tuples='auto' "
+                f"that is at least {needed * self.n_clusters} rows. Use more data or a larger "
+                "epsilon/delta."
+            )
+        attributes = {"n_tuples_": n_tuples, "m_": None, "ell_": np.nan, "separation_": np.nan,
+                      "method_": "located"}
+        cost = (float(self.epsilon), float(self.delta))
+        return PrivateFitPlan(cost, {"center": self._resolve_center(n_features)}, attributes)
 
     def _plan(self, X):
         n_samples, n_features = X.shape
@@ -322,12 +402,12 @@ class KTupleClusterer(_BasePrivateClusterer):
         return plan
 
     def _needs_radius(self, data):
-        """Only ``method="averages"`` uses the bound (private bounds are skipped otherwise)."""
-        return self.method == "averages"
+        """``"located"`` and ``"averages"`` use the bound (``"noisy_centers"`` skips private bounds)."""
+        return self._method() in ("averages", "located")
 
     def _plan_radius(self, plan, X):
         center = plan.values["center"]
-        if self.method == "averages":
+        if self._method() in ("averages", "located"):
             radius, unproven = self._resolve_radius(X, center)
             r_min = self.r_min if self.r_min is not None else DEFAULT_R_MIN_FRACTION * radius
             plan.unproven.update(unproven)
@@ -348,15 +428,18 @@ class KTupleClusterer(_BasePrivateClusterer):
             X, self._base_estimator(), self.n_clusters, plan.attributes["n_tuples_"],
             rng=tuple_rng, n_jobs=self.n_jobs,
         )
-        result = self._aggregate(tuples, plan, noise_rng)
+        result = self._aggregate(tuples, plan, noise_rng, rows=X)
         result.attributes["labels_"] = self._training_labels(X, result.centers)
         return result
 
-    def _aggregate(self, tuples, plan, rng):
+    def _aggregate(self, tuples, plan, rng, rows=None):
+        """The private aggregation of ``method``; ``rows`` (the raw data) only refine "located"."""
+        if self._method() == "located":
+            return self._aggregate_located(tuples, plan, rng, rows)
         center = plan.values["center"]
         common = dict(epsilon=self.epsilon, delta=self.delta, beta=self.beta, rng=rng,
                       accounting=self.accounting)
-        if self.method == "averages":
+        if self._method() == "averages":
             result = private_k_averages(
                 tuples - center, data_radius=plan.values["data_radius"],
                 r_min=plan.values["r_min"], **common,
@@ -369,6 +452,22 @@ class KTupleClusterer(_BasePrivateClusterer):
             )
         centers = None if result.centers is None else result.centers + center
         return PrivateFit(centers, result.success, result.events, proven=result.proven)
+
+    def _aggregate_located(self, tuples, plan, rng, rows):
+        """Locate (:mod:`skdpcluster.ktuple.located`), then average the tuples or refine on ``rows``."""
+        center, radius = plan.values["center"], plan.values["data_radius"]
+        budget = plan_located_budget(self.epsilon, self.delta, on_rows=rows is not None)
+        if rows is None:
+            result = locate_and_average(tuples - center, data_radius=radius, budget=budget,
+                                        rng=rng)
+            centers, events, public = result.centers, result.events, result.public
+        else:
+            centers, events, public = _locate_then_refine_on_rows(
+                tuples - center, rows, center, radius, budget, rng)
+        events.append(zcdp_composite_event(events, budget.delta_zcdp))
+        centers = None if centers is None else canonical_order(centers) + center
+        return PrivateFit(centers, centers is not None, events, rho=events[-1].rho,
+                          attributes={"located_info_": public})
 
     @staticmethod
     def _training_labels(X, centers):
@@ -414,3 +513,76 @@ class KTupleClusterer(_BasePrivateClusterer):
         result = self._aggregate(tuples, plan, rng)
         result.attributes["labels_"] = np.empty(0, dtype=np.intp)
         return result
+
+
+def _locate_then_refine_on_rows(tuples, X, center, radius, budget, rng):
+    r"""Steps 1-2 of "located" on the tuples, then private Lloyd and core steps on the raw rows.
+
+    After the location (:func:`~skdpcluster.ktuple.located.locate`), the
+    rows are assigned to the nearest located centre *in the location space*
+    and the cells are averaged (one DP-Lloyd step: sums of
+    :math:`x/\Lambda` over disjoint cells, L2 sensitivities 2 and
+    :math:`\sqrt 2` under replace-one,
+    :func:`~skdpcluster.cluster._stable_init.noisy_cell_sums`), then
+    :data:`LOCATED_CORE_STEPS` ball-restricted core steps of
+    :class:`~skdpcluster.PrivateStableKMeans` follow; each of the
+    :math:`1 +` :data:`LOCATED_CORE_STEPS` steps gets an equal share of
+    ``budget.rho_rows``. The rows also made the tuples: the row steps compose
+    sequentially with the tuple steps (replace-one of a row changes one tuple
+    and one row). A failed step charges the budget it did not use.
+
+    Returns
+    -------
+    centers : ndarray of shape (k, d) or None
+        In coordinates centred at ``center``.
+    events : list of PrivacyEvent
+    public : dict
+    """
+    # Imported here: cluster._stable imports this module (its k-tuple initializer).
+    from skdpcluster.cluster._stable import _ClippedData, core_step
+    from skdpcluster.cluster._stable_init import cell_sums, nearest_centers, noisy_cell_sums
+
+    locate_rng, rows_rng = rng.spawn(2)
+    location = locate(tuples, data_radius=radius, budget=budget, rng=locate_rng)
+    events = location.events + unspent_events(location.events, budget)
+    rho_step = budget.rho_rows / (1 + LOCATED_CORE_STEPS)
+    if location.centers is None:
+        return None, events + [_unused_rows_event(budget.rho_rows)], location.public
+    data = _ClippedData.from_rows(X, center, radius)
+    labels, _ = nearest_centers(location.to_location_space(data.X), location.centers)
+    sums, counts = cell_sums(data.X, labels, len(location.centers))
+    noisy = noisy_cell_sums(sums / radius, counts, rho=rho_step, neighbouring="replace_one",
+                            rng=rows_rng, label="located/lloyd_step")
+    events += noisy.events
+    if not np.all(noisy.accepted()):
+        location.public["failed_step"] = "lloyd_step"
+        return None, events + [_unused_rows_event(budget.rho_rows - rho_step)], location.public
+    centers = _project_onto_ball(radius * noisy.means(), 0.0, radius)
+    caps = [None] * (LOCATED_CORE_STEPS - 1) + [_cluster_scale(location, len(X), X.shape[1])]
+    for step, cap in enumerate(caps):
+        centers, _, noisy = core_step(
+            data, centers, radius_factor=LOCATED_CORE_RADIUS_FACTOR, rho=rho_step,
+            neighbouring="replace_one", rng=rows_rng, label=f"located/core_step_{step}",
+            max_radii=cap,
+        )
+        events += noisy.events
+    return centers, events, location.public
+
+
+def _cluster_scale(location, n_samples, n_features):
+    r"""A ball that holds a cluster's rows, from released and public values only.
+
+    At the released width :math:`w` most tuple points of a group share a grid
+    cell, so their spread per axis is at most about :math:`w`; a tuple point
+    is the mean of about :math:`R = n/(T k)` rows of its cluster (public), so
+    the rows spread about :math:`w\sqrt{R}` per axis and lie within
+    :math:`w\sqrt{R}\,(\sqrt d + 3)`. The last core step's radius is capped
+    there, which shrinks its noise when the clusters are far apart.
+    """
+    n_tuples, k = location.public["n_tuples"], len(location.centers)
+    rows_per_cluster = max(n_samples // n_tuples, k) / k
+    return location.width * math.sqrt(rows_per_cluster) * (math.sqrt(n_features) + 3.0)
+
+
+def _unused_rows_event(rho):
+    return PrivacyEvent("unused_budget", 0.0, 0.0, rho=rho, label="located/rows_unused_budget")

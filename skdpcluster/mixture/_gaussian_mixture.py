@@ -305,8 +305,8 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
        non-private ``base_estimator`` labels each block and the k per-label
        means form one k-tuple (an empty label gives the zero vector).
     3. Private k-tuple clustering of the tuples
-       (:class:`~skdpcluster.KTupleClusterer`'s ``"noisy_centers"`` or
-       ``"averages"``, provable defaults) gives k centres
+       (:class:`~skdpcluster.KTupleClusterer`'s ``"located"``, ``"noisy_centers"``
+       or ``"averages"``, provable defaults) gives k centres
        :math:`\hat c_j`, or a failed private test.
     4. Each fresh row goes to its nearest centre. A *refinement pass*
        (not in the paper; a quarter of each component's budget) releases,
@@ -385,12 +385,16 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         ``labels_`` (or ``predict``) label the block. ``None`` uses
         ``KMeans(init="k-means++", n_init=1)``, solved by a fast batched path.
         A :class:`sklearn.mixture.GaussianMixture` also works (slower).
-    tuple_method : {"noisy_centers", "averages"}, default="noisy_centers"
-        The private k-tuple clustering (see :class:`~skdpcluster.KTupleClusterer`).
+    tuple_method : {"auto", "located", "noisy_centers", "averages"}, default="auto"
+        The private k-tuple clustering (see :class:`~skdpcluster.KTupleClusterer`):
+        ``"located"`` (locate, then average; issue #13) on the tuples alone, or
+        the paper's methods. ``"auto"`` is ``"located"`` (with a private bound
+        when ``data_radius=None``).
     n_tuples : int or "auto", default="auto"
         Number of blocks t. ``"auto"``: the minimum admissible number
         (:func:`~skdpcluster.ktuple.min_tuples`) for ``"noisy_centers"``;
-        for ``"averages"`` the larger of that and ``n_samples // (2 * 15 k)``.
+        for ``"averages"`` the larger of that and ``n_samples // (2 * 15 k)``;
+        for ``"located"`` as :class:`~skdpcluster.KTupleClusterer` on half the rows.
     samples_per_tuple : int or "auto", default="auto"
         Rows per block s (at least ``n_components``). ``"auto"``: half of the
         rows go to the blocks, ``(n_samples // 2) // n_tuples``.
@@ -398,14 +402,14 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         Delta of ``"noisy_centers"`` (> 6); ``None`` uses the paper's
         :math:`(10/\varepsilon)\,k\log(k/\delta)\sqrt{\log(k/\beta)}`.
     data_radius : float, default=None
-        Public bound Lambda on ``||x - data_center||``, used by ``"averages"``
-        only. With ``"averages"``, ``None`` (the default) releases a centre and a radius privately on 10%
-        of (epsilon, delta) (:mod:`skdpcluster.bounds`), stored in
-        ``data_center_`` and ``data_radius_``; ``"data"`` computes the exact
-        bound from the data (not private, with a
-        :class:`~skdpcluster.exceptions.PrivacyLeakWarning`).
-        With ``"data"`` the exact bound is used but not stored (``data_radius_``
-        is ``nan``) and ``privacy_spent_["proven"]`` is False. At most 1e100.
+        Public bound Lambda on ``||x - data_center||``, used by ``"located"``
+        and ``"averages"`` (so by the default ``"auto"``). ``None`` (the
+        default) releases a centre and a radius privately on 10% of (epsilon,
+        delta) (:mod:`skdpcluster.bounds`), stored in ``data_center_`` and
+        ``data_radius_``; ``"data"`` computes the exact bound from the data
+        (not private: a :class:`~skdpcluster.exceptions.PrivacyLeakWarning`,
+        the bound is used but not stored, ``data_radius_`` is ``nan``, and
+        ``privacy_spent_["proven"]`` is False). At most 1e100.
     data_center : array-like of shape (n_features,), default=None
         Public centre of the data ball; ``None`` means the origin.
     r_min : float, default=None
@@ -545,7 +549,7 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         delta=1e-6,
         beta=0.05,
         base_estimator=None,
-        tuple_method="noisy_centers",
+        tuple_method="auto",
         n_tuples="auto",
         samples_per_tuple="auto",
         separation=None,
@@ -614,14 +618,14 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         )
 
     def _needs_radius(self, data):
-        """Only ``tuple_method="averages"`` uses the bound (private bounds are skipped otherwise)."""
-        return self.tuple_method == "averages"
+        """Every tuple method but ``"noisy_centers"`` uses the bound."""
+        return self.tuple_method != "noisy_centers"
 
     def _plan(self, X):
         n_samples, n_features = X.shape
         center = self._resolve_center(n_features)
         radius, unproven = self.data_radius, {}
-        if self.tuple_method == "averages":
+        if self.tuple_method != "noisy_centers":
             radius, unproven = self._resolve_radius(X, center)
         unproven.update(self._check_sigma_bounds())
         clusterer = self._tuple_clusterer(radius)
