@@ -15,12 +15,14 @@ from skdpcluster.local._ldp import (
     server_aggregate,
     user_randomizer,
 )
+from skdpcluster.local._stable import LocalPrivateStableKMeans
 
 __all__ = [
     "AverageRound",
     "BallRegions",
     "CostRound",
     "GridRegions",
+    "LocalPrivateStableKMeans",
     "frequency_error_bound",
     "frequency_estimates",
     "server_aggregate",

@@ -300,7 +300,7 @@ def _randomize_rows(X, public_round, rng):
     index, vectors = regions.locate(X)
     blocks = np.zeros((len(X), regions.n_regions + 1, X.shape[1]))
     blocks[np.arange(len(X)), index] = vectors
-    blocks = blocks[:, :regions.n_regions].reshape(len(X), -1)
+    blocks = blocks[:, :regions.n_regions].reshape(len(X), regions.n_regions * X.shape[1])
     noisy, vector_event = gaussian_mechanism(
         blocks, sensitivity=BLOCK_SENSITIVITY, epsilon=AVERAGE_GAUSSIAN_SHARE
         * public_round.epsilon, delta=public_round.delta, rng=rng,
