@@ -24,6 +24,7 @@ from skdpcluster import (
     PrivateHighDimKMedian,
     PrivateStableKMeans,
     PrivateStableKMedian,
+    SampleAggregateStableKMeans,
 )
 from skdpcluster.datasets import make_separated_mixture
 from skdpcluster.ktuple import min_tuples
@@ -41,6 +42,7 @@ SKLEARN_CHECK_INSTANCES = [
     PrivateHighDimKMeans(n_clusters=2, data_radius=10.0, random_state=0),
     PrivateHighDimKMedian(n_clusters=2, data_radius=10.0, random_state=0),
     LocalPrivateStableKMeans(n_clusters=2, data_radius=10.0, random_state=0),
+    SampleAggregateStableKMeans(n_clusters=2, data_radius=10.0, random_state=0),
 ]
 
 # fit(X) without server data uses FedDP's documented SpherePacking fallback, which warns.
@@ -70,6 +72,9 @@ DP_CHECK_CASES = {
                              lambda: _easy(20_000, n_clusters=4, n_features=8, separation=10.0)),
     "PrivateHighDimKMedian": (PrivateHighDimKMedian(n_clusters=4, data_radius=20.0),
                               lambda: _easy(20_000, n_clusters=4, n_features=8, separation=10.0)),
+    "SampleAggregateStableKMeans": (
+        SampleAggregateStableKMeans(n_clusters=2, epsilon=4.0, data_radius=600.0),
+        lambda: _easy(40_000)),
     # The local model needs many more rows (noise of order sqrt(n) per round).
     "LocalPrivateStableKMeans": (LocalPrivateStableKMeans(n_clusters=2, epsilon=4.0, data_radius=600.0),
                                  lambda: _easy(100_000)),
