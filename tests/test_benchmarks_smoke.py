@@ -84,3 +84,11 @@ def test_breakdown_times_the_parts():
 def test_growth_exponent_recovers_a_power_law():
     rows = [{"n_samples": n, "seconds": 3.0 * n**1.5} for n in (10, 100, 1000)]
     assert speed.growth_exponent(rows, "seconds") == pytest.approx(1.5)
+
+
+def test_local_benchmark_useful_from_is_the_first_n_within_one_percent():
+    from benchmarks import bench_local as local
+
+    rows = [{"method": "a", "n": 10, "cost_ratio": 2.0}, {"method": "a", "n": 100, "cost_ratio": 1.005},
+            {"method": "b", "n": 10, "cost_ratio": 1.5}]
+    assert local.useful_from(rows) == {"a": 100, "b": None}
