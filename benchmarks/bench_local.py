@@ -34,7 +34,6 @@ import argparse
 import time
 import warnings
 
-import numpy as np
 from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score
 
@@ -51,7 +50,7 @@ PROTOCOLS = {
             "local_epsilons": [0.5, 1.0, 2.0, 4.0],
             "sa_sizes": [10**4, 10**5, 3 * 10**5, 10**6, 4 * 10**6], "seeds": 10},
 }
-#: A run is "useful" when its cost is within 1 % of non-private k-means (the stable benchmark's bar).
+#: "Useful": cost within 1 % of non-private k-means (the stable benchmark's bar).
 USEFUL_RATIO = 1.01
 
 

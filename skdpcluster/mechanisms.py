@@ -558,7 +558,8 @@ def randomized_response(values, *, n_values, epsilon, rng, label="", neighbourin
     if not (isinstance(n_values, Integral) and n_values >= 2):
         raise ValueError(f"n_values must be an integer >= 2, got n_values={n_values!r}.")
     values = np.asarray(values)
-    if not (np.issubdtype(values.dtype, np.integer) and np.all((values >= 0) & (values < n_values))):
+    in_domain = np.issubdtype(values.dtype, np.integer) and np.all((values >= 0) & (values < n_values))
+    if not in_domain:
         raise ValueError(f"values must be integers in [0, n_values={n_values}).")
     keep_probability = _rr_keep_probability(epsilon, n_values)
     keep = rng.random(values.shape) < keep_probability

@@ -89,6 +89,7 @@ def test_growth_exponent_recovers_a_power_law():
 def test_local_benchmark_useful_from_is_the_first_n_within_one_percent():
     from benchmarks import bench_local as local
 
-    rows = [{"method": "a", "n": 10, "cost_ratio": 2.0}, {"method": "a", "n": 100, "cost_ratio": 1.005},
+    rows = [{"method": "a", "n": 10, "cost_ratio": 2.0},
+            {"method": "a", "n": 100, "cost_ratio": 1.005},
             {"method": "b", "n": 10, "cost_ratio": 1.5}]
     assert local.useful_from(rows) == {"a": 100, "b": None}

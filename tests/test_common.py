@@ -76,8 +76,9 @@ DP_CHECK_CASES = {
         SampleAggregateStableKMeans(n_clusters=2, epsilon=4.0, data_radius=600.0),
         lambda: _easy(40_000)),
     # The local model needs many more rows (noise of order sqrt(n) per round).
-    "LocalPrivateStableKMeans": (LocalPrivateStableKMeans(n_clusters=2, epsilon=4.0, data_radius=600.0),
-                                 lambda: _easy(100_000)),
+    "LocalPrivateStableKMeans": (
+        LocalPrivateStableKMeans(n_clusters=2, epsilon=4.0, data_radius=600.0),
+        lambda: _easy(100_000)),
 }
 
 

@@ -8,7 +8,6 @@ the chunks' T·k centres into k initial centres, then the core steps of
 from dataclasses import replace
 from numbers import Integral
 
-import numpy as np
 from sklearn.cluster import KMeans
 
 from skdpcluster._tuples import generate_tuples
@@ -25,7 +24,7 @@ ROWS_PER_CLUSTER = 50
 
 
 def _group_factor(n_clusters):
-    """zCDP group-privacy factor k^2 for the k centres one row can move (Bun & Steinke 2016, Prop. 1.9)."""
+    """Group-privacy factor k^2 of zCDP for the k centres one row moves (Bun & Steinke, Prop. 1.9)."""
     return n_clusters**2
 
 

@@ -293,8 +293,8 @@ def _randomize_rows(X, public_round, rng):
                - nearest_centers(X, public_round.reference)[1])
         value = np.clip(gap, -public_round.tau, public_round.tau)
         noisy, event = gaussian_mechanism(
-            value, sensitivity=COST_SENSITIVITY_FACTOR * public_round.tau, epsilon=public_round.epsilon,
-            delta=public_round.delta, rng=rng, label=f"local/{public_round.name}/cost_gap")
+            value, sensitivity=COST_SENSITIVITY_FACTOR * public_round.tau,
+            epsilon=public_round.epsilon, delta=public_round.delta, rng=rng, label=f"local/{public_round.name}/cost_gap")
         return np.reshape(noisy, (-1, 1)), [event]
     regions = public_round.regions
     index, vectors = regions.locate(X)
@@ -399,7 +399,7 @@ def server_aggregate(reports, public_round):
 
 
 def simulate_round(X, public_round, rng):
-    """Every row randomized by its own user, in blocks of rows; the estimate and one report's events.
+    """Every row randomized by its own user, in blocks; the estimate and one report's events.
 
     Equal in distribution to ``server_aggregate`` of the ``user_randomizer``
     reports of all rows, without holding all reports in memory. A round

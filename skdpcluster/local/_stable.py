@@ -55,7 +55,7 @@ def random_projection(n_features, dim, rng):
 
 
 def _per_user_guarantee(round_events):
-    """One user's (epsilon, delta): the largest basic composition over the rounds' single reports."""
+    """One user's (epsilon, delta): the largest basic composition of one round's report."""
     costs = [(math.fsum(e.epsilon for e in events), math.fsum(e.delta for e in events))
              for events in round_events.values()]
     return max(c[0] for c in costs), max(c[1] for c in costs)
