@@ -8,7 +8,10 @@ cluster
     The private clustering estimators: :class:`KTupleClusterer`,
     :class:`PrivateStableKMeans`, :class:`PrivateStableKMedian`,
     :class:`PrivateHighDimKMeans`, :class:`PrivateHighDimKMedian`,
-    :class:`FederatedPrivateKMeans`.
+    :class:`FederatedPrivateKMeans`, :class:`SampleAggregateStableKMeans`.
+local
+    The local model: :class:`~skdpcluster.local.LocalPrivateStableKMeans`,
+    per-user randomizers and server aggregators.
 mixture
     :class:`PrivateGaussianMixture`.
 model_selection
@@ -43,6 +46,7 @@ from skdpcluster.cluster import (
     PrivateHighDimKMedian,
     PrivateStableKMeans,
     PrivateStableKMedian,
+    SampleAggregateStableKMeans,
 )
 from skdpcluster.exceptions import (
     BudgetExceededError,
@@ -81,6 +85,7 @@ __all__ = [
     "PrivateStableKMeans",
     "PrivateStableKMedian",
     "PrivateStepFailedWarning",
+    "SampleAggregateStableKMeans",
     "UnprovenPrivacyWarning",
     "__version__",
 ]

@@ -19,6 +19,8 @@ exact result they implement:
   trick in log space.
 * AboveThreshold, the sparse vector technique (Dwork & Roth 2014,
   Algorithm 1 and Theorem 3.23).
+* Generalized randomized response (Warner 1965; Kairouz, Oh & Viswanath 2014),
+  the local randomizer of the frequency oracle of :mod:`skdpcluster.local`.
 * zCDP conversions (Bun & Steinke 2016, Propositions 1.3 and 1.4).
 * Amplification by subsampling without replacement under replace-one
   neighbours (Balle, Barthe & Gaboardi 2018, Theorem 10), and the bound of
@@ -48,6 +50,7 @@ __all__ = [
     "gaussian_sigma",
     "laplace_mechanism",
     "laplace_zero_cells_above",
+    "randomized_response",
     "subsampled_epsilon_delta",
     "subsampled_event",
     "zcdp_gaussian_mechanism",
@@ -566,6 +569,67 @@ def above_threshold(values, *, threshold, sensitivity, epsilon, rng, label="",
         if value + rng.laplace(0.0, 4.0 * sensitivity / epsilon) >= noisy_threshold:
             return index, event
     return None, event
+
+
+# ---------------------------------------------------------------------------
+# Randomized response (local model)
+# ---------------------------------------------------------------------------
+
+
+def _rr_keep_probability(epsilon, n_values):
+    r"""Probability :math:`p = e^\varepsilon/(e^\varepsilon + m - 1)` of reporting the true value."""
+    return 1.0 / (1.0 + (n_values - 1) * math.exp(-epsilon))
+
+
+def randomized_response(values, *, n_values, epsilon, rng, label="", neighbouring="replace_one"):
+    r"""Generalized randomized response: each value is reported truthfully or replaced at random.
+
+    Every entry :math:`v \in \{0, \dots, m-1\}` (one user's value) is kept
+    with probability :math:`p = e^\varepsilon/(e^\varepsilon + m - 1)` and
+    otherwise replaced by a uniform draw among the :math:`m - 1` other values,
+    so every report :math:`j` has probability :math:`p` or
+    :math:`q = 1/(e^\varepsilon + m - 1)`. For two inputs :math:`v, v'` of one
+    user the likelihood ratio of every report is in
+    :math:`\{q/p, 1, p/q\} = \{e^{-\varepsilon}, 1, e^{\varepsilon}\}`:
+    one report is exactly :math:`\varepsilon`-LDP (Warner 1965; Kairouz, Oh &
+    Viswanath 2014, "k-ary randomized response").
+
+    Parameters
+    ----------
+    values : int or array-like of int
+        One value per user, each in ``[0, n_values)``; each entry is
+        randomized independently (one report per user).
+    n_values : int
+        Domain size m, >= 2.
+    epsilon : float
+        Privacy parameter of one report, > 0.
+    rng : numpy.random.Generator
+    label, neighbouring : str
+        Copied into the event.
+
+    Returns
+    -------
+    reports : int or ndarray of int
+    event : PrivacyEvent
+        The cost of **one** user's report.
+    """
+    epsilon, _ = check_epsilon_delta(epsilon, 0.0)
+    if not (isinstance(n_values, Integral) and n_values >= 2):
+        raise ValueError(f"n_values must be an integer >= 2, got n_values={n_values!r}.")
+    values = np.asarray(values)
+    in_domain = np.issubdtype(values.dtype, np.integer) and np.all((values >= 0) & (values < n_values))
+    if not in_domain:
+        raise ValueError(f"values must be integers in [0, n_values={n_values}).")
+    keep_probability = _rr_keep_probability(epsilon, n_values)
+    keep = rng.random(values.shape) < keep_probability
+    other = rng.integers(n_values - 1, size=values.shape)
+    other = other + (other >= values)  # uniform over the m - 1 values other than the truth
+    reports = np.where(keep, values, other).astype(np.intp)
+    event = PrivacyEvent(
+        "randomized_response", epsilon, 0.0, scale=keep_probability, label=label,
+        neighbouring=neighbouring, details={"n_values": int(n_values)},
+    )
+    return (reports.item() if reports.ndim == 0 else reports), event
 
 
 # ---------------------------------------------------------------------------

@@ -68,7 +68,7 @@ def test_timing_row_has_positive_times_and_ratios():
     X = speed.make_data(20_000, 1e4, n_clusters=2, n_features=2)  # 10 rows per tuple
     row = speed.compare(X, n_clusters=2)
     assert row["status"] == "success"
-    assert row["n_tuples"] == min_tuples(1.0, 1e-6, 0.05)
+    assert row["n_tuples"] == 20_000 // (5 * 2)  # the default "located" method: n // (5 k) tuples
     for key in ("ktuple_s", "kmeans_s", "time_ratio", "ktuple_mib", "kmeans_mib", "memory_ratio"):
         assert row[key] > 0 and math.isfinite(row[key])
     assert row["time_ratio"] == pytest.approx(row["ktuple_s"] / row["kmeans_s"])
@@ -110,3 +110,12 @@ def test_practical_run_scores_one_tiny_fit():
     row = practical.ktuple_run("k2_d1", 2_000, 1.01, "auto", seed=0)
     assert row["method"] == "located" and row["released"] in (True, False)
     assert row["ok"] == (row["released"] and row["ari"] >= 0.99 and row["cost_ratio"] <= 1.01)
+
+
+def test_local_benchmark_useful_from_is_the_first_n_within_one_percent():
+    from benchmarks import bench_local as local
+
+    rows = [{"method": "a", "n": 10, "cost_ratio": 2.0},
+            {"method": "a", "n": 100, "cost_ratio": 1.005},
+            {"method": "b", "n": 10, "cost_ratio": 1.5}]
+    assert local.useful_from(rows) == {"a": 100, "b": None}

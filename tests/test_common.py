@@ -24,9 +24,11 @@ from skdpcluster import (
     PrivateHighDimKMedian,
     PrivateStableKMeans,
     PrivateStableKMedian,
+    SampleAggregateStableKMeans,
 )
 from skdpcluster.datasets import make_separated_mixture
 from skdpcluster.ktuple import min_tuples
+from skdpcluster.local import LocalPrivateStableKMeans
 from skdpcluster.utils.estimator_checks import dp_checks, expected_failed_checks
 
 SKLEARN_CHECK_INSTANCES = [
@@ -40,6 +42,8 @@ SKLEARN_CHECK_INSTANCES = [
     PrivateStableKMedian(n_clusters=2, data_radius=10.0, random_state=0),
     PrivateHighDimKMeans(n_clusters=2, data_radius=10.0, random_state=0),
     PrivateHighDimKMedian(n_clusters=2, data_radius=10.0, random_state=0),
+    LocalPrivateStableKMeans(n_clusters=2, data_radius=10.0, random_state=0),
+    SampleAggregateStableKMeans(n_clusters=2, data_radius=10.0, random_state=0),
 ]
 
 # fit(X) without server data uses FedDP's documented SpherePacking fallback, which warns.
@@ -72,6 +76,13 @@ DP_CHECK_CASES = {
                              lambda: _easy(20_000, n_clusters=4, n_features=8, separation=10.0)),
     "PrivateHighDimKMedian": (PrivateHighDimKMedian(n_clusters=4, data_radius=20.0),
                               lambda: _easy(20_000, n_clusters=4, n_features=8, separation=10.0)),
+    "SampleAggregateStableKMeans": (
+        SampleAggregateStableKMeans(n_clusters=2, epsilon=4.0, data_radius=600.0),
+        lambda: _easy(40_000)),
+    # The local model needs many more rows (noise of order sqrt(n) per round).
+    "LocalPrivateStableKMeans": (
+        LocalPrivateStableKMeans(n_clusters=2, epsilon=4.0, data_radius=600.0),
+        lambda: _easy(100_000)),
 }
 
 
@@ -137,6 +148,8 @@ def test_joblib_dump_round_trip(case, case_data, tmp_path):
 @pytest.mark.parametrize("case", sorted(DP_CHECK_CASES))
 def test_dask_backend_gives_the_same_fit(case, case_data):
     distributed = pytest.importorskip("distributed")
+    if "n_jobs" not in DP_CHECK_CASES[case][0].get_params():
+        pytest.skip("no parallel path (the local-model simulation is one vectorised pass)")
     X = case_data(case)
     expected = _fresh(case, n_jobs=1).fit(X)
     with distributed.Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=":0"):

@@ -19,6 +19,7 @@ PUBLIC_MODULES = [
     "skdpcluster.datasets",
     "skdpcluster.exceptions",
     "skdpcluster.ktuple",
+    "skdpcluster.local",
     "skdpcluster.mechanisms",
     "skdpcluster.mixture",
     "skdpcluster.model_selection",

@@ -1,0 +1,110 @@
+"""SampleAggregateStableKMeans: group-privacy aggregation, accounting, validation, utility."""
+
+import math
+
+import numpy as np
+import pytest
+from sklearn.cluster import KMeans
+
+from dp_stats import event_counts, mu_lower_bound
+from skdpcluster import BudgetAccountant, SampleAggregateStableKMeans
+from skdpcluster.cluster import _sample_aggregate, _stable_init
+from skdpcluster.cluster._stable_init import GRID_LEVELS, GRID_SHARES
+from skdpcluster.datasets import make_separated_mixture
+
+
+_REAL_RELEASE = _stable_init.zcdp_gaussian_mechanism
+
+
+class _FirstRelease(Exception):
+    """Raised by the spy to stop the aggregation after its first release."""
+
+
+def _first_count_release(monkeypatch, points, rho, n_runs, seed):
+    """The real first release of the aggregation (grid counts at g = 2), ``n_runs`` times."""
+    captured = []
+
+    def spy(value, **kwargs):
+        noisy, event = _REAL_RELEASE(value, **kwargs)
+        captured.append(noisy)
+        raise _FirstRelease
+
+    monkeypatch.setattr(_stable_init, "zcdp_gaussian_mechanism", spy)
+    rng = np.random.default_rng(seed)
+    for _ in range(n_runs):
+        with pytest.raises(_FirstRelease):
+            _sample_aggregate.aggregate_chunk_centers(points, 2, rho=rho, data_radius=1.0,
+                                                      neighbouring="replace_one", rng=rng)
+    return np.array(captured)
+
+
+@pytest.mark.parametrize("factor, should_pass", [
+    pytest.param(1.0, True, id="real"),
+    pytest.param(0.25, False, id="mutant-half-sensitivity"),
+])
+def test_aggregation_covers_a_whole_chunk(monkeypatch, factor, should_pass):
+    """One row moves the k = 2 centres of its chunk: the g = 2 counts change by (-2, +2).
+
+    Worst case: both centres of one chunk go from the cell [-1, 0) to [0, 1].
+    Claim (rho of that release for one row): the counts get 0.12 of rho over
+    the 6 grid levels, mu = sqrt(2 rho_release). The statistic n_1 - n_0 sees
+    the whole L2 change. The mutant uses k^2 / 4 (the sensitivity k / 2).
+    """
+    original = _sample_aggregate._group_factor
+    monkeypatch.setattr(_sample_aggregate, "_group_factor", lambda k: factor * original(k))
+    rho = 2.0
+    base = np.r_[np.full(40, -0.5), np.full(40, 0.5)][:, None]
+    a = np.r_[base, [[-0.9], [-0.8]]]
+    b = np.r_[base, [[0.8], [0.9]]]
+    n_runs = 40_000
+    samples = [_first_count_release(monkeypatch, points, rho, n_runs, seed)
+               for seed, points in ((1, a), (2, b))]
+    statistic = [s[:, 1] - s[:, 0] for s in samples]
+    scale = np.std(statistic[0])
+    edges = np.mean(statistic[0]) + np.linspace(-3.0, 7.0, 51) * scale
+    bound = mu_lower_bound(event_counts(statistic[0], edges), n_runs,
+                           event_counts(statistic[1], edges), n_runs)
+    claim = math.sqrt(2.0 * rho * GRID_SHARES["counts"] / len(GRID_LEVELS))
+    assert (bound <= claim) is should_pass, (bound, claim)
+
+
+@pytest.fixture(scope="module")
+def mixture():
+    return make_separated_mixture(300_000, n_clusters=4, n_features=4, separation=10 / 2**0.5,
+                                  random_state=0)[0]
+
+
+def test_ledger_and_group_privacy_accounting(mixture):
+    accountant = BudgetAccountant()
+    est = SampleAggregateStableKMeans(n_clusters=4, epsilon=2.0, data_radius=20.0,
+                                      accountant=accountant, random_state=0).fit(mixture)
+    assert est.initializer_info_["n_chunks"] == 300_000 // (50 * 4)
+    aggregation = [e for e in est.privacy_ledger_ if e.label.startswith("sample_aggregate")]
+    assert aggregation and all("rho x k^2" in e.details["group_privacy"] for e in aggregation)
+    assert math.fsum(e.rho for e in aggregation) <= est.budget_["initializer"]["rho"] * (1 + 1e-9)
+    total = est.privacy_ledger_[-1]
+    assert total.rho == pytest.approx(math.fsum(e.rho for e in est.privacy_ledger_[:-1]))
+    assert est.privacy_spent_["epsilon"] <= 2.0 and accountant.total()[0] <= 2.0
+    assert est.selected_ == "core"  # selection="none": the thesis releases the core candidate
+
+
+def test_recovers_the_optimum_with_enough_rows(mixture):
+    """At n = 3e5, epsilon = 4 the cost is within 1% of non-private k-means (measured 1.00001)."""
+    est = SampleAggregateStableKMeans(n_clusters=4, epsilon=4.0, data_radius=20.0,
+                                      random_state=0, accountant=BudgetAccountant()).fit(mixture)
+    reference = KMeans(4, n_init=3, random_state=0).fit(mixture)
+    assert est.score(mixture) / reference.score(mixture) < 1.01
+
+
+def test_too_many_chunks_raise_before_spending():
+    X = np.random.default_rng(0).normal(size=(100, 2))
+    accountant = BudgetAccountant()
+    with pytest.raises(ValueError, match="fewer than n_clusters=4 rows per chunk"):
+        SampleAggregateStableKMeans(n_clusters=4, n_chunks=50, data_radius=5.0,
+                                    accountant=accountant).fit(X)
+    assert accountant.ledger == []
+
+
+def test_auto_chunks_on_small_data_is_one_chunk():
+    agg = _sample_aggregate.SampleAggregateInitializer()
+    assert agg.resolved_chunks(150, 4) == 1 and agg.resolved_chunks(400, 4) == 2

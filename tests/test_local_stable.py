@@ -1,0 +1,102 @@
+"""LocalPrivateStableKMeans: rounds, per-user accounting, validation and utility."""
+
+import math
+
+import numpy as np
+import pytest
+from sklearn.metrics import adjusted_rand_score
+
+from skdpcluster import BudgetAccountant
+from skdpcluster.datasets import make_separated_mixture
+from skdpcluster.local import LocalPrivateStableKMeans
+from skdpcluster.local._stable import ROUNDS, split_users
+from skdpcluster.mechanisms import analytic_gaussian_sigma
+
+
+@pytest.fixture(scope="module")
+def easy():
+    return make_separated_mixture(50_000, n_clusters=2, n_features=2, separation=20,
+                                  random_state=0)
+
+
+def _fit(X, **params):
+    params = {"n_clusters": 2, "epsilon": 4.0, "data_radius": 30.0, "random_state": 0,
+              "accountant": BudgetAccountant(), **params}
+    return LocalPrivateStableKMeans(**params).fit(X)
+
+
+def test_three_rounds_each_user_in_exactly_one(easy):
+    est = _fit(easy[0])
+    assert est.n_rounds_ == 3
+    assert [r["name"] for r in est.rounds_] == ["init", "core", "select"]
+    assert sum(r["n_users"] for r in est.rounds_) == len(easy[0])
+    assert [r["n_users"] for r in est.rounds_] == [22_500, 22_500, 5_000]
+    for entry in est.rounds_:  # one user's single report is exactly the per-user budget
+        assert entry["epsilon"] == pytest.approx(4.0) and entry["delta"] == pytest.approx(1e-6)
+
+
+def test_split_users_is_a_partition():
+    groups = split_users(1001, {"init": 0.45, "core": 0.45, "select": 0.10},
+                         np.random.default_rng(0))
+    members = np.concatenate([groups[name] for name in ROUNDS])
+    assert np.array_equal(np.sort(members), np.arange(1001))
+
+
+def test_per_user_guarantee_is_charged_once(easy):
+    accountant = BudgetAccountant()
+    est = _fit(easy[0], epsilon=2.0, delta=1e-7, accountant=accountant)
+    assert est.privacy_spent_ == {"epsilon": 2.0, "delta": 1e-7, "proven": True,
+                                  "model": "local, per user"}
+    assert accountant.total() == (2.0, 1e-7) and len(accountant.ledger) == 1
+    last = est.privacy_ledger_[-1]
+    assert last.mechanism == "local_per_user" and last.details["model"] == "local model, per user"
+    assert all(e.cost() == (0.0, 0.0) for e in est.privacy_ledger_[:-1])
+    per_round = {}
+    for event in est.privacy_ledger_[:-1]:
+        per_round.setdefault(event.details["round"], []).append(event.details["per_user_epsilon"])
+    assert {name: math.fsum(v) for name, v in per_round.items()} == pytest.approx(
+        {"init": 2.0, "core": 2.0, "select": 2.0})
+
+
+def test_recovers_separated_clusters(easy):
+    X, y = easy
+    est = _fit(X)
+    assert est.selected_ == "core" and not est.core_fallback_.any()
+    assert adjusted_rand_score(y, est.predict(X)) == 1.0
+    # Core-round noise of a centre: r * sigma * sqrt(n_core) / N per coordinate, with
+    # r = 40 / 3, sigma the per-user block noise at (epsilon/2, delta) and N = n_core / 2;
+    # 4 standard deviations in each of the 2 coordinates.
+    sigma = analytic_gaussian_sigma(2.0, 2.0, 1e-6)
+    n_core = est.rounds_[1]["n_users"]
+    tolerance = 4 * math.sqrt(2) * (40 / 3) * sigma * math.sqrt(n_core) / (n_core / 2)
+    truth = np.array([[-20.0, 0.0], [20.0, 0.0]])
+    assert np.max(np.linalg.norm(est.cluster_centers_ - truth, axis=1)) < tolerance
+
+
+@pytest.mark.parametrize("params, match", [
+    ({"data_radius": None}, "needs a public data_radius"),
+    ({"groups": {"init": 0.5, "core": 0.5}}, "groups must map each of"),
+    ({"groups": {"init": 0.5, "core": 0.6, "select": -0.1}}, "groups must map each of"),
+    ({"n_clusters": 0}, "n_clusters"),
+])
+def test_bad_parameters_raise_before_spending(easy, params, match):
+    accountant = BudgetAccountant()
+    with pytest.raises(ValueError, match=match):
+        _fit(easy[0][:1000], accountant=accountant, **params)
+    assert accountant.ledger == []
+
+
+def test_a_round_without_users_does_not_crash():
+    X = np.array([[0.0, 0.0], [1.0, 1.0]])  # floor(0.45 * 2) = 0 users in init and core
+    with pytest.warns(UserWarning, match="heavy grid cells"):
+        est = _fit(X)
+    assert est.status_ == "success" and est.cluster_centers_.shape == (2, 2)
+    assert [r["n_users"] for r in est.rounds_] == [0, 0, 2]
+
+
+def test_one_cluster_is_a_local_mean():
+    rng = np.random.default_rng(1)
+    X = rng.normal(3.0, 1.0, size=(40_000, 2))
+    est = _fit(X, n_clusters=1, data_radius=10.0)
+    assert est.selected_ in ("core", "initial")
+    assert np.linalg.norm(est.candidate_centers_["core"][0] - 3.0) < 1.0
