@@ -32,6 +32,7 @@ from skdpcluster.cluster._highdim_candidates import (
     private_candidates,
     private_local_swap,
     project_rows,
+    swap_sample,
 )
 from skdpcluster.cluster._highdim_recovery import (
     CELL_FACTOR,
@@ -368,7 +369,7 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
 
     def _trial(self, data, settings, budget, rng):
         """One trial of Algorithm 4: project, candidates, local swap, recovery and refinement."""
-        project_rng, candidate_rng, swap_rng, mean_rng = rng.spawn(4)
+        project_rng, candidate_rng, swap_rng, mean_rng, sample_rng = rng.spawn(5)
         Y = project_rows(data.X, settings.proj_dim, settings.proj_radius, project_rng)
         candidates, events, info = private_candidates(
             Y, radius=settings.proj_radius, n_shifts=settings.n_shifts,
@@ -381,7 +382,7 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
         candidates, start = initial_slots(candidates, self.n_clusters, settings.init, swap_rng)
         distances = DistanceRows(Y, candidates.centers, self._POWER)
         slots, swap_events, _ = private_local_swap(
-            distances, start,
+            swap_sample(distances, settings.n_samples, sample_rng), start,
             n_iter=settings.n_swap_iter, epsilon=budget.swap,
             sensitivity=(2.0 * settings.proj_radius) ** self._POWER,
             neighbouring=self.neighbouring, rng=swap_rng)
