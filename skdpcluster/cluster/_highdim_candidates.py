@@ -371,7 +371,8 @@ def initial_slots(candidates, n_clusters, init, rng):
     weights = np.maximum(candidates.weights, 1e-12)
     coreset = KMeans(n_clusters, n_init=_CORESET_N_INIT,
                      random_state=int(rng.integers(2**31 - 1)))
-    labels = coreset.fit_predict(candidates.centers, sample_weight=weights)
+    with threadpool_limits(limits=1):  # at most a few thousand candidates: threads only cost
+        labels = coreset.fit_predict(candidates.centers, sample_weight=weights)
     start = CandidateSet(coreset.cluster_centers_, np.bincount(labels, weights, n_clusters),
                          np.full(n_clusters, -2))
     slots = np.arange(len(candidates.centers), len(candidates.centers) + n_clusters)
