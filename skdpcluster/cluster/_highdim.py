@@ -669,7 +669,12 @@ _ALGORITHM = r"""
        :math:`2^p` children are never enumerated);
     3. **local swap** (Algorithm 3): T rounds of an exponential mechanism
        over (slot, candidate) swaps with score :math:`-L(Z')` and
-       sensitivity :math:`\Delta_L`, then one more to pick an iterate;
+       sensitivity :math:`\Delta_L`, then one more to pick an iterate; the
+       loss is summed over a Poisson sample of the rows, each kept with
+       probability :math:`\min(1, m/\tilde n)` by public coins
+       (:math:`m = 2^{16}`; an extension for speed that leaves the
+       sensitivity unchanged,
+       :func:`~skdpcluster.cluster._highdim_candidates.swap_sample`);
     4. **recovery**: the partition of the projected rows by the chosen
        centres is lifted back: noisy sums and counts in :math:`\mathbb{R}^d`,
        the noisy means shrunk towards the ball's centre by
@@ -687,7 +692,7 @@ _ALGORITHM = r"""
     trials (sensitivity :math:`(2\Lambda)^q`). ``privacy_ledger_`` lists
     them; their sum is at most epsilon.
 
-    **Runtime** :math:`O(nd p + RLnp + T|C|n + (1 + \text{refine})\,ndk)` per
+    **Runtime** :math:`O(nd p + RLnp + T|C|\min(n, m) + (1 + \text{refine})\,ndk)` per
     trial with :math:`|C|` capped by ``max_candidates`` and memory
     :math:`O(nd + nk)` plus fixed-size blocks (spec §5.4).
 """
