@@ -793,7 +793,7 @@ def _check_cells(labels, centers, radii, n_points):
 
 
 def _unit_sums(iterates, sorted_points, cells):
-    r"""Per cell :math:`\sum_x u(w_j - x)`; ``cells`` holds (cell, start, stop) of the sorted points.
+    r"""Per cell :math:`\sum_x u(w_j - x)`; ``cells``: (cell, start, stop) of the sorted points.
 
     Each cell's points are contiguous and taken in blocks of about
     :data:`_MEDIAN_BLOCK_ELEMENTS` values (cache-sized: 4x faster than whole

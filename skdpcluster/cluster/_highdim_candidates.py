@@ -172,7 +172,7 @@ def _unique_rows(coords, depth):
 
 
 def _child_cells(coords, parent_of, n_parents, depth):
-    """:func:`_unique_rows` of the children's coordinates, by a histogram over the parents' children.
+    """:func:`_unique_rows` of the children's coordinates by a histogram of the parents' children.
 
     A point's child is its parent's index (``parent_of``) and the low bit of
     each coordinate, :math:`p` bits: when the :math:`2^p` children of the
@@ -203,7 +203,8 @@ def _level_step(Y, alive, parents, depth, level, grid, rng, parent_of):
 
     ``alive`` indexes the points lying in active cubes of depth ``depth - 1``,
     ``parents`` holds the integer coordinates of all those cubes (empty ones
-    included) and ``parent_of`` the row of ``parents`` holding each alive point. A child is activated iff its count plus
+    included) and ``parent_of`` the row of ``parents`` holding each alive
+    point. A child is activated iff its count plus
     :math:`\mathrm{Lap}(b)` exceeds :math:`\gamma`; the children are
     disjoint, so one histogram release of L1 sensitivity ``level.sensitivity``
     costs ``level.epsilon`` (Theorem 2). Empty children are handled by the
@@ -425,7 +426,7 @@ class DistanceRows:
 
 
 def swap_sample(distances, n_noisy, rng, expected_rows=SWAP_SAMPLE_ROWS):
-    r"""The rows the local search scores: each kept independently with rate :math:`q = \min(1, m/\tilde n)`.
+    r"""The rows the local search scores: each kept with probability :math:`\min(1, m/\tilde n)`.
 
     An extension of Algorithm 3 for speed (the paper scores every row):
     with :math:`m` = ``expected_rows`` the local search costs
