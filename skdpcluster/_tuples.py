@@ -94,7 +94,8 @@ def generate_tuples(
     n_tuples : int
         t, the number of tuples (blocks).
     rng : numpy.random.Generator
-        Draws the blocks, then is spawned into one child generator per block.
+        Draws the blocks, then is spawned into one child generator per group of
+        ``_BLOCKS_PER_GENERATOR`` consecutive blocks.
     sampling : {"partition", "with_replacement"}, default="partition"
         ``"partition"``: the rows are randomly permuted and cut into
         ``n_tuples`` disjoint blocks of ``samples_per_tuple`` rows (by default
