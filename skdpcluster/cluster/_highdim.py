@@ -25,6 +25,7 @@ from sklearn.utils.validation import check_array
 
 from skdpcluster.averaging import _project_onto_ball, private_count
 from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _BasePrivateClusterer
+from skdpcluster.cluster._federated_init import clip_rows
 from skdpcluster.cluster._highdim_candidates import (
     DistanceRows,
     cap_candidates,
@@ -315,10 +316,11 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
 
     # -- private part -------------------------------------------------------------------
     def _prepare(self, X, center, radius):
-        rows = X - center
         if self.recovery == "sparse":
-            rows = sparsify_rows(rows, self.sparsity, float(self.coord_bound))
-        rows = _project_onto_ball(rows, 0.0, radius)
+            rows = sparsify_rows(X - center, self.sparsity, float(self.coord_bound))
+            rows = _project_onto_ball(rows, 0.0, radius)
+        else:
+            rows = clip_rows(X, center, radius)  # one copy of X, clipped in place
         return _Data(rows, np.einsum("ij,ij->i", rows, rows), radius)
 
     def _fit_private(self, X, plan, rng):

@@ -216,7 +216,11 @@ def _level_step(Y, alive, parents, depth, level, grid, rng, parent_of):
     """
     origin, edge = grid
     top = 2**depth - 1
-    coords = np.clip(np.floor((Y[alive] - origin) / (edge / 2**depth)), 0, top).astype(np.int64)
+    coords = Y[alive]  # a copy: the same arithmetic as floor((y - origin) / width), in place
+    coords -= origin
+    coords /= edge / 2**depth
+    np.floor(coords, out=coords)
+    coords = np.clip(coords, 0, top, out=coords).astype(np.int64)
     cells, inverse, counts = _child_cells(coords, parent_of, len(parents), depth)
     noisy, event = laplace_mechanism(
         counts.astype(float), sensitivity=level.sensitivity, epsilon=level.epsilon, rng=rng,
