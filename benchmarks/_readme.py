@@ -4,7 +4,9 @@ The section sits between the comment lines ``.. begin-results`` and
 ``.. end-results``; everything between them is replaced. The headline table is
 the utility comparison of the stable-k-means benchmark (our estimators against
 diffprivlib's DP-Lloyd, relative to non-private scikit-learn KMeans), followed
-by one line per other benchmark from the runner's summary.
+by the fit time ratios of the scaling benchmark and one line per other
+benchmark from the runner's summary. Times are quoted only as ratios to
+scikit-learn's in the same run.
 """
 
 import csv
@@ -18,7 +20,6 @@ BEGIN, END = ".. begin-results", ".. end-results"
 HEADLINE_COLUMNS = [
     ("method", "method"), ("n", "n"), ("share", "share of runs on target"), ("ari_min", "ARI (min)"),
     ("cost_ratio_median", "cost / sklearn (median)"), ("cost_ratio_max", "cost / sklearn (max)"),
-    ("fit_s_median", "fit s (median)"),
 ]
 
 
@@ -51,6 +52,22 @@ def _stable_rows():
         return list(csv.DictReader(handle))
 
 
+def scaling_lines():
+    """Fit time ratios to ``KMeans(n_init=1)`` from ``scaling.csv`` (never absolute seconds)."""
+    path = RESULTS / "scaling.csv"
+    if not path.exists():
+        return []
+    with path.open() as handle:
+        rows = list(csv.DictReader(handle))
+    lines = ["Fit time / scikit-learn ``KMeans(n_init=1)`` time, same process, median of 5 "
+             "(``bench_scaling``, d = 10, k = 10):", ""]
+    for name in dict.fromkeys(row["estimator"] for row in rows):
+        ratios = ", ".join(f"{float(r['n_samples']):.0e}: {float(r['time_ratio']):.2f} x"
+                           for r in rows if r["estimator"] == name)
+        lines.append(f"* **{name}**: {ratios}")
+    return lines + [""]
+
+
 def headline_lines(rows):
     """The headline table (from ``stable_summary.csv``) as RST lines, or a note if it is missing."""
     if not rows:
@@ -76,7 +93,7 @@ def update_readme(summary, mode):
         f"apart, epsilon = 1, delta = 1e-6, {runs} runs per row; ``--full`` runs 20 and n = 10^6 too);",
         "the target is ARI >= 0.99 and k-means cost <= 1.01 x non-private scikit-learn ``KMeans``.",
         "``doc/benchmarks.rst`` explains every benchmark; all tables are in ``benchmarks/results/``.",
-        "", *headline_lines(stable), "",
+        "", *headline_lines(stable), "", *scaling_lines(),
     ]
     others = [row for row in summary if row.get("benchmark") != "stable"]
     if others:

@@ -50,7 +50,7 @@ How to read the output
 ``time_ratio`` and ``memory_ratio`` above 1 mean the private fit is slower
 or allocates more than scikit-learn's. ``slope_*`` near 1 is linear
 growth; a private slope below scikit-learn's at small n reflects the
-fixed per-tuple costs (the partition test and the per-block generators do
+fixed per-tuple costs (the partition test and the per-block random numbers do
 not grow with n). Timings on a shared machine are indicative.
 
 Usage::

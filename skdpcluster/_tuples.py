@@ -18,9 +18,10 @@ Two generators of the spec (``spec/cohen_ktuple.md``) are covered:
   "partition"``, ``output="label_means"``).
 
 Randomness follows ``DESIGN.md``: the blocks are drawn from ``rng``, then every
-block gets its own child generator (:func:`~skdpcluster.utils.spawn_generators`)
-before any work is dispatched, and every random choice made for a block comes
-from its child. The tuples are therefore a function of ``rng`` and ``X`` only,
+group of :data:`_BLOCKS_PER_GENERATOR` consecutive blocks (a public constant)
+gets its own child generator (:func:`~skdpcluster.utils.spawn_generators`),
+which draws the random numbers of its blocks in block order before any work is
+dispatched. The tuples are therefore a function of ``rng`` and ``X`` only,
 whatever ``n_jobs``, the joblib backend (Dask included) or the chunk size.
 
 Blocks are solved in chunks of many blocks per joblib task. For a
@@ -52,6 +53,9 @@ _CHUNK_BYTES = 16 * 2**20
 # With several workers, this many chunks per worker, so that chunks whose
 # blocks converge slowly do not leave the other workers idle.
 _CHUNKS_PER_WORKER = 4
+#: Consecutive blocks that share one child generator: spawning one per block
+#: cost about 10 µs a block. Fixed, so the draws never depend on the chunks.
+_BLOCKS_PER_GENERATOR = 1024
 _SAMPLINGS = ("partition", "with_replacement")
 _OUTPUTS = ("centers", "label_means")
 _METHODS = ("auto", "batched", "per_block")
@@ -90,7 +94,8 @@ def generate_tuples(
     n_tuples : int
         t, the number of tuples (blocks).
     rng : numpy.random.Generator
-        Draws the blocks, then is spawned into one child generator per block.
+        Draws the blocks, then is spawned into one child generator per group of
+        ``_BLOCKS_PER_GENERATOR`` consecutive blocks.
     sampling : {"partition", "with_replacement"}, default="partition"
         ``"partition"``: the rows are randomly permuted and cut into
         ``n_tuples`` disjoint blocks of ``samples_per_tuple`` rows (by default
@@ -140,23 +145,18 @@ def generate_tuples(
         centre array of another shape may depend on the data (a clusterer
         that finds its own number of clusters), so it gives a bad tuple.
 
-    Notes
-    -----
-    Spawning the per-block generators costs about 10 µs per tuple. For the
-    millions of tuples of the PrivatekAverages experiments (spec §10.5), call
-    this function once per chunk of tuples with a per-chunk generator.
     """
     _check_options(sampling=sampling, output=output, method=method)
     n_samples, n_features = X.shape
     block_size = _block_size(n_samples, n_clusters, n_tuples, sampling, samples_per_tuple)
     blocks = _draw_blocks(rng, n_samples, n_tuples, block_size, sampling)
-    block_rngs = spawn_generators(rng, n_tuples)
     estimator = _with_n_clusters(base_estimator, n_clusters)
     if _use_batched_path(estimator, method):
         solver = _BatchedKMeans.from_kmeans(estimator, output, block_size)
     else:
         solver = _PerBlockFits(estimator, output, (n_clusters, n_features))
-    tuples = _solve_in_chunks(solver, np.asarray(X, dtype=np.float64), blocks, block_rngs, n_jobs)
+    draws = _draw_per_block(solver, rng, n_tuples)
+    tuples = _solve_in_chunks(solver, np.asarray(X, dtype=np.float64), blocks, draws, n_jobs)
     return replace_bad_tuples(tuples)
 
 
@@ -243,6 +243,18 @@ def _draw_blocks(rng, n_samples, n_tuples, block_size, sampling):
     return used.reshape(n_tuples, block_size)
 
 
+def _draw_per_block(solver, rng, n_blocks):
+    """The random numbers of every block, in block order (row b: block b).
+
+    One child generator of ``rng`` per group of :data:`_BLOCKS_PER_GENERATOR`
+    consecutive blocks draws its blocks' numbers in one call.
+    """
+    stops = np.append(np.arange(_BLOCKS_PER_GENERATOR, n_blocks, _BLOCKS_PER_GENERATOR), n_blocks)
+    sizes = np.diff(stops, prepend=0)
+    children = spawn_generators(rng, len(sizes))
+    return np.concatenate([solver.draw(child, int(size)) for child, size in zip(children, sizes)])
+
+
 def _with_n_clusters(estimator, n_clusters):
     """Clone ``estimator`` with its ``n_clusters`` or ``n_components`` set to ``n_clusters``."""
     estimator = clone(estimator)
@@ -277,18 +289,18 @@ def _chunk_bounds(n_blocks, bytes_per_block, n_jobs):
     return list(zip(edges[:-1], edges[1:]))
 
 
-def _solve_in_chunks(solver, X, blocks, block_rngs, n_jobs):
+def _solve_in_chunks(solver, X, blocks, draws, n_jobs):
     """Run ``solver`` on chunks of blocks through joblib; tuples in block order.
 
-    The random numbers of every block are drawn from its own generator here,
-    in the calling process, so the tasks are pure functions of arrays.
+    ``draws`` holds the random numbers of every block, drawn in the calling
+    process (:func:`_draw_per_block`), so the tasks are pure functions of arrays.
     """
     n_blocks, block_size = blocks.shape
     bounds = _chunk_bounds(n_blocks, solver.bytes_per_block(block_size, X.shape[1]), n_jobs)
     tasks = (
         delayed(solver)(
             np.take(X, blocks[start:stop], axis=0),  # much faster than X[...] here
-            np.stack([solver.draw(g) for g in block_rngs[start:stop]]),
+            draws[start:stop],
         )
         for start, stop in bounds
     )
@@ -315,9 +327,9 @@ class _PerBlockFits:
     output: str
     tuple_shape: tuple
 
-    def draw(self, block_rng):
-        """The block's ``random_state``: an int a ``RandomState`` accepts."""
-        return block_rng.integers(2**32, size=1)
+    def draw(self, rng, n_blocks):
+        """Every block's ``random_state``: an int a ``RandomState`` accepts, shape (n_blocks, 1)."""
+        return rng.integers(2**32, size=(n_blocks, 1))
 
     def bytes_per_block(self, block_size, n_features):
         return 8 * block_size * n_features
@@ -405,13 +417,13 @@ class _BatchedKMeans:
     def n_local_trials(self):
         return _n_local_trials(self.n_clusters)
 
-    def draw(self, block_rng):
-        """All the uniform numbers the block's seedings use, ``n_init`` runs side by side."""
+    def draw(self, rng, n_blocks):
+        """All the uniform numbers each block's seedings use, ``n_init`` runs side by side."""
         if self.init == "random":
             per_init = self.block_size
         else:
             per_init = 1 + (self.n_clusters - 1) * self.n_local_trials
-        return block_rng.random(self.n_init * per_init)
+        return rng.random((n_blocks, self.n_init * per_init))
 
     def bytes_per_block(self, block_size, n_features):
         # Block copies (gathered, centred, compacted), distances, one-hot labels,

@@ -442,6 +442,68 @@ def test_one_median_stays_in_its_domain(n_points):
     assert np.linalg.norm(median - center) <= 0.5 + 1e-12
 
 
+CELL_POINTS = np.concatenate([np.random.default_rng(18).normal(c, 0.2, (150, 2))
+                              for c in ([0.0, 0.0], [3.0, 0.0], [0.0, 3.0])])
+CELL_LABELS = np.repeat([0, 1, 2], 150)
+CELL_DOMAINS = {"centers": [[0.2, 0.0], [3.0, 0.2], [0.0, 2.8]], "radii": [1.0, 0.8, 1.2]}
+
+
+@pytest.mark.parametrize("neighbouring, neighbour_of", [
+    ("add_remove", lambda x, y: (x[1:], y[1:])),
+    ("add_remove", lambda x, y: (np.vstack([x, [[-9.0, 9.0]]]), np.append(y, 1))),
+    ("replace_one", lambda x, y: (np.vstack([[[-9.0, 9.0]], x[1:]]), np.append(2, y[1:]))),
+])
+@pytest.mark.parametrize("halved", [False, True])
+def test_one_medians_releases_respect_their_sensitivity(neighbouring, neighbour_of, halved,
+                                                         monkeypatch):
+    # All cells' counts and all cells' gradient sums of a step are single releases; a point
+    # moved between two cells (replace-one) changes two blocks of them. The under-noised
+    # mutant (sensitivities halved) must show a ratio above 1.
+    if halved:
+        monkeypatch.setitem(A._MEDIAN_SENSITIVITIES, neighbouring,
+                            tuple(v / 2 for v in A._MEDIAN_SENSITIVITIES[neighbouring]))
+    points, labels = neighbour_of(CELL_POINTS, CELL_LABELS)
+    releases, event = _zcdp_releases(
+        A.private_one_medians, CELL_POINTS, monkeypatch, labels=CELL_LABELS, **CELL_DOMAINS,
+        epsilon=1.0, delta=1e-6, n_iter=20, neighbouring=neighbouring)
+    replayed, _ = _zcdp_releases(
+        A.private_one_medians, points, monkeypatch, replay=releases, labels=labels,
+        **CELL_DOMAINS, epsilon=1.0, delta=1e-6, n_iter=20, neighbouring=neighbouring)
+    assert [r[0].shape for r in replayed] == [(3,)] + [(3, 2)] * 20  # joint releases
+    ratio = max(np.linalg.norm(r[0] - s[0]) / r[1] for r, s in zip(releases, replayed))
+    assert (ratio <= 1.0 + 1e-9) is not halved
+    assert ratio > 0.5
+    assert event.rho == pytest.approx(math.fsum(r[2] for r in releases), rel=1e-12)
+
+
+def test_one_medians_run_one_median_on_every_cell():
+    # With a vanishing noise every cell converges to its own private_one_median.
+    medians, event = A.private_one_medians(
+        CELL_POINTS, CELL_LABELS, **CELL_DOMAINS, epsilon=1e6, delta=1e-6,
+        rng=np.random.default_rng(0))
+    for j, (center, radius) in enumerate(zip(*CELL_DOMAINS.values())):
+        alone, _ = A.private_one_median(CELL_POINTS[CELL_LABELS == j], center=np.array(center),
+                                        radius=radius, epsilon=1e6, delta=1e-6,
+                                        rng=np.random.default_rng(1))
+        assert np.linalg.norm(medians[j] - alone) < 1e-3
+        assert np.linalg.norm(medians[j] - _geometric_median(CELL_POINTS[CELL_LABELS == j])) < 0.05
+    assert (event.epsilon, event.delta, event.details["cells"]) == (1e6, 1e-6, 3)
+
+
+@pytest.mark.parametrize("options, name", [
+    ({"labels": np.full(450, 3)}, "labels"),
+    ({"labels": np.zeros(449, dtype=int)}, "labels"),
+    ({"radii": [1.0, 0.0, 1.0]}, "radii"),
+    ({"centers": [[0.0, 0.0, 0.0]] * 3}, "centers"),
+])
+def test_one_medians_reject_bad_cells_before_any_randomness(options, name):
+    rng = np.random.default_rng(0)
+    kwargs = {"labels": CELL_LABELS, **CELL_DOMAINS, **options}
+    with pytest.raises(ValueError, match=name):
+        A.private_one_medians(CELL_POINTS, epsilon=1.0, delta=1e-6, rng=rng, **kwargs)
+    assert rng.bit_generator.state == np.random.default_rng(0).bit_generator.state
+
+
 # ---------------------------------------------------------------------------
 # Gaussian estimate (CoinPress-style)
 # ---------------------------------------------------------------------------

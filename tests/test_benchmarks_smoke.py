@@ -13,6 +13,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import bench_ktuple_paper as paper
+from benchmarks import bench_scaling as scaling
 from benchmarks import bench_speed as speed
 from skdpcluster.ktuple import min_tuples
 
@@ -119,3 +120,13 @@ def test_local_benchmark_useful_from_is_the_first_n_within_one_percent():
             {"method": "a", "n": 100, "cost_ratio": 1.005},
             {"method": "b", "n": 10, "cost_ratio": 1.5}]
     assert local.useful_from(rows) == {"a": 100, "b": None}
+
+
+def test_scaling_row_reports_ratios_and_the_slopes():
+    X = scaling.make_data(3000, n_clusters=2, n_features=2)
+    rows = [scaling.compare("stable_kmeans", X[:n], n_clusters=2, repeat=1) for n in (1500, 3000)]
+    for key in ("private_s", "kmeans_s", "time_ratio", "private_mib", "memory_ratio"):
+        assert all(row[key] > 0 and math.isfinite(row[key]) for row in rows)
+    assert rows[0]["time_ratio"] == pytest.approx(rows[0]["private_s"] / rows[0]["kmeans_s"])
+    (summary,) = scaling.slopes(rows)
+    assert summary["estimator"] == "stable_kmeans" and math.isfinite(summary["slope_time"])

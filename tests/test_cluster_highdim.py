@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from dp_stats import epsilon_lower_bound
+
 from skdpcluster import BudgetAccountant
 from skdpcluster.cluster import _highdim_candidates as hc
 from skdpcluster.mechanisms import laplace_zero_cells_above
@@ -103,6 +105,19 @@ def test_unique_rows_matches_numpy(depth, p):
     assert np.array_equal(cells[inverse], coords)
 
 
+@pytest.mark.parametrize("depth,p", [(1, 3), (4, 5), (12, 6)])
+def test_child_cells_match_unique_rows(depth, p):
+    # The histogram over the parents' children gives _unique_rows's cells, inverse and counts,
+    # in the same order (the order the level's Laplace noise is drawn in).
+    rng = np.random.default_rng(depth)
+    parents = np.unique(rng.integers(0, 2 ** (depth - 1), size=(40, p)), axis=0)
+    parent_of = rng.integers(len(parents), size=3000)
+    coords = 2 * parents[parent_of] + rng.integers(0, 2, size=(3000, p))
+    fast = hc._child_cells(coords, parent_of, len(parents), depth)
+    for got, expected in zip(fast, hc._unique_rows(coords, depth)):
+        assert np.array_equal(got, expected)
+
+
 def _brute_force_level(Y, parents, depth, level, grid, rng):
     """Reference: a Laplace draw for every one of the |parents| 2^p children."""
     origin, edge = grid
@@ -123,7 +138,8 @@ def test_level_step_matches_brute_force_enumeration_in_distribution():
     grid, parents = (np.zeros(3), 1.0), np.zeros((1, 3), dtype=np.int64)
     fast, slow, runs = {}, {}, 4000
     for _ in range(runs):
-        _, cells, _, _ = hc._level_step(Y, np.arange(len(Y)), parents, 1, level, grid, rng)
+        _, cells, _, _, _ = hc._level_step(Y, np.arange(len(Y)), parents, 1, level, grid, rng,
+                                           np.zeros(len(Y), dtype=np.int64))
         for key in {c.tobytes() for c in cells}:
             fast[key] = fast.get(key, 0) + 1
         for key in _brute_force_level(Y, parents, 1, level, grid, rng):
@@ -260,6 +276,50 @@ def test_local_swap_finds_the_best_subset_with_a_large_epsilon():
     assert sorted(slots) == [0, 1, 2]
     assert len(events) == 1 and events[0].count == 7
     assert math.isclose(events[0].cost()[0], 1e6)
+
+
+def test_swap_sample_keeps_rows_at_the_public_rate():
+    rng = np.random.default_rng(0)
+    distances = hc.DistanceRows(rng.standard_normal((20_000, 3)), rng.standard_normal((5, 3)), 2)
+    untouched = np.random.default_rng(1)
+    assert hc.swap_sample(distances, 19_000.0, untouched, expected_rows=20_000) is distances
+    assert untouched.bit_generator.state == np.random.default_rng(1).bit_generator.state
+    sampled = hc.swap_sample(distances, 40_000.0, np.random.default_rng(2), expected_rows=5_000)
+    kept = np.random.default_rng(2).random(20_000) < 1 / 8  # one public coin per row, q = 1/8
+    assert abs(kept.sum() - 2_500) < 5 * math.sqrt(2_500 * 7 / 8)
+    assert np.array_equal(sampled.y_sq, distances.y_sq[kept])
+    assert np.array_equal(sampled.rows(np.arange(5)), distances.rows(np.arange(5))[:, kept])
+
+
+def _sampled_swap_counts(last_row, sensitivity, seed, runs=6_000, epsilon=1.0):
+    """How often one sampled swap round picks candidate 0 = (-1, 0), over ``runs`` runs.
+
+    Replace-one neighbours differ in the last row, (-1, 0) or (1, 0), which
+    moves the loss of candidate 0 and of the 20 candidates at (1, 0) by
+    Delta = 4 in opposite directions: the worst case of the exponential
+    mechanism (true loss about 0.95 at epsilon = 1). The rows at the origin
+    and the start slot (0, 1) are equidistant from all candidates.
+    """
+    Y = np.array([[0.0, 0.0], [0.0, 0.0], last_row])
+    C = np.array([[-1.0, 0.0]] + [[1.0, 0.0]] * 20 + [[0.0, 1.0]])
+    distances, rng, picked = hc.DistanceRows(Y, C, 2), np.random.default_rng(seed), 0
+    for _ in range(runs):
+        scored = hc.swap_sample(distances, 3.0, rng, expected_rows=2.97)  # q = 0.99
+        slots, _, _ = hc._swap_round(scored, np.array([21]), epsilon, sensitivity,
+                                     "replace_one", rng)
+        picked += int(slots[0] == 0)
+    return np.array([picked, runs - picked])
+
+
+@pytest.mark.parametrize("sensitivity, should_pass", [(4.0, True), (2.0, False)])
+def test_sampled_swap_round_empirical_privacy_loss(sensitivity, should_pass):
+    # The row sample (public coins) keeps the swap scores' sensitivity: an epsilon-DP round.
+    # The under-noised mutant (sensitivity halved, true loss about 1.9) must be caught.
+    runs = 6_000
+    bound = epsilon_lower_bound(_sampled_swap_counts([-1.0, 0.0], sensitivity, 1), runs,
+                                _sampled_swap_counts([1.0, 0.0], sensitivity, 2), runs)
+    assert (bound <= 1.0) is should_pass
+    assert bound > 0.2  # the check is sharp enough to see the real loss
 
 
 def test_swap_scorer_memory_is_bounded_by_the_block_size():

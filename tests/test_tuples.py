@@ -198,6 +198,24 @@ def test_tuples_do_not_depend_on_the_chunk_size(separated, monkeypatch):
     np.testing.assert_array_equal(_tuples_of(separated, "batched"), default)
 
 
+def test_tuples_do_not_depend_on_chunks_that_cut_generator_groups(separated, monkeypatch):
+    monkeypatch.setattr(_tuples, "_BLOCKS_PER_GENERATOR", 3)  # many groups of 3 blocks
+    sequential = _tuples_of(separated, "batched")
+    monkeypatch.setattr(_tuples, "_CHUNK_BYTES", 1)  # one block per chunk
+    np.testing.assert_array_equal(_tuples_of(separated, "batched", n_jobs=2), sequential)
+
+
+def test_each_group_of_blocks_draws_from_its_own_child_generator():
+    solver = _tuples._PerBlockFits(KMeans(2), "centers", (2, 1))
+    n_blocks, group = 2 * _tuples._BLOCKS_PER_GENERATOR + 5, _tuples._BLOCKS_PER_GENERATOR
+    draws = _tuples._draw_per_block(solver, np.random.default_rng(3), n_blocks)
+    children = np.random.default_rng(3).spawn(3)
+    assert draws.shape == (n_blocks, 1)
+    for child, start, stop in zip(children, (0, group, 2 * group), (group, 2 * group, n_blocks)):
+        expected = child.integers(2**32, size=(stop - start, 1))
+        np.testing.assert_array_equal(draws[start:stop], expected)
+
+
 @pytest.fixture(scope="module")
 def dask_client():
     distributed = pytest.importorskip("distributed")

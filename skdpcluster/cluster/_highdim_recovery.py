@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from skdpcluster.averaging import _project_onto_ball, private_one_median
+from skdpcluster.averaging import _project_onto_ball, private_one_medians
 from skdpcluster.cluster._highdim_candidates import merge_repeats
 from skdpcluster.cluster._stable_init import cell_sums
 from skdpcluster.mechanisms import (
@@ -190,26 +190,21 @@ def sparse_cluster_means(X, labels, n_clusters, *, epsilon, coord_bound, sparsit
 
 def one_median_clusters(X, labels, n_clusters, *, epsilon, delta, radius, neighbouring, rng,
                         label):
-    r"""Private 1-median of every cluster (:func:`~skdpcluster.averaging.private_one_median`).
+    r"""Private 1-median of every cluster (:func:`~skdpcluster.averaging.private_one_medians`).
 
     The k-median alternative to the noisy mean (spec §5.5,
     ``"dp_geometric_median"``): noisy projected gradient descent in
-    :math:`B(0, \Lambda)`, (epsilon, delta)-DP; calls on disjoint clusters
-    with the same parameters cost this once in total (see that function).
+    :math:`B(0, \Lambda)` for all clusters at once, (epsilon, delta)-DP
+    once in total (the clusters are disjoint; see that function).
 
     Returns
     -------
     NoisyMeans
     """
-    order = np.argsort(labels, kind="stable")
-    bounds = np.concatenate(([0], np.cumsum(np.bincount(labels, minlength=n_clusters))))
-    centers, events = np.zeros((n_clusters, X.shape[1])), []
-    for j in range(n_clusters):
-        centers[j], event = private_one_median(
-            X[order[bounds[j]:bounds[j + 1]]], center=np.zeros(X.shape[1]), radius=radius,
-            epsilon=epsilon, delta=delta, rng=rng, neighbouring=neighbouring)
-        events.append(event)
-    return NoisyMeans(centers, np.full(n_clusters, np.inf), 0.0, [events[0].with_label(label)])
+    centers, event = private_one_medians(
+        X, labels, centers=np.zeros((n_clusters, X.shape[1])), radii=np.full(n_clusters, radius),
+        epsilon=epsilon, delta=delta, rng=rng, neighbouring=neighbouring)
+    return NoisyMeans(centers, np.full(n_clusters, np.inf), 0.0, [event.with_label(label)])
 
 
 def sparsify_rows(X, sparsity, coord_bound):

@@ -19,7 +19,7 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from skdpcluster.averaging import _project_onto_ball, private_one_median
+from skdpcluster.averaging import _project_onto_ball, private_one_medians
 from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _BasePrivateClusterer
 from skdpcluster.cluster._highdim import HighDimInitializer
 from skdpcluster.cluster._ktuple import KTupleClusterer
@@ -1052,17 +1052,20 @@ class PrivateStableKMedian(_PrivateStableBase):
         """Private 1-median of every Voronoi cell of B (spec §9.7 step 3)."""
         epsilon, delta = one_median_privacy(rho_refine)
         labels, _ = data.assign(initial)
-        order = np.argsort(labels, kind="stable")
-        bounds = np.concatenate(([0], np.cumsum(np.bincount(labels, minlength=len(initial)))))
         domain_centers, domain_radii = self._median_domains(initial, data.radius)
+        cells = np.flatnonzero(domain_radii > 0)
         medians, spent = initial.copy(), [0.0]
-        for i in np.flatnonzero(domain_radii > 0):
-            cell = data.X[order[bounds[i]:bounds[i + 1]]]
-            median, event = private_one_median(
-                cell, center=domain_centers[i], radius=float(domain_radii[i]), epsilon=epsilon,
-                delta=delta, rng=rng, n_iter=self.gd_iterations, step_scale=self.gd_step_scale,
+        if len(cells):
+            compact = np.full(len(initial), -1)
+            compact[cells] = np.arange(len(cells))
+            keep = compact[labels] >= 0
+            X, labels = ((data.X, compact[labels]) if keep.all()
+                         else (data.X[keep], compact[labels[keep]]))
+            medians[cells], event = private_one_medians(
+                X, labels, centers=domain_centers[cells],
+                radii=domain_radii[cells], epsilon=epsilon, delta=delta, rng=rng,
+                n_iter=self.gd_iterations, step_scale=self.gd_step_scale,
                 neighbouring=self.neighbouring)
-            medians[i] = median
             spent.append(event.rho)
         event = PrivacyEvent(
             "private_one_median", 0.0, 0.0, rho=max(max(spent), rho_refine),

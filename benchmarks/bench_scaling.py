@@ -1,0 +1,176 @@
+r"""Scaling: every private estimator against scikit-learn ``KMeans(n_init=1)``, n = 10^4 ... 10^7.
+
+What it measures
+----------------
+For every estimator of the library that clusters (stable k-means and
+k-median, high-dimensional k-means, k-tuple) and every n, the fit time and
+the peak traced memory of the private fit and of scikit-learn's
+``KMeans(n_clusters=10, n_init=1)`` on the same array, in this process, one
+after the other (issue #17). Only ratios *private / scikit-learn* are
+reported, so the machine cancels out (``DESIGN.md``, "Speed and scale").
+
+* Data: :func:`~skdpcluster.datasets.make_separated_mixture`, d = 10,
+  k = 10, unit Gaussians at :math:`\pm 10^4 e_i` (separated enough for
+  every estimator's private test to pass at k = 10), with the public bound
+  :math:`\Lambda = 10^4 + 8\sqrt d` given to the estimators that take one.
+* Estimators: their defaults at epsilon = 1 (delta = 1e-6 where used).
+  ``KTupleClusterer`` needs 1963 blocks of at least k rows, so it starts
+  at n = 2·10^4.
+* Times: the median of ``repeat`` (5) runs, the private fit and
+  scikit-learn's alternating; peak memory: one more run of each under
+  :func:`tracemalloc` (:func:`benchmarks._common.measure`: NumPy and
+  Python allocations, the input array not counted).
+* Slope: least-squares slope of log time (and log peak memory) against
+  log n, per estimator and for scikit-learn.
+
+Outputs: ``scaling.csv`` (one row per estimator and n, with the machine's
+load average), ``scaling_slopes.csv`` and ``scaling.png`` (time ratio
+against n). The machine is shared: the load average is recorded with
+every row; ratios measured in one process are meaningful, absolute
+seconds are not.
+
+Usage::
+
+    python -m benchmarks.bench_scaling --quick   # n = 1e4 ... 1e6 (a few minutes)
+    python -m benchmarks.bench_scaling --full    # n = 1e4 ... 1e7
+"""
+
+import argparse
+import math
+import os
+import statistics
+import time
+import warnings
+
+import numpy as np
+from sklearn.cluster import KMeans
+
+from benchmarks._common import measure, plot_lines, print_table, write_csv
+from benchmarks.bench_speed import growth_exponent
+from skdpcluster import (
+    BudgetAccountant,
+    KTupleClusterer,
+    PrivateHighDimKMeans,
+    PrivateStableKMeans,
+    PrivateStableKMedian,
+)
+from skdpcluster.datasets import make_separated_mixture
+
+__all__ = ["ESTIMATORS", "compare", "make_data", "run", "slopes"]
+
+N_CLUSTERS = N_FEATURES = 10
+SEPARATION = 1e4
+QUICK_SIZES = (10_000, 100_000, 1_000_000)
+FULL_SIZES = QUICK_SIZES + (10_000_000,)
+REPEAT = 5
+
+
+def _radius(n_features):
+    """The public bound on the rows' norms given to the estimators."""
+    return SEPARATION + 8.0 * math.sqrt(n_features)
+
+
+#: name -> (factory(n_clusters, n_features, seed), smallest n it can fit)
+ESTIMATORS = {
+    "stable_kmeans": (lambda k, d, seed: PrivateStableKMeans(
+        k, data_radius=_radius(d), random_state=seed, accountant=BudgetAccountant()), 1),
+    "stable_kmedian": (lambda k, d, seed: PrivateStableKMedian(
+        k, data_radius=_radius(d), random_state=seed, accountant=BudgetAccountant()), 1),
+    "highdim_kmeans": (lambda k, d, seed: PrivateHighDimKMeans(
+        k, data_radius=_radius(d), random_state=seed, accountant=BudgetAccountant()), 1),
+    "ktuple": (lambda k, d, seed: KTupleClusterer(
+        k, random_state=seed, accountant=BudgetAccountant()), 20_000),
+}
+
+
+def make_data(n_samples, n_clusters=N_CLUSTERS, n_features=N_FEATURES, seed=0):
+    """The benchmark mixture: unit Gaussians at ``±SEPARATION e_i``."""
+    return make_separated_mixture(n_samples, n_clusters, n_features, separation=SEPARATION,
+                                  random_state=seed)[0]
+
+
+def _fit(name, X, n_clusters, seed):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the k-tuple test's warnings; timed, not judged here
+        return ESTIMATORS[name][0](n_clusters, X.shape[1], seed).fit(X)
+
+
+def _fit_kmeans(X, n_clusters, seed):
+    return KMeans(n_clusters, n_init=1, random_state=seed).fit(X)
+
+
+def _seconds(function, *args):
+    start = time.perf_counter()
+    result = function(*args)
+    return result, time.perf_counter() - start
+
+
+def compare(name, X, n_clusters=N_CLUSTERS, repeat=REPEAT, seed=0):
+    """One row: median times and peak memory of ``name`` and of ``KMeans(n_init=1)`` on ``X``."""
+    private, reference = [], []
+    for _ in range(repeat):  # alternate, so that a load change hits both
+        estimator, seconds = _seconds(_fit, name, X, n_clusters, seed)
+        private.append(seconds)
+        reference.append(_seconds(_fit_kmeans, X, n_clusters, seed)[1])
+    private_mib = measure(_fit, name, X, n_clusters, seed)[2]
+    kmeans_mib = measure(_fit_kmeans, X, n_clusters, seed)[2]
+    private_s, kmeans_s = statistics.median(private), statistics.median(reference)
+    return {
+        "estimator": name, "n_samples": X.shape[0], "status": str(estimator.status_),
+        "private_s": private_s, "kmeans_s": kmeans_s, "time_ratio": private_s / kmeans_s,
+        "private_mib": private_mib, "kmeans_mib": kmeans_mib,
+        "memory_ratio": private_mib / kmeans_mib, "load_1min": os.getloadavg()[0],
+    }
+
+
+def slopes(rows):
+    """Per estimator (and scikit-learn): log-log slopes of time and peak memory in n."""
+    out = []
+    for name in dict.fromkeys(row["estimator"] for row in rows):
+        mine = [row for row in rows if row["estimator"] == name]
+        out.append({
+            "estimator": name, "slope_time": growth_exponent(mine, "private_s"),
+            "slope_kmeans_time": growth_exponent(mine, "kmeans_s"),
+            "slope_memory": growth_exponent(mine, "private_mib"),
+            "max_time_ratio": max(row["time_ratio"] for row in mine),
+            "max_memory_ratio": max(row["memory_ratio"] for row in mine),
+        })
+    return out
+
+
+def run(quick, repeat=REPEAT, names=None):
+    """Measure every estimator at every size; write the CSVs and the plot; return the headline."""
+    sizes = QUICK_SIZES if quick else FULL_SIZES
+    rows = []
+    for n_samples in sizes:
+        X = make_data(n_samples)
+        for name in names or ESTIMATORS:
+            if n_samples < ESTIMATORS[name][1]:
+                continue
+            rows.append(compare(name, X, repeat=repeat))
+            print_table(rows[-1:])
+        del X
+    write_csv("scaling", rows)
+    summary = slopes(rows)
+    write_csv("scaling_slopes", summary)
+    print_table(summary)
+    plot_lines("scaling", rows, x="n_samples", y="time_ratio", group="estimator",
+               xlabel="n (d = 10, k = 10)", ylabel="fit time / KMeans(n_init=1) time",
+               title="Private fit time relative to scikit-learn", logx=True)
+    return [{**s, **{f"ratio_n{row['n_samples']:.0e}": row["time_ratio"]
+                     for row in rows if row["estimator"] == s["estimator"]}} for s in summary]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="n = 1e4 ... 1e6 (default)")
+    size.add_argument("--full", action="store_true", help="n = 1e4 ... 1e7")
+    parser.add_argument("--repeat", type=int, default=REPEAT, help="timed runs per cell")
+    parser.add_argument("--only", nargs="+", choices=list(ESTIMATORS), help="these estimators")
+    args = parser.parse_args(argv)
+    run(quick=not args.full, repeat=args.repeat, names=args.only)
+
+
+if __name__ == "__main__":
+    main()
