@@ -121,6 +121,16 @@ def _mark_unproven(events, unproven):
     return redacted + [marker]
 
 
+def _reject_fit_params(estimator, fit_params):
+    """Refuse extra fit arguments such as ``sample_weight``, before anything is spent."""
+    if fit_params:
+        raise ValueError(
+            f"{type(estimator).__name__}.fit does not accept {sorted(fit_params)}: weighted rows "
+            "are not supported (the privacy analysis gives every row weight one, so a weight "
+            "would change the sensitivity). Repeat or drop rows instead, or fit without weights."
+        )
+
+
 def _random_state_constraint():
     return [None, Interval(Integral, 0, None, closed="left"), np.random.Generator]
 
@@ -135,7 +145,7 @@ class _PrivateFitMixin:
 
     # -- the template -----------------------------------------------------------
     @fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y=None):
+    def fit(self, X, y=None, **fit_params):
         """Fit privately and charge the accountant.
 
         Parameters
@@ -144,6 +154,9 @@ class _PrivateFitMixin:
             Training data. The number of rows is treated as public.
         y : Ignored
             Not used, present for API consistency.
+        **fit_params : dict
+            Refused with a ValueError (``sample_weight`` included): the
+            privacy analysis gives every row weight one.
 
         Returns
         -------
@@ -151,11 +164,17 @@ class _PrivateFitMixin:
             Fitted estimator.
         """
         with _restore_on_error(self):
+            _reject_fit_params(self, fit_params)
             X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2)
+            dtype = X.dtype
             X = np.asarray(X, dtype=np.float64)
             self._check_n_clusters()
             self._commit(*self._plan_and_run(X))
+            self._cast_release(dtype)
         return self
+
+    def _cast_release(self, dtype):
+        """Store the released parameters in the input's dtype (a hook; float64 by default)."""
 
     def _check_n_clusters(self):
         if self.n_clusters < 2:
@@ -442,6 +461,11 @@ class _BasePrivateClusterer(
         self.cluster_centers_ = result.centers
         super()._commit(plan, result, spent)
 
+    def _cast_release(self, dtype):
+        """Released centres in the input's dtype (float32 input keeps float32, like KMeans)."""
+        if self.cluster_centers_ is not None:
+            self.cluster_centers_ = self.cluster_centers_.astype(dtype, copy=False)
+
     # -- prediction -----------------------------------------------------------------
     def _validated_input_and_centers(self, X):
         """Validate ``X`` against the fit, then return it with the released centres."""
@@ -504,7 +528,7 @@ class _BasePrivateClusterer(
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = False
-        tags.transformer_tags.preserves_dtype = ["float64"]
+        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
         return tags
 
 
