@@ -1,10 +1,15 @@
 """Issue #14: every estimator answers honestly (friction, one cluster, utility warnings, status)."""
 
+import warnings
+
 import numpy as np
 import pytest
 
 from skdpcluster import (
     BudgetAccountant,
+    InsufficientDataError,
+    NotSeparatedWarning,
+    PrivateStepFailedWarning,
     FederatedPrivateKMeans,
     KTupleClusterer,
     PrivateGaussianMixture,
@@ -61,3 +66,56 @@ def test_highdim_delta_zero_refused_where_delta_is_spent(easy):
     with pytest.raises(ValueError, match="delta=0: .*recovery='one_median'"):
         PrivateHighDimKMedian(delta=0, recovery="one_median", accountant=accountant).fit(easy)
     assert accountant.ledger == []
+
+
+# -- status_ "fallback" of the k-tuple clusterer ------------------------------------------------
+
+def test_ktuple_too_few_rows_releases_by_the_fallback_on_the_whole_budget():
+    """Issue #14: 60 rows raised InsufficientDataError at default construction."""
+    X = np.random.default_rng(0).normal(size=(60, 3))
+    accountant = BudgetAccountant()
+    with pytest.warns(NotSeparatedWarning, match="status_='fallback'"):
+        est = KTupleClusterer(n_clusters=3, data_radius=10.0, accountant=accountant, random_state=0).fit(X)
+    assert est.status_ == "fallback" and est.cluster_centers_.shape == (3, 3)
+    assert est.fallback_info_["share"] == 1.0 and "needs at least" in est.fallback_info_["reason"]
+    assert est.n_tuples_ == 0 and est.predict(X).shape == (60,)
+    assert est.privacy_spent_["epsilon"] == pytest.approx(1.0) and est.privacy_spent_["delta"] <= 1e-6
+    assert accountant.total() == (est.privacy_spent_["epsilon"], est.privacy_spent_["delta"])
+
+
+def test_ktuple_failed_test_and_success_charge_the_same_and_reserve_the_share():
+    """The reserved share is charged on success (unused) and spent by the fallback on failure."""
+    easy = make_separated_mixture(10_000, 4, 4, separation=10, random_state=0)[0]
+    noise = np.random.default_rng(0).uniform(-20, 20, size=(10_000, 4))
+    fits = {}
+    for name, X in {"easy": easy, "noise": noise}.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", NotSeparatedWarning)
+            fits[name] = KTupleClusterer(4, data_radius=40.0, accountant=BudgetAccountant(),
+                                         random_state=0).fit(X)
+    assert fits["easy"].status_ == "success" and fits["easy"].fallback_info_ is None
+    assert fits["easy"].privacy_ledger_[-1].label == "KTupleClusterer/fallback_share_unused"
+    assert fits["noise"].status_ == "fallback" and fits["noise"].cluster_centers_.shape == (4, 4)
+    assert fits["noise"].fallback_info_["share"] == pytest.approx(0.1)
+    for fit in fits.values():
+        assert fit.privacy_spent_["epsilon"] == pytest.approx(1.0, rel=1e-9)
+        assert fit.privacy_spent_["delta"] == pytest.approx(1e-6, rel=1e-9)
+
+
+def test_ktuple_fallback_off_keeps_failure_and_insufficient_data():
+    X = np.random.default_rng(0).normal(size=(60, 3))
+    with pytest.raises(InsufficientDataError, match="needs at least"):
+        KTupleClusterer(n_clusters=3, data_radius=10.0, fallback_share=0.0,
+                        accountant=BudgetAccountant()).fit(X)
+
+
+def test_ktuple_fallback_handles_overflowing_rows():
+    X = make_separated_mixture(4000, 2, 2, separation=5000, random_state=0)[0]
+    X[:200] = 1e308
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NotSeparatedWarning)
+        warnings.simplefilter("error", PrivateStepFailedWarning)
+        est = KTupleClusterer(2, method="noisy_centers", data_radius=1e4, accountant=BudgetAccountant(),
+                              random_state=0).fit(X)
+    assert est.status_ in ("success", "fallback") and est.privacy_spent_["proven"]
+    assert np.all(np.isfinite(est.cluster_centers_))

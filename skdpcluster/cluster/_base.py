@@ -89,6 +89,7 @@ class PrivateFit:
     attributes: dict = field(default_factory=dict)
     rho: float | None = None
     step_failed: bool = False
+    status: str | None = None
 
     def spent(self):
         """Basic composition of the events."""
@@ -256,19 +257,31 @@ class _PrivateFitMixin:
         hidden = {name: np.nan for name in plan.unproven if name.endswith("_")}
         for name, value in {**plan.attributes, **result.attributes, **hidden}.items():
             setattr(self, name, value)
-        self.status_ = "success" if result.success else "failure"
+        self.status_ = result.status or ("success" if result.success else "failure")
         self.privacy_spent_ = {"epsilon": spent[0], "delta": spent[1], "proven": result.proven}
         if result.rho is not None:
             self.privacy_spent_["rho"] = result.rho
         self.privacy_ledger_ = list(result.events)
         if not (result.success or result.step_failed):
             self._report_failure()
+        elif self.status_ == "fallback":
+            self._report_fallback()
 
     def _report_failure(self):
         message = (
             f"{type(self).__name__}: the private easy-instance test failed (status_='failure'); "
             "nothing was released. The data may not be well separated, or there may be too "
             "little data per tuple. The budget of the test was spent."
+        )
+        if self.on_failure == "raise":
+            raise NotSeparatedError(message)
+        warn_user(message, NotSeparatedWarning)
+
+    def _report_fallback(self):
+        message = (
+            f"{type(self).__name__}: the main method did not run or its private test failed "
+            "(status_='fallback'); centres were released by the general method on the reserved "
+            "share of the budget. fallback_info_ says why."
         )
         if self.on_failure == "raise":
             raise NotSeparatedError(message)
@@ -433,7 +446,8 @@ class _PrivateFitMixin:
                       "data_center_": center}
         rho = None if result.rho is None else result.rho + math.fsum(e.rho for e in events)
         return PrivateFit(result.centers, result.success, events + list(result.events),
-                          proven=result.proven, attributes=attributes, rho=rho)
+                          proven=result.proven, attributes=attributes, rho=rho,
+                          status=result.status)
 
 
 

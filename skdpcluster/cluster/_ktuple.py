@@ -1,6 +1,7 @@
 r"""KTupleClusterer: private k-tuple clustering (Cohen et al., ICML 2021) as a scikit-learn estimator."""
 
 import math
+import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -10,6 +11,7 @@ from sklearn.metrics import pairwise_distances_argmin
 from sklearn.utils.validation import validate_data
 
 from skdpcluster._tuples import generate_tuples
+from skdpcluster.accountant import BudgetAccountant
 from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _BasePrivateClusterer, _restore_on_error
 from skdpcluster.exceptions import InsufficientDataError
 from skdpcluster.mechanisms import PrivacyEvent
@@ -146,11 +148,26 @@ class KTupleClusterer(_BasePrivateClusterer):
         reports ``privacy_spent_["proven"] = False`` and emits an
         :class:`~skdpcluster.exceptions.UnprovenPrivacyWarning`. Never use it
         with an accountant whose total must be a guarantee.
+    fallback_share : float in [0, 1), default=0.1
+        Share of (epsilon, delta) reserved for the general method,
+        :class:`~skdpcluster.PrivateStableKMeans` (on the same bound), run
+        when the tuple path's private test fails (``status_="fallback"``).
+        The share is decided from public values and charged whatever the
+        outcome (on success as an unused ``"fallback_share_unused"`` event),
+        so the charge never depends on the test. When ``n_samples`` is too
+        small for the tuple path at its share (a public fact), the whole
+        budget goes to the fallback instead of raising
+        :class:`~skdpcluster.InsufficientDataError`; ``fallback_info_`` then
+        says how many rows the tuple path needs. ``0`` turns the fallback
+        off: a failed test then releases nothing (``status_="failure"``) and
+        too few rows raise.
     on_failure : {"warn", "raise"}, default="warn"
-        When the private test fails: ``"warn"`` sets ``status_="failure"``,
-        ``cluster_centers_=None`` and emits a :class:`NotSeparatedWarning`;
-        ``"raise"`` raises :class:`NotSeparatedError` and leaves the previous
-        fitted state. Either way the test's budget is charged.
+        When the private test fails: ``"warn"`` releases the fallback
+        (``status_="fallback"``) or, with ``fallback_share=0``, sets
+        ``status_="failure"`` and ``cluster_centers_=None``, and emits a
+        :class:`NotSeparatedWarning`; ``"raise"`` raises
+        :class:`NotSeparatedError` and leaves the previous fitted state.
+        Either way the budget is charged.
     accountant : BudgetAccountant, default=None
         Charged with what every fit spends; ``None`` uses the default one.
     random_state : None, int or numpy.random.Generator, default=None
@@ -166,9 +183,16 @@ class KTupleClusterer(_BasePrivateClusterer):
     cluster_centers_ : ndarray of shape (n_clusters, n_features) or None
         The private centres, rows in lexicographic order; ``None`` after a
         failed test. A differentially private release.
-    status_ : {"success", "failure"}
-        Outcome of the private test, or for ``"located"`` whether every
-        step found k groups (a private release).
+    status_ : {"success", "fallback", "failure"}
+        ``"success"``: the private test passed (for ``"located"``: every
+        step found k groups) and the tuple path released; ``"fallback"``:
+        the tuple path could not run (too few rows) or its test failed, and
+        the fallback released; ``"failure"``: nothing released
+        (``fallback_share=0`` only). A private release.
+    fallback_info_ : dict or None
+        After ``status_="fallback"``: ``"reason"`` (public text),
+        ``"share"`` of the budget it ran on and ``"stable_status"`` of
+        the fallback fit; ``None`` otherwise.
     method_ : str
         The method used (``"auto"`` resolved).
     located_info_ : dict or None
@@ -237,6 +261,7 @@ class KTupleClusterer(_BasePrivateClusterer):
         "lambda_mechanism": [StrOptions({"log_laplace", "paper"})],
         "gaussian_calibration": [StrOptions({"analytic_joint", "classical"})],
         "allow_unproven": ["boolean"],
+        "fallback_share": [Interval(Real, 0, 1, closed="left")],
     }
 
     def __init__(
@@ -257,6 +282,7 @@ class KTupleClusterer(_BasePrivateClusterer):
         lambda_mechanism="log_laplace",
         gaussian_calibration="analytic_joint",
         allow_unproven=False,
+        fallback_share=0.1,
         on_failure="warn",
         accountant=None,
         random_state=None,
@@ -278,6 +304,7 @@ class KTupleClusterer(_BasePrivateClusterer):
         self.lambda_mechanism = lambda_mechanism
         self.gaussian_calibration = gaussian_calibration
         self.allow_unproven = allow_unproven
+        self.fallback_share = fallback_share
         self.on_failure = on_failure
         self.accountant = accountant
         self.random_state = random_state
@@ -385,6 +412,62 @@ class KTupleClusterer(_BasePrivateClusterer):
         return PrivateFitPlan(cost, {"center": self._resolve_center(n_features)}, attributes)
 
     def _plan(self, X):
+        """The public plan: the tuple path on ``1 - fallback_share`` and the fallback on the rest.
+
+        Which parts run is decided from public values only: when ``n_samples``
+        is too small for the tuple path at its share of the budget, the
+        whole budget goes to the fallback (:class:`PrivateStableKMeans`).
+        """
+        share = float(self.fallback_share)
+        if share == 0.0:
+            return self._plan_tuple_path(X)
+        main = clone(self).set_params(epsilon=(1.0 - share) * self.epsilon,
+                                      delta=(1.0 - share) * self.delta, fallback_share=0.0)
+        try:
+            main_plan = main._plan_tuple_path(X)
+        except InsufficientDataError as error:
+            main, main_plan, share, reason = None, None, 1.0, str(error)
+        else:
+            reason = "the private test of the tuple path failed"
+        fallback = self._fallback_estimator(X, share, main_plan)
+        cost = (share * self.epsilon, share * self.delta)
+        if main_plan is not None:
+            cost = (main_plan.cost[0] + cost[0], main_plan.cost[1] + cost[1])
+            attributes = dict(main_plan.attributes)
+        else:
+            attributes = {"n_tuples_": 0, "m_": None, "ell_": np.nan, "separation_": np.nan,
+                          "located_info_": None, "method_": self._method(),
+                          "data_radius_": fallback.data_radius if fallback.data_radius else np.nan}
+        values = {"main": main, "main_plan": main_plan, "fallback": fallback,
+                  "fallback_reason": reason, "fallback_share": share}
+        unproven = {} if main_plan is None else dict(main_plan.unproven)
+        return PrivateFitPlan(cost, values, attributes, unproven)
+
+    def _fallback_estimator(self, X, share, main_plan):
+        """The general method run on the reserved share: :class:`PrivateStableKMeans` (public plan).
+
+        Its bound is the tuple path's (public, or released privately before);
+        without one (``"noisy_centers"``) it releases its own bound privately.
+        Planned here so that an input it cannot handle raises before any randomness.
+        """
+        from skdpcluster.cluster._stable import PrivateStableKMeans  # noqa: PLC0415 (import cycle)
+
+        radius = None
+        if main_plan is not None and np.isfinite(main_plan.values["data_radius"]):
+            radius = main_plan.values["data_radius"]
+        elif self._public_radius_given():
+            radius = float(self.data_radius)
+        fallback = PrivateStableKMeans(
+            n_clusters=self.n_clusters, epsilon=share * self.epsilon, delta=share * self.delta,
+            data_radius=radius, data_center=self.data_center, n_jobs=self.n_jobs)
+        fallback._check_n_clusters()
+        probe = clone(fallback).set_params(data_radius=radius or 1.0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            probe._plan(X)
+        return fallback
+
+    def _plan_tuple_path(self, X):
         n_samples, n_features = X.shape
         n_tuples = self._resolved_n_tuples(n_samples)
         needed = n_tuples * self.n_clusters
@@ -423,6 +506,48 @@ class KTupleClusterer(_BasePrivateClusterer):
         return clone(self.base_estimator)
 
     def _fit_private(self, X, plan, rng):
+        """The tuple path (if planned), then the fallback on its reserved share if needed."""
+        if "fallback" not in plan.values:
+            return self._fit_tuple_path(X, plan, rng)
+        main_rng, fallback_rng = rng.spawn(2)
+        main, main_plan = plan.values["main"], plan.values["main_plan"]
+        if main is not None:
+            result = main._fit_tuple_path(X, main_plan, main_rng)
+            if result.success:
+                return self._with_unused_share(result, plan)
+        fallback = clone(plan.values["fallback"]).set_params(
+            accountant=BudgetAccountant(), random_state=fallback_rng)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the status says what happened
+            fallback.fit(X)
+        events = ([] if main is None else list(result.events)) + list(fallback.privacy_ledger_)
+        info = {"reason": plan.values["fallback_reason"], "share": plan.values["fallback_share"],
+                "stable_status": fallback.status_}
+        attributes = {"labels_": self._training_labels(X, fallback.cluster_centers_),
+                      "fallback_info_": info}
+        if main is not None:
+            attributes["located_info_"] = result.attributes.get("located_info_")
+        released = fallback.cluster_centers_ is not None
+        return PrivateFit(fallback.cluster_centers_, released, events,
+                          proven=fallback.privacy_spent_["proven"], attributes=attributes,
+                          status="fallback" if released else "failure")
+
+    @staticmethod
+    def _with_unused_share(result, plan):
+        """The tuple path's release, charged with the reserved share too (unused, but the charge
+        must not depend on the outcome of the private test)."""
+        share = plan.values["fallback_share"]
+        fallback = plan.values["fallback"]
+        unused = PrivacyEvent("fallback_share_unused", float(fallback.epsilon), float(fallback.delta),
+                              label="KTupleClusterer/fallback_share_unused",
+                              details={"share": share, "reason": "reserved for the fallback; "
+                                       "charged whatever the outcome of the private test"})
+        result.events = list(result.events) + [unused]
+        result.rho = None
+        result.attributes["fallback_info_"] = None
+        return result
+
+    def _fit_tuple_path(self, X, plan, rng):
         tuple_rng, noise_rng = rng.spawn(2)
         tuples = generate_tuples(
             X, self._base_estimator(), self.n_clusters, plan.attributes["n_tuples_"],

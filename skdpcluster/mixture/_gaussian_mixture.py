@@ -615,6 +615,7 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
             delta=self.delta, beta=self.beta, base_estimator=self.base_estimator,
             n_tuples=self.n_tuples, separation=self.separation, data_radius=data_radius,
             data_center=self.data_center, r_min=self.r_min, n_jobs=self.n_jobs,
+            fallback_share=0.0,  # the mixture's fresh part needs the tuple path's own outcome
         )
 
     def _needs_radius(self, data):
