@@ -119,3 +119,17 @@ def test_ktuple_fallback_handles_overflowing_rows():
                               random_state=0).fit(X)
     assert est.status_ in ("success", "fallback") and est.privacy_spent_["proven"]
     assert np.all(np.isfinite(est.cluster_centers_))
+
+
+def test_ktuple_one_cluster_is_a_private_mean():
+    """Issue #14: n_clusters=1 was refused."""
+    X = np.random.default_rng(0).normal(loc=3.0, size=(5000, 2))
+    accountant = BudgetAccountant()
+    with pytest.warns(NotSeparatedWarning, match="status_='fallback'"):
+        est = KTupleClusterer(n_clusters=1, data_radius=20.0, accountant=accountant, random_state=0).fit(X)
+    assert est.status_ == "fallback" and est.fallback_info_["share"] == 1.0
+    # noise of the mean: sensitivity about 2 * 20 / 5000 per coordinate at epsilon ~ 1 -> well below 0.5
+    assert np.linalg.norm(est.cluster_centers_[0] - 3.0) < 0.5
+    assert accountant.total()[0] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="n_clusters=1"):
+        KTupleClusterer(n_clusters=1, fallback_share=0.0, accountant=accountant).fit(X)

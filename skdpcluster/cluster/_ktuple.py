@@ -85,7 +85,9 @@ class KTupleClusterer(_BasePrivateClusterer):
     Parameters
     ----------
     n_clusters : int, default=8
-        Number of clusters k (at least 2).
+        Number of clusters k. The tuple path needs k >= 2; ``n_clusters=1``
+        (with the fallback on) runs the fallback on the whole budget, a
+        private mean (``status_="fallback"``).
     method : {"auto", "located", "noisy_centers", "averages"}, default="auto"
         The private aggregation of the tuples. ``"auto"`` is ``"located"``
         when ``data_radius`` is given and ``"noisy_centers"`` (which needs no
@@ -311,6 +313,11 @@ class KTupleClusterer(_BasePrivateClusterer):
         self.n_jobs = n_jobs
         self.verbose = verbose
 
+    def _check_n_clusters(self):
+        """k = 1 is allowed when the fallback is on: the whole budget then goes to it."""
+        if self.fallback_share == 0:
+            super()._check_n_clusters()
+
     # -- public plan --------------------------------------------------------------
     def _method(self):
         """``method`` with ``"auto"`` resolved: ``"located"``.
@@ -423,12 +430,16 @@ class KTupleClusterer(_BasePrivateClusterer):
             return self._plan_tuple_path(X)
         main = clone(self).set_params(epsilon=(1.0 - share) * self.epsilon,
                                       delta=(1.0 - share) * self.delta, fallback_share=0.0)
-        try:
-            main_plan = main._plan_tuple_path(X)
-        except InsufficientDataError as error:
-            main, main_plan, share, reason = None, None, 1.0, str(error)
+        reason = "the private test of the tuple path failed"
+        if self.n_clusters < 2:
+            main, main_plan, share = None, None, 1.0
+            reason = ("n_clusters=1: the tuple path separates pairs of centres; one cluster is "
+                      "the general method's private mean")
         else:
-            reason = "the private test of the tuple path failed"
+            try:
+                main_plan = main._plan_tuple_path(X)
+            except InsufficientDataError as error:
+                main, main_plan, share, reason = None, None, 1.0, str(error)
         fallback = self._fallback_estimator(X, share, main_plan)
         cost = (share * self.epsilon, share * self.delta)
         if main_plan is not None:
@@ -618,7 +629,7 @@ class KTupleClusterer(_BasePrivateClusterer):
         self : object
         """
         with _restore_on_error(self):
-            self._check_n_clusters()
+            super()._check_n_clusters()  # no fallback without rows: k >= 2
             tuples = np.asarray(tuples, dtype=np.float64)
             if tuples.ndim != 3 or tuples.shape[1] != self.n_clusters:
                 raise ValueError(
