@@ -133,3 +133,25 @@ def test_ktuple_one_cluster_is_a_private_mean():
     assert accountant.total()[0] == pytest.approx(1.0)
     with pytest.raises(ValueError, match="n_clusters=1"):
         KTupleClusterer(n_clusters=1, fallback_share=0.0, accountant=accountant).fit(X)
+
+
+def test_mixture_too_few_rows_releases_by_the_fallback():
+    """Issue #14: PrivateGaussianMixture() raised InsufficientDataError on sklearn's check data."""
+    X = np.random.default_rng(0).normal(size=(60, 3))
+    accountant = BudgetAccountant()
+    with pytest.warns(NotSeparatedWarning, match="status_='fallback'"):
+        gm = PrivateGaussianMixture(data_radius=10.0, accountant=accountant, random_state=0).fit(X)
+    assert gm.status_ == "fallback" and gm.means_.shape == (2, 3) and gm.n_tuples_ == 0
+    assert gm.fallback_info_["share"] == 1.0 and "needs at least" in gm.fallback_info_["reason"]
+    assert gm.predict(X).shape == (60,)
+    assert gm.privacy_spent_["epsilon"] == pytest.approx(1.0) and gm.privacy_spent_["delta"] <= 1e-6
+
+
+def test_mixture_failed_test_releases_the_fallback_at_the_same_cost():
+    X = np.random.default_rng(0).normal(size=(60_000, 2))  # one blob: the tuples never agree
+    accountant = BudgetAccountant()
+    with pytest.warns(NotSeparatedWarning, match="status_='fallback'"):
+        gm = PrivateGaussianMixture(2, data_radius=10.0, accountant=accountant, random_state=0).fit(X)
+    assert gm.status_ == "fallback" and gm.fallback_info_["share"] == pytest.approx(0.1)
+    assert gm.n_tuples_ > 0 and gm.means_.shape == (2, 2)
+    assert gm.privacy_spent_["epsilon"] == pytest.approx(1.0)

@@ -440,7 +440,13 @@ class KTupleClusterer(_BasePrivateClusterer):
                 main_plan = main._plan_tuple_path(X)
             except InsufficientDataError as error:
                 main, main_plan, share, reason = None, None, 1.0, str(error)
-        fallback = self._fallback_estimator(X, share, main_plan)
+        radius = None
+        if main_plan is not None and np.isfinite(main_plan.values["data_radius"]):
+            radius = main_plan.values["data_radius"]
+        elif self._public_radius_given():
+            radius = float(self.data_radius)
+        fallback = plan_fallback(X, self.n_clusters, share * self.epsilon, share * self.delta,
+                                 radius, self.data_center, self.n_jobs)
         cost = (share * self.epsilon, share * self.delta)
         if main_plan is not None:
             cost = (main_plan.cost[0] + cost[0], main_plan.cost[1] + cost[1])
@@ -453,30 +459,6 @@ class KTupleClusterer(_BasePrivateClusterer):
                   "fallback_reason": reason, "fallback_share": share}
         unproven = {} if main_plan is None else dict(main_plan.unproven)
         return PrivateFitPlan(cost, values, attributes, unproven)
-
-    def _fallback_estimator(self, X, share, main_plan):
-        """The general method run on the reserved share: :class:`PrivateStableKMeans` (public plan).
-
-        Its bound is the tuple path's (public, or released privately before);
-        without one (``"noisy_centers"``) it releases its own bound privately.
-        Planned here so that an input it cannot handle raises before any randomness.
-        """
-        from skdpcluster.cluster._stable import PrivateStableKMeans  # noqa: PLC0415 (import cycle)
-
-        radius = None
-        if main_plan is not None and np.isfinite(main_plan.values["data_radius"]):
-            radius = main_plan.values["data_radius"]
-        elif self._public_radius_given():
-            radius = float(self.data_radius)
-        fallback = PrivateStableKMeans(
-            n_clusters=self.n_clusters, epsilon=share * self.epsilon, delta=share * self.delta,
-            data_radius=radius, data_center=self.data_center, n_jobs=self.n_jobs)
-        fallback._check_n_clusters()
-        probe = clone(fallback).set_params(data_radius=radius or 1.0)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            probe._plan(X)
-        return fallback
 
     def _plan_tuple_path(self, X):
         n_samples, n_features = X.shape
@@ -526,34 +508,23 @@ class KTupleClusterer(_BasePrivateClusterer):
             result = main._fit_tuple_path(X, main_plan, main_rng)
             if result.success:
                 return self._with_unused_share(result, plan)
-        fallback = clone(plan.values["fallback"]).set_params(
-            accountant=BudgetAccountant(), random_state=fallback_rng)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the status says what happened
-            fallback.fit(X)
-        events = ([] if main is None else list(result.events)) + list(fallback.privacy_ledger_)
+        centers, fallback_events, fallback_status, proven = run_fallback(
+            plan.values["fallback"], X, fallback_rng)
+        events = ([] if main is None else list(result.events)) + fallback_events
         info = {"reason": plan.values["fallback_reason"], "share": plan.values["fallback_share"],
-                "stable_status": fallback.status_}
-        attributes = {"labels_": self._training_labels(X, fallback.cluster_centers_),
-                      "fallback_info_": info}
+                "stable_status": fallback_status}
+        attributes = {"labels_": self._training_labels(X, centers), "fallback_info_": info}
         if main is not None:
             attributes["located_info_"] = result.attributes.get("located_info_")
-        released = fallback.cluster_centers_ is not None
-        return PrivateFit(fallback.cluster_centers_, released, events,
-                          proven=fallback.privacy_spent_["proven"], attributes=attributes,
+        released = centers is not None
+        return PrivateFit(centers, released, events, proven=proven, attributes=attributes,
                           status="fallback" if released else "failure")
 
     @staticmethod
     def _with_unused_share(result, plan):
-        """The tuple path's release, charged with the reserved share too (unused, but the charge
-        must not depend on the outcome of the private test)."""
-        share = plan.values["fallback_share"]
-        fallback = plan.values["fallback"]
-        unused = PrivacyEvent("fallback_share_unused", float(fallback.epsilon), float(fallback.delta),
-                              label="KTupleClusterer/fallback_share_unused",
-                              details={"share": share, "reason": "reserved for the fallback; "
-                                       "charged whatever the outcome of the private test"})
-        result.events = list(result.events) + [unused]
+        """The tuple path's release, charged with the reserved share too."""
+        result.events = list(result.events) + [unused_share_event(plan.values["fallback"],
+                                                                  "KTupleClusterer")]
         result.rho = None
         result.attributes["fallback_info_"] = None
         return result
@@ -649,6 +620,45 @@ class KTupleClusterer(_BasePrivateClusterer):
         result = self._aggregate(tuples, plan, rng)
         result.attributes["labels_"] = np.empty(0, dtype=np.intp)
         return result
+
+
+def plan_fallback(X, n_clusters, epsilon, delta, data_radius, data_center, n_jobs):
+    """The general method run on a reserved share: :class:`PrivateStableKMeans` (public plan).
+
+    Its bound is the tuple path's (public, or released privately before);
+    ``data_radius=None`` (``"noisy_centers"`` without a bound) makes it
+    release its own bound privately. Planned here, on public values, so that
+    an input it cannot handle raises before any randomness.
+    """
+    from skdpcluster.cluster._stable import PrivateStableKMeans  # noqa: PLC0415 (import cycle)
+
+    fallback = PrivateStableKMeans(n_clusters=n_clusters, epsilon=epsilon, delta=delta,
+                                   data_radius=data_radius, data_center=data_center, n_jobs=n_jobs)
+    fallback._check_n_clusters()
+    probe = clone(fallback).set_params(data_radius=data_radius or 1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        probe._plan(X)
+    return fallback
+
+
+def run_fallback(fallback, X, rng):
+    """Fit the planned fallback on its own ledger: (centres, events, its status, proven)."""
+    fitted = clone(fallback).set_params(accountant=BudgetAccountant(), random_state=rng)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the caller's status says what happened
+        fitted.fit(X)
+    return (fitted.cluster_centers_, list(fitted.privacy_ledger_), fitted.status_,
+            fitted.privacy_spent_["proven"])
+
+
+def unused_share_event(fallback, owner):
+    """The reserved share after the main method released: charged (unused) all the same, so
+    that the charge never depends on the outcome of the private test."""
+    return PrivacyEvent("fallback_share_unused", float(fallback.epsilon), float(fallback.delta),
+                        label=f"{owner}/fallback_share_unused",
+                        details={"reason": "reserved for the fallback; charged whatever the "
+                                           "outcome of the private test"})
 
 
 def _locate_then_refine_on_rows(tuples, X, center, radius, budget, rng):
