@@ -178,8 +178,8 @@ _NEEDS_TWO_COMPONENTS = (
 )
 _UTILITY_ON_50_POINTS = (
     "DP: check_clustering asserts ARI > 0.4 on 50 points; at epsilon = 1 the noise the private "
-    "releases need is of the order of the whole data set at that size (the estimator warns or "
-    "falls back, see status_)."
+    "releases need is of the order of the whole data set at that size (the fit reports that "
+    "in its status)."
 )
 _NO_PUBLIC_BOUND = (
     "DP, local model: every user clips its own row to a public ball before randomizing it, and "
