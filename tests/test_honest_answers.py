@@ -1,5 +1,6 @@
 """Issue #14: every estimator answers honestly (friction, one cluster, utility warnings, status)."""
 
+import re
 import warnings
 
 import numpy as np
@@ -18,6 +19,7 @@ from skdpcluster import (
     PrivateStableKMeans,
     PrivateStableKMedian,
     SampleAggregateStableKMeans,
+    UtilityWarning,
 )
 from skdpcluster.datasets import make_separated_mixture
 from skdpcluster.local import LocalPrivateStableKMeans
@@ -155,3 +157,41 @@ def test_mixture_failed_test_releases_the_fallback_at_the_same_cost():
     assert gm.status_ == "fallback" and gm.fallback_info_["share"] == pytest.approx(0.1)
     assert gm.n_tuples_ > 0 and gm.means_.shape == (2, 2)
     assert gm.privacy_spent_["epsilon"] == pytest.approx(1.0)
+
+
+# -- UtilityWarning from public values -------------------------------------------------------------
+
+@pytest.mark.parametrize("Estimator", ALL_ESTIMATORS, ids=lambda E: E.__name__)
+def test_tiny_input_warns_about_utility_before_spending(Estimator):
+    """Issue #14: 60 rows and 8 centres at epsilon = 1 gave status_='success' and said nothing.
+
+    2 k sqrt(d) / (epsilon n) = 2 * k * sqrt(3) / 60 >= 0.1 for every k >= 2 (local: larger).
+    An accountant too small for the fit shows the warning comes before any spend.
+    """
+    X = np.random.default_rng(0).normal(size=(60, 3))
+    accountant = BudgetAccountant(epsilon=0.5)
+    with pytest.warns(UtilityWarning, match=r"with 60 rows, .*About \d+ rows"):
+        with pytest.raises(ValueError, match="budget|exceed"):
+            Estimator(data_radius=5.0, accountant=accountant).fit(X)
+    assert accountant.ledger == []
+
+
+@pytest.mark.filterwarnings("ignore:.*no X_server was given")
+@pytest.mark.parametrize("Estimator", [PrivateStableKMeans, FederatedPrivateKMeans, PrivateHighDimKMeans],
+                         ids=lambda E: E.__name__)
+def test_enough_rows_do_not_warn_about_utility(Estimator, easy):
+    # 2 * 4 * sqrt(8) / 20000 = 0.0011
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UtilityWarning)
+        Estimator(n_clusters=4, data_radius=20.0, accountant=BudgetAccountant(), random_state=0).fit(easy)
+
+
+def test_rows_named_by_the_warning_are_enough():
+    X = np.random.default_rng(0).normal(size=(60, 3))
+    with pytest.warns(UtilityWarning, match=r"About (\d+) rows") as record:
+        PrivateStableKMeans(data_radius=5.0, accountant=BudgetAccountant(), random_state=0).fit(X)
+    needed = int(re.search(r"About (\d+) rows", str(record[0].message)).group(1))
+    assert needed == 278  # ceil(2 * 8 * sqrt(3) / 0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UtilityWarning)
+        PrivateStableKMeans()._warn_if_noise_dominates(needed, 3)

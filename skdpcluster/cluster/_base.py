@@ -38,6 +38,7 @@ from skdpcluster.exceptions import (
     PrivacyAccountingError,
     PrivacyLeakWarning,
     PrivateStepFailedWarning,
+    UtilityWarning,
 )
 from skdpcluster.mechanisms import PrivacyEvent
 from skdpcluster.utils import check_random_state
@@ -122,6 +123,10 @@ def _mark_unproven(events, unproven):
     return redacted + [marker]
 
 
+#: Noise of a released centre, as a fraction of the data bound, above which a fit warns.
+UTILITY_NOISE_FRACTION = 0.1
+
+
 def _reject_fit_params(estimator, fit_params):
     """Refuse extra fit arguments such as ``sample_weight``, before anything is spent."""
     if fit_params:
@@ -170,12 +175,48 @@ class _PrivateFitMixin:
             dtype = X.dtype
             X = np.asarray(X, dtype=np.float64)
             self._check_n_clusters()
+            self._warn_if_noise_dominates(*X.shape)
             self._commit(*self._plan_and_run(X))
             self._cast_release(dtype)
         return self
 
     def _cast_release(self, dtype):
         """Store the released parameters in the input's dtype (a hook; float64 by default)."""
+
+    # -- honest utility signal (public values only) ----------------------------------
+    #: The fraction of the bound falls as ``n_samples ** -_NOISE_RATE``: 1 in the central
+    #: model (a noisy sum over n/k rows), 1/2 in the local model (every row randomized).
+    _NOISE_RATE = 1.0
+
+    def _noise_fraction(self, n_samples, n_features):
+        r"""Public estimate of the noise of one released centre, as a fraction of the bound.
+
+        A centre is a noisy mean of about :math:`n/k` rows of a ball of radius
+        :math:`\Lambda`; the noise of each coordinate's sum has scale about
+        :math:`2\Lambda/\varepsilon`, so the centre's error is about
+        :math:`2\Lambda k\sqrt d/(\varepsilon n)`: the fraction
+        :math:`2k\sqrt d/(\varepsilon n)` of the bound, whatever the bound.
+        An order of magnitude, not a bound: each method's constants differ.
+        """
+        return 2.0 * self._n_centres() * math.sqrt(n_features) / (self.epsilon * n_samples)
+
+    def _n_centres(self):
+        return getattr(self, "n_clusters", None) or self.n_components
+
+    def _warn_if_noise_dominates(self, n_samples, n_features):
+        """Warn (:class:`UtilityWarning`) before spending when the centres will be close to random."""
+        fraction = self._noise_fraction(n_samples, n_features)
+        if fraction <= UTILITY_NOISE_FRACTION:
+            return
+        needed = math.ceil(n_samples * (fraction / UTILITY_NOISE_FRACTION) ** (1.0 / self._NOISE_RATE))
+        warn_user(
+            f"{type(self).__name__}: with {n_samples} rows, epsilon={self.epsilon}, "
+            f"{self._n_centres()} centres and {n_features} features, the noise of each released "
+            f"centre is at least about {fraction:.0%} of the data bound (a public estimate); the "
+            f"centres may be close to random. About {needed} rows (or a larger epsilon) bring it below "
+            f"{UTILITY_NOISE_FRACTION:.0%}.",
+            UtilityWarning,
+        )
 
     def _check_n_clusters(self):
         if self.n_clusters < 2:

@@ -361,6 +361,7 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         with _restore_on_error(self):
             _reject_fit_params(self, fit_params)
             data = self._validated_inputs(X, client_ids, X_server)
+            self._warn_if_noise_dominates(*data.X.shape)
             self._commit(*self._plan_and_run(data))
             self._cast_release(data.dtype)
         return self
