@@ -195,3 +195,13 @@ def test_rows_named_by_the_warning_are_enough():
     with warnings.catch_warnings():
         warnings.simplefilter("error", UtilityWarning)
         PrivateStableKMeans()._warn_if_noise_dominates(needed, 3)
+
+
+@pytest.mark.parametrize("data_radius", [None, 30.0])
+def test_federated_without_server_data_says_what_initialized_and_warns_once(data_radius, easy):
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        est = FederatedPrivateKMeans(n_clusters=4, data_radius=data_radius, accountant=BudgetAccountant(),
+                                     random_state=0).fit(easy)
+    assert est.init_ == "sphere_packing"
+    assert sum("no X_server was given" in str(w.message) for w in record) == 1
