@@ -205,3 +205,13 @@ def test_federated_without_server_data_says_what_initialized_and_warns_once(data
                                      random_state=0).fit(easy)
     assert est.init_ == "sphere_packing"
     assert sum("no X_server was given" in str(w.message) for w in record) == 1
+
+
+def test_stable_initializer_fallback_is_reported_as_status_fallback():
+    """One meaning of status_: a failed initializer test whose reserved share released is 'fallback'."""
+    X = np.random.default_rng(0).uniform(-10, 10, size=(20_000, 2))  # no clusters: the k-tuple test fails
+    with pytest.warns(UserWarning, match="fallback_grid|grid initializer"):
+        est = PrivateStableKMeans(2, initializer=KTupleClusterer(method="noisy_centers"), data_radius=20.0,
+                                  accountant=BudgetAccountant(), random_state=0).fit(X)
+    assert est.initializer_status_ == "fallback_grid" and est.status_ == "fallback"
+    assert est.cluster_centers_.shape == (2, 2)
