@@ -201,7 +201,8 @@ class _PrivateFitMixin:
         return 2.0 * self._n_centres() * math.sqrt(n_features) / (self.epsilon * n_samples)
 
     def _n_centres(self):
-        return getattr(self, "n_clusters", None) or self.n_components
+        """Released centres: ``n_clusters``, ``n_components``, or one (a scaler's mean)."""
+        return getattr(self, "n_clusters", None) or getattr(self, "n_components", 1)
 
     def _warn_if_noise_dominates(self, n_samples, n_features):
         """Warn (:class:`UtilityWarning`) before spending when the centres will be close to random."""
