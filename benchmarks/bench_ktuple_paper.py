@@ -192,6 +192,7 @@ class Setting:
         return KTupleClusterer(
             self.n_clusters, method=self.method, epsilon=EPSILON, delta=DELTA, beta=BETA,
             n_tuples=n_tuples, random_state=rng, accountant=BudgetAccountant(),
+            fallback_share=0.0,  # the paper's methods on the whole budget, as published
             **MODES[self.mode], **extra,
         )
 

@@ -59,6 +59,7 @@ from skdpcluster.exceptions import (
     PrivacyLeakWarning,
     PrivateStepFailedWarning,
     UnprovenPrivacyWarning,
+    UtilityWarning,
 )
 from skdpcluster.mixture import PrivateGaussianMixture
 
@@ -87,5 +88,6 @@ __all__ = [
     "PrivateStepFailedWarning",
     "SampleAggregateStableKMeans",
     "UnprovenPrivacyWarning",
+    "UtilityWarning",
     "__version__",
 ]

@@ -12,6 +12,7 @@ __all__ = [
     "PrivacyLeakWarning",
     "PrivateStepFailedWarning",
     "UnprovenPrivacyWarning",
+    "UtilityWarning",
 ]
 
 
@@ -115,4 +116,15 @@ class NoiseReuseError(ValueError):
 
     Raised by :meth:`BudgetAccountant.check` before any randomness is drawn;
     nothing is recorded.
+    """
+
+
+class UtilityWarning(UserWarning):
+    """The noise a fit will add is a large fraction of the data bound: the release will be close to random.
+
+    Emitted before anything is spent, from public values only (``n_samples``,
+    ``n_features``, ``n_clusters``, ``epsilon``), so the warning itself
+    reveals nothing. The message names the number of rows needed for a
+    useful answer at this budget. The fit still runs and is charged: the
+    guarantee holds, only the utility is poor.
     """

@@ -182,7 +182,7 @@ def _fast(**params):
     A huge epsilon, and a tiny beta: with the default beta=0.05 about 5% of seeds fail the
     private test on this data; with beta=1e-6 none of 300 seeds did.
     """
-    return KTupleClusterer(n_clusters=2, epsilon=1e5, delta=0.1, beta=1e-6, **params)
+    return KTupleClusterer(n_clusters=2, epsilon=1e5, delta=0.1, beta=1e-6, fallback_share=0.0, **params)
 
 
 def test_unpickled_estimator_with_default_accountant_refuses_to_fit(small_data):

@@ -256,7 +256,8 @@ def test_too_few_rows_for_the_reduced_budget_raise_before_randomness():
     # full budget: a public fact, raised before any randomness or spend.
     accountant = BudgetAccountant()
     X = np.random.default_rng(11).normal(size=(2_000 * 4, 1))
-    est = KTupleClusterer(2, method="averages", n_tuples=2_000, accountant=accountant)
+    est = KTupleClusterer(2, method="averages", n_tuples=2_000, fallback_share=0.0,
+                          accountant=accountant)
     with pytest.raises(ValueError, match="tuples are too few"):
         est.fit(X)
     assert accountant.total() == (0.0, 0.0)

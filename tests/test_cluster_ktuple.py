@@ -30,7 +30,7 @@ def easy_data():
 def test_recovers_the_separated_centres(easy_data):
     X, y = easy_data
     acc = BudgetAccountant(epsilon=1.0, delta=1e-6)
-    est = KTupleClusterer(n_clusters=2, method="noisy_centers",
+    est = KTupleClusterer(n_clusters=2, method="noisy_centers", fallback_share=0.0,
                           accountant=acc, random_state=0).fit(X)
     assert est.status_ == "success"
     assert est.n_tuples_ == N_TUPLES and est.m_ >= 1 and est.ell_ > 0
@@ -101,7 +101,7 @@ def test_failure_is_reported_not_garbage():
     X = rng.normal(size=(N_TUPLES * 4, 2))  # one blob split in two: tuples never agree
     acc = BudgetAccountant()
     with pytest.warns(NotSeparatedWarning, match="status_='failure'") as record:
-        est = KTupleClusterer(n_clusters=2, method="noisy_centers",
+        est = KTupleClusterer(n_clusters=2, method="noisy_centers", fallback_share=0.0,
                               accountant=acc, random_state=0).fit(X)
     assert record[0].filename == __file__  # attributed to the caller, not to library internals
     assert est.status_ == "failure" and est.cluster_centers_ is None
@@ -140,7 +140,7 @@ def test_on_failure_raise_charges_and_keeps_previous_state(easy_data):
 )
 def test_bad_input_fails_before_any_spend(easy_data, params, X_factory, error, match):
     acc = BudgetAccountant()
-    est = KTupleClusterer(n_clusters=2, method="noisy_centers",
+    est = KTupleClusterer(n_clusters=2, method="noisy_centers", fallback_share=0.0,
                           accountant=acc, random_state=0).fit(easy_data[0])
     before = (est.cluster_centers_.copy(), est.n_features_in_, len(acc.ledger))
     est.set_params(**params)

@@ -1,9 +1,9 @@
 """scikit-learn's common checks and skdpcluster's DP checks, over every public estimator.
 
-Every estimator appears twice below: a configuration for scikit-learn's checks
-(tiny unstructured data: a huge epsilon so that a handful of tuples is
-admissible) and a realistic configuration with data on which it releases, for
-the DP checks. Expected failures of scikit-learn's checks, with their reasons,
+Every estimator appears three times below: at default construction and in a
+tuned configuration for scikit-learn's checks (tiny unstructured data: a huge
+epsilon so that a handful of tuples is admissible), and in a realistic
+configuration with data on which it releases, for the DP checks. Expected failures of scikit-learn's checks, with their reasons,
 live in one place: ``skdpcluster.utils.estimator_checks.EXPECTED_FAILED_CHECKS``.
 """
 
@@ -31,7 +31,14 @@ from skdpcluster.ktuple import min_tuples
 from skdpcluster.local import LocalPrivateStableKMeans
 from skdpcluster.utils.estimator_checks import dp_checks, expected_failed_checks
 
-SKLEARN_CHECK_INSTANCES = [
+#: Default construction, as a new user tries it (issue #14).
+DEFAULT_INSTANCES = [
+    KTupleClusterer(), PrivateGaussianMixture(), FederatedPrivateKMeans(), PrivateStableKMeans(),
+    PrivateStableKMedian(), PrivateHighDimKMeans(), PrivateHighDimKMedian(),
+    LocalPrivateStableKMeans(), SampleAggregateStableKMeans(),
+]
+
+SKLEARN_CHECK_INSTANCES = DEFAULT_INSTANCES + [
     KTupleClusterer(n_clusters=2, method="noisy_centers", epsilon=1e5, delta=0.1, random_state=0),
     KTupleClusterer(n_clusters=2, epsilon=20.0, delta=0.1, data_radius=100.0, random_state=0),
     KTupleClusterer(n_clusters=2, method="averages", epsilon=300.0, delta=0.1, data_radius=100.0,

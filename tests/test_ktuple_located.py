@@ -298,7 +298,7 @@ def test_too_few_rows_raise_before_any_budget_is_spent():
     needed = L.min_located_tuples(4, EPSILON, DELTA, on_rows=True)  # and one row per cluster
     X = make_separated_mixture(4 * needed - 1, 4, 4, separation=10, random_state=0)[0]
     with pytest.raises(InsufficientDataError, match=f"at least {needed} tuples"):
-        KTupleClusterer(4, data_radius=20.0, accountant=accountant, random_state=0).fit(X)
+        KTupleClusterer(4, fallback_share=0.0, data_radius=20.0, accountant=accountant, random_state=0).fit(X)
     assert accountant.total() == (0.0, 0.0)
     with warnings.catch_warnings():  # at the bare minimum the private location may fail
         warnings.simplefilter("ignore")
@@ -343,7 +343,7 @@ def test_a_failed_located_fit_costs_what_success_costs():
     accountant = BudgetAccountant()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        est = KTupleClusterer(4, data_radius=40.0, accountant=accountant, random_state=0).fit(X)
+        est = KTupleClusterer(4, fallback_share=0.0, data_radius=40.0, accountant=accountant, random_state=0).fit(X)
     assert est.status_ == "failure" and est.cluster_centers_ is None
     assert est.privacy_spent_["epsilon"] == pytest.approx(EPSILON, rel=1e-9)
     assert est.privacy_spent_["delta"] == pytest.approx(DELTA, rel=1e-9)

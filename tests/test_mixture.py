@@ -221,7 +221,7 @@ def test_covariances_are_spd_with_the_documented_floor(easy, covariance_type):
     """Noise-dominated case: few fresh rows (samples_per_tuple leaves 40), tiny sigma_min."""
     X = easy[0][: N_TUPLES * 30 + 40]
     gm = PrivateGaussianMixture(2, covariance_type=covariance_type, samples_per_tuple=30,
-                                tuple_method="noisy_centers",
+                                tuple_method="noisy_centers", fallback_share=0.0,
                                 sigma_min=1e-3, sigma_max=50.0, random_state=1).fit(X)
     assert gm.status_ == "success" and gm.n_fresh_ == 40
     full = _full(gm)
@@ -311,7 +311,7 @@ def test_failure_is_reported_not_garbage():
     X = np.random.default_rng(0).normal(size=(N_TUPLES * 20, 2))  # one blob: tuples never agree
     acc = BudgetAccountant()
     with pytest.warns(NotSeparatedWarning, match="status_='failure'") as record:
-        gm = PrivateGaussianMixture(2, accountant=acc, random_state=0).fit(X)
+        gm = PrivateGaussianMixture(2, fallback_share=0.0, accountant=acc, random_state=0).fit(X)
     assert record[0].filename == __file__
     assert gm.status_ == "failure" and not gm.converged_
     assert gm.means_ is None and gm.covariances_ is None and gm.weights_ is None
@@ -341,10 +341,12 @@ def test_on_failure_raise_charges_and_keeps_previous_state(small):
     "params, rows, error, match",
     [
         ({}, "nan", ValueError, "NaN"),
-        ({}, 300, InsufficientDataError, r"needs at least \d+ tuples"),
-        ({"samples_per_tuple": 100}, N_TUPLES * 30, InsufficientDataError, "fresh rows"),
-        ({"n_tuples": 100}, N_TUPLES * 30, InsufficientDataError, "at least 162 tuples"),
-        ({"n_tuples": 100, "tuple_method": "noisy_centers"}, N_TUPLES * 30,
+        ({"fallback_share": 0.0}, 300, InsufficientDataError, r"needs at least \d+ tuples"),
+        ({"samples_per_tuple": 100, "fallback_share": 0.0}, N_TUPLES * 30, InsufficientDataError,
+         "fresh rows"),
+        ({"n_tuples": 100, "fallback_share": 0.0}, N_TUPLES * 30, InsufficientDataError,
+         "at least 162 tuples"),
+        ({"n_tuples": 100, "tuple_method": "noisy_centers", "fallback_share": 0.0}, N_TUPLES * 30,
          InsufficientDataError, "at least 1963"),
         ({"epsilon": 0}, N_TUPLES * 30, ValueError, "epsilon"),
         ({"delta": 1.0}, N_TUPLES * 30, ValueError, "delta"),

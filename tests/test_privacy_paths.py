@@ -49,7 +49,8 @@ def easy():
 
 
 def _ktuple(**params):
-    params = {"method": "noisy_centers", **params}  # the tests of this module are about its paths
+    # the tests of this module are about its paths (the fallback is tested separately)
+    params = {"method": "noisy_centers", "fallback_share": 0.0, **params}
     return KTupleClusterer(n_clusters=2, epsilon=EPSILON, delta=DELTA, random_state=0, **params)
 
 
@@ -232,7 +233,7 @@ def test_paper_accounting_charges_the_larger_proven_delta(easy):
     delta = 1e-8  # at DELTA the proven delta of the paper's ell exceeds 1
     n_tuples = min_tuples(EPSILON, delta, 0.05, accounting="paper")  # 234
     accountant = BudgetAccountant()
-    est = KTupleClusterer(2, method="noisy_centers", epsilon=EPSILON, delta=delta,
+    est = KTupleClusterer(2, method="noisy_centers", fallback_share=0.0, epsilon=EPSILON, delta=delta,
                           accounting="paper", n_tuples=n_tuples,
                           accountant=accountant, random_state=0).fit(easy)
     spent = est.privacy_spent_

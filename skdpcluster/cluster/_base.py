@@ -38,6 +38,7 @@ from skdpcluster.exceptions import (
     PrivacyAccountingError,
     PrivacyLeakWarning,
     PrivateStepFailedWarning,
+    UtilityWarning,
 )
 from skdpcluster.mechanisms import PrivacyEvent
 from skdpcluster.utils import check_random_state
@@ -89,6 +90,7 @@ class PrivateFit:
     attributes: dict = field(default_factory=dict)
     rho: float | None = None
     step_failed: bool = False
+    status: str | None = None
 
     def spent(self):
         """Basic composition of the events."""
@@ -121,6 +123,20 @@ def _mark_unproven(events, unproven):
     return redacted + [marker]
 
 
+#: Noise of a released centre, as a fraction of the data bound, above which a fit warns.
+UTILITY_NOISE_FRACTION = 0.1
+
+
+def _reject_fit_params(estimator, fit_params):
+    """Refuse extra fit arguments such as ``sample_weight``, before anything is spent."""
+    if fit_params:
+        raise ValueError(
+            f"{type(estimator).__name__}.fit does not accept {sorted(fit_params)}: weighted rows "
+            "are not supported (the privacy analysis gives every row weight one, so a weight "
+            "would change the sensitivity). Repeat or drop rows instead, or fit without weights."
+        )
+
+
 def _random_state_constraint():
     return [None, Interval(Integral, 0, None, closed="left"), np.random.Generator]
 
@@ -135,7 +151,7 @@ class _PrivateFitMixin:
 
     # -- the template -----------------------------------------------------------
     @fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y=None):
+    def fit(self, X, y=None, **fit_params):
         """Fit privately and charge the accountant.
 
         Parameters
@@ -144,6 +160,9 @@ class _PrivateFitMixin:
             Training data. The number of rows is treated as public.
         y : Ignored
             Not used, present for API consistency.
+        **fit_params : dict
+            Refused with a ValueError (``sample_weight`` included): the
+            privacy analysis gives every row weight one.
 
         Returns
         -------
@@ -151,11 +170,54 @@ class _PrivateFitMixin:
             Fitted estimator.
         """
         with _restore_on_error(self):
+            _reject_fit_params(self, fit_params)
             X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2)
+            dtype = X.dtype
             X = np.asarray(X, dtype=np.float64)
             self._check_n_clusters()
+            self._warn_if_noise_dominates(*X.shape)
             self._commit(*self._plan_and_run(X))
+            self._cast_release(dtype)
         return self
+
+    def _cast_release(self, dtype):
+        """Store the released parameters in the input's dtype (a hook; float64 by default)."""
+
+    # -- honest utility signal (public values only) ----------------------------------
+    #: The fraction of the bound falls as ``n_samples ** -_NOISE_RATE``: 1 in the central
+    #: model (a noisy sum over n/k rows), 1/2 in the local model (every row randomized).
+    _NOISE_RATE = 1.0
+
+    def _noise_fraction(self, n_samples, n_features):
+        r"""Public estimate of the noise of one released centre, as a fraction of the bound.
+
+        A centre is a noisy mean of about :math:`n/k` rows of a ball of radius
+        :math:`\Lambda`; the noise of each coordinate's sum has scale about
+        :math:`2\Lambda/\varepsilon`, so the centre's error is about
+        :math:`2\Lambda k\sqrt d/(\varepsilon n)`: the fraction
+        :math:`2k\sqrt d/(\varepsilon n)` of the bound, whatever the bound.
+        An order of magnitude, not a bound: each method's constants differ.
+        """
+        return 2.0 * self._n_centres() * math.sqrt(n_features) / (self.epsilon * n_samples)
+
+    def _n_centres(self):
+        """Released centres: ``n_clusters``, ``n_components``, or one (a scaler's mean)."""
+        return getattr(self, "n_clusters", None) or getattr(self, "n_components", 1)
+
+    def _warn_if_noise_dominates(self, n_samples, n_features):
+        """Warn (:class:`UtilityWarning`) before spending when the centres will be close to random."""
+        fraction = self._noise_fraction(n_samples, n_features)
+        if fraction <= UTILITY_NOISE_FRACTION:
+            return
+        needed = math.ceil(n_samples * (fraction / UTILITY_NOISE_FRACTION) ** (1.0 / self._NOISE_RATE))
+        warn_user(
+            f"{type(self).__name__}: with {n_samples} rows, epsilon={self.epsilon}, "
+            f"{self._n_centres()} centres and {n_features} features, the noise of each released "
+            f"centre is at least about {fraction:.0%} of the data bound (a public estimate); the "
+            f"centres may be close to random. About {needed} rows (or a larger epsilon) bring it below "
+            f"{UTILITY_NOISE_FRACTION:.0%}.",
+            UtilityWarning,
+        )
 
     def _check_n_clusters(self):
         if self.n_clusters < 2:
@@ -237,19 +299,31 @@ class _PrivateFitMixin:
         hidden = {name: np.nan for name in plan.unproven if name.endswith("_")}
         for name, value in {**plan.attributes, **result.attributes, **hidden}.items():
             setattr(self, name, value)
-        self.status_ = "success" if result.success else "failure"
+        self.status_ = result.status or ("success" if result.success else "failure")
         self.privacy_spent_ = {"epsilon": spent[0], "delta": spent[1], "proven": result.proven}
         if result.rho is not None:
             self.privacy_spent_["rho"] = result.rho
         self.privacy_ledger_ = list(result.events)
         if not (result.success or result.step_failed):
             self._report_failure()
+        elif self.status_ == "fallback":
+            self._report_fallback()
 
     def _report_failure(self):
         message = (
             f"{type(self).__name__}: the private easy-instance test failed (status_='failure'); "
             "nothing was released. The data may not be well separated, or there may be too "
             "little data per tuple. The budget of the test was spent."
+        )
+        if self.on_failure == "raise":
+            raise NotSeparatedError(message)
+        warn_user(message, NotSeparatedWarning)
+
+    def _report_fallback(self):
+        message = (
+            f"{type(self).__name__}: the main method did not run or its private test failed "
+            "(status_='fallback'); centres were released by the general method on the reserved "
+            "share of the budget. fallback_info_ says why."
         )
         if self.on_failure == "raise":
             raise NotSeparatedError(message)
@@ -414,7 +488,8 @@ class _PrivateFitMixin:
                       "data_center_": center}
         rho = None if result.rho is None else result.rho + math.fsum(e.rho for e in events)
         return PrivateFit(result.centers, result.success, events + list(result.events),
-                          proven=result.proven, attributes=attributes, rho=rho)
+                          proven=result.proven, attributes=attributes, rho=rho,
+                          status=result.status)
 
 
 
@@ -441,6 +516,11 @@ class _BasePrivateClusterer(
     def _commit(self, plan, result, spent):
         self.cluster_centers_ = result.centers
         super()._commit(plan, result, spent)
+
+    def _cast_release(self, dtype):
+        """Released centres in the input's dtype (float32 input keeps float32, like KMeans)."""
+        if self.cluster_centers_ is not None:
+            self.cluster_centers_ = self.cluster_centers_.astype(dtype, copy=False)
 
     # -- prediction -----------------------------------------------------------------
     def _validated_input_and_centers(self, X):
@@ -504,7 +584,7 @@ class _BasePrivateClusterer(
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = False
-        tags.transformer_tags.preserves_dtype = ["float64"]
+        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
         return tags
 
 

@@ -15,6 +15,7 @@ from skdpcluster.cluster._base import (
     PrivateFit,
     PrivateFitPlan,
     _BasePrivateClusterer,
+    _reject_fit_params,
     _restore_on_error,
 )
 from skdpcluster.cluster._federated_init import (
@@ -52,6 +53,7 @@ class _FitInputs:
     X: np.ndarray
     client_ids: np.ndarray | None
     server: np.ndarray | None
+    dtype: np.dtype = np.dtype(np.float64)
 
 
 def _canonical(centers):
@@ -331,7 +333,7 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
 
     # -- the template, with the federated inputs ------------------------------------
     @fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y=None, *, client_ids=None, X_server=None):
+    def fit(self, X, y=None, *, client_ids=None, X_server=None, **fit_params):
         """Fit privately on the clients' rows and charge the accountant.
 
         Parameters
@@ -346,6 +348,9 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         X_server : array-like of shape (n_server, n_features), default=None
             Public server-side data (no privacy cost); needed by
             ``init="feddp"`` and the server baselines.
+        **fit_params : dict
+            Refused with a ValueError (``sample_weight`` included): the
+            privacy analysis gives every row weight one.
 
         Returns
         -------
@@ -354,15 +359,19 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
             spent, and leaves a previous fit in place.
         """
         with _restore_on_error(self):
+            _reject_fit_params(self, fit_params)
             data = self._validated_inputs(X, client_ids, X_server)
+            self._warn_if_noise_dominates(*data.X.shape)
             self._commit(*self._plan_and_run(data))
+            self._cast_release(data.dtype)
         return self
 
     def _validated_inputs(self, X, client_ids, X_server):
         X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2)
+        dtype = X.dtype
         X = np.asarray(X, dtype=np.float64)
         return _FitInputs(X, _check_client_ids(client_ids, len(X)),
-                          _check_server(X_server, X.shape[1]))
+                          _check_server(X_server, X.shape[1]), dtype)
 
     def _check_n_clusters(self):
         """Any k >= 1: k-means with one cluster is a private mean."""

@@ -222,6 +222,8 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
     _parameter_constraints: dict = {
         **{name: rule for name, rule in _BasePrivateClusterer._parameter_constraints.items()
            if name != "on_failure"},
+        # delta = 0 is allowed: the default fit (Laplace sums) is pure epsilon-DP.
+        "delta": [Interval(Real, 0, 1, closed="left")],
         "beta": [Interval(Real, 0, 1, closed="neither")],
         "profile": [StrOptions({"practical", "paper"})],
         "proj_dim": [StrOptions({"auto"}), Interval(Integral, 1, None, closed="left")],
@@ -272,6 +274,12 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
 
     def _check_options(self, n_features):
         """Combinations of parameters that the constraints cannot express."""
+        if self.delta == 0 and self._uses_delta():
+            raise ValueError(
+                f"delta=0: sum_mechanism={self.sum_mechanism!r} with recovery={self.recovery!r} "
+                "spends delta; pass delta > 0, or use sum_mechanism='laplace' with "
+                "recovery='mean' for a pure epsilon-DP fit."
+            )
         if self.recovery not in self._RECOVERIES:
             raise ValueError(f"recovery must be one of {self._RECOVERIES} for "
                              f"{type(self).__name__}, got recovery={self.recovery!r}.")

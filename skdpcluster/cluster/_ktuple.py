@@ -1,6 +1,7 @@
 r"""KTupleClusterer: private k-tuple clustering (Cohen et al., ICML 2021) as a scikit-learn estimator."""
 
 import math
+import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -10,6 +11,7 @@ from sklearn.metrics import pairwise_distances_argmin
 from sklearn.utils.validation import validate_data
 
 from skdpcluster._tuples import generate_tuples
+from skdpcluster.accountant import BudgetAccountant
 from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _BasePrivateClusterer, _restore_on_error
 from skdpcluster.exceptions import InsufficientDataError
 from skdpcluster.mechanisms import PrivacyEvent
@@ -83,7 +85,9 @@ class KTupleClusterer(_BasePrivateClusterer):
     Parameters
     ----------
     n_clusters : int, default=8
-        Number of clusters k (at least 2).
+        Number of clusters k. The tuple path needs k >= 2; ``n_clusters=1``
+        (with the fallback on) runs the fallback on the whole budget, a
+        private mean (``status_="fallback"``).
     method : {"auto", "located", "noisy_centers", "averages"}, default="auto"
         The private aggregation of the tuples. ``"auto"`` is ``"located"``
         when ``data_radius`` is given and ``"noisy_centers"`` (which needs no
@@ -146,11 +150,26 @@ class KTupleClusterer(_BasePrivateClusterer):
         reports ``privacy_spent_["proven"] = False`` and emits an
         :class:`~skdpcluster.exceptions.UnprovenPrivacyWarning`. Never use it
         with an accountant whose total must be a guarantee.
+    fallback_share : float in [0, 1), default=0.1
+        Share of (epsilon, delta) reserved for the general method,
+        :class:`~skdpcluster.PrivateStableKMeans` (on the same bound), run
+        when the tuple path's private test fails (``status_="fallback"``).
+        The share is decided from public values and charged whatever the
+        outcome (on success as an unused ``"fallback_share_unused"`` event),
+        so the charge never depends on the test. When ``n_samples`` is too
+        small for the tuple path at its share (a public fact), the whole
+        budget goes to the fallback instead of raising
+        :class:`~skdpcluster.InsufficientDataError`; ``fallback_info_`` then
+        says how many rows the tuple path needs. ``0`` turns the fallback
+        off: a failed test then releases nothing (``status_="failure"``) and
+        too few rows raise.
     on_failure : {"warn", "raise"}, default="warn"
-        When the private test fails: ``"warn"`` sets ``status_="failure"``,
-        ``cluster_centers_=None`` and emits a :class:`NotSeparatedWarning`;
-        ``"raise"`` raises :class:`NotSeparatedError` and leaves the previous
-        fitted state. Either way the test's budget is charged.
+        When the private test fails: ``"warn"`` releases the fallback
+        (``status_="fallback"``) or, with ``fallback_share=0``, sets
+        ``status_="failure"`` and ``cluster_centers_=None``, and emits a
+        :class:`NotSeparatedWarning`; ``"raise"`` raises
+        :class:`NotSeparatedError` and leaves the previous fitted state.
+        Either way the budget is charged.
     accountant : BudgetAccountant, default=None
         Charged with what every fit spends; ``None`` uses the default one.
     random_state : None, int or numpy.random.Generator, default=None
@@ -166,9 +185,16 @@ class KTupleClusterer(_BasePrivateClusterer):
     cluster_centers_ : ndarray of shape (n_clusters, n_features) or None
         The private centres, rows in lexicographic order; ``None`` after a
         failed test. A differentially private release.
-    status_ : {"success", "failure"}
-        Outcome of the private test, or for ``"located"`` whether every
-        step found k groups (a private release).
+    status_ : {"success", "fallback", "failure"}
+        ``"success"``: the private test passed (for ``"located"``: every
+        step found k groups) and the tuple path released; ``"fallback"``:
+        the tuple path could not run (too few rows) or its test failed, and
+        the fallback released; ``"failure"``: nothing released
+        (``fallback_share=0`` only). A private release.
+    fallback_info_ : dict or None
+        After ``status_="fallback"``: ``"reason"`` (public text),
+        ``"share"`` of the budget it ran on and ``"stable_status"`` of
+        the fallback fit; ``None`` otherwise.
     method_ : str
         The method used (``"auto"`` resolved).
     located_info_ : dict or None
@@ -237,6 +263,7 @@ class KTupleClusterer(_BasePrivateClusterer):
         "lambda_mechanism": [StrOptions({"log_laplace", "paper"})],
         "gaussian_calibration": [StrOptions({"analytic_joint", "classical"})],
         "allow_unproven": ["boolean"],
+        "fallback_share": [Interval(Real, 0, 1, closed="left")],
     }
 
     def __init__(
@@ -257,6 +284,7 @@ class KTupleClusterer(_BasePrivateClusterer):
         lambda_mechanism="log_laplace",
         gaussian_calibration="analytic_joint",
         allow_unproven=False,
+        fallback_share=0.1,
         on_failure="warn",
         accountant=None,
         random_state=None,
@@ -278,11 +306,17 @@ class KTupleClusterer(_BasePrivateClusterer):
         self.lambda_mechanism = lambda_mechanism
         self.gaussian_calibration = gaussian_calibration
         self.allow_unproven = allow_unproven
+        self.fallback_share = fallback_share
         self.on_failure = on_failure
         self.accountant = accountant
         self.random_state = random_state
         self.n_jobs = n_jobs
         self.verbose = verbose
+
+    def _check_n_clusters(self):
+        """k = 1 is allowed when the fallback is on: the whole budget then goes to it."""
+        if self.fallback_share == 0:
+            super()._check_n_clusters()
 
     # -- public plan --------------------------------------------------------------
     def _method(self):
@@ -385,6 +419,48 @@ class KTupleClusterer(_BasePrivateClusterer):
         return PrivateFitPlan(cost, {"center": self._resolve_center(n_features)}, attributes)
 
     def _plan(self, X):
+        """The public plan: the tuple path on ``1 - fallback_share`` and the fallback on the rest.
+
+        Which parts run is decided from public values only: when ``n_samples``
+        is too small for the tuple path at its share of the budget, the
+        whole budget goes to the fallback (:class:`PrivateStableKMeans`).
+        """
+        share = float(self.fallback_share)
+        if share == 0.0:
+            return self._plan_tuple_path(X)
+        main = clone(self).set_params(epsilon=(1.0 - share) * self.epsilon,
+                                      delta=(1.0 - share) * self.delta, fallback_share=0.0)
+        reason = "the private test of the tuple path failed"
+        if self.n_clusters < 2:
+            main, main_plan, share = None, None, 1.0
+            reason = ("n_clusters=1: the tuple path separates pairs of centres; one cluster is "
+                      "the general method's private mean")
+        else:
+            try:
+                main_plan = main._plan_tuple_path(X)
+            except InsufficientDataError as error:
+                main, main_plan, share, reason = None, None, 1.0, str(error)
+        radius = None
+        if main_plan is not None and np.isfinite(main_plan.values["data_radius"]):
+            radius = main_plan.values["data_radius"]
+        elif self._public_radius_given():
+            radius = float(self.data_radius)
+        fallback = plan_fallback(X, self.n_clusters, share * self.epsilon, share * self.delta,
+                                 radius, self.data_center, self.n_jobs)
+        cost = (share * self.epsilon, share * self.delta)
+        if main_plan is not None:
+            cost = (main_plan.cost[0] + cost[0], main_plan.cost[1] + cost[1])
+            attributes = dict(main_plan.attributes)
+        else:
+            attributes = {"n_tuples_": 0, "m_": None, "ell_": np.nan, "separation_": np.nan,
+                          "located_info_": None, "method_": self._method(),
+                          "data_radius_": fallback.data_radius if fallback.data_radius else np.nan}
+        values = {"main": main, "main_plan": main_plan, "fallback": fallback,
+                  "fallback_reason": reason, "fallback_share": share}
+        unproven = {} if main_plan is None else dict(main_plan.unproven)
+        return PrivateFitPlan(cost, values, attributes, unproven)
+
+    def _plan_tuple_path(self, X):
         n_samples, n_features = X.shape
         n_tuples = self._resolved_n_tuples(n_samples)
         needed = n_tuples * self.n_clusters
@@ -423,6 +499,37 @@ class KTupleClusterer(_BasePrivateClusterer):
         return clone(self.base_estimator)
 
     def _fit_private(self, X, plan, rng):
+        """The tuple path (if planned), then the fallback on its reserved share if needed."""
+        if "fallback" not in plan.values:
+            return self._fit_tuple_path(X, plan, rng)
+        main_rng, fallback_rng = rng.spawn(2)
+        main, main_plan = plan.values["main"], plan.values["main_plan"]
+        if main is not None:
+            result = main._fit_tuple_path(X, main_plan, main_rng)
+            if result.success:
+                return self._with_unused_share(result, plan)
+        centers, fallback_events, fallback_status, proven = run_fallback(
+            plan.values["fallback"], X, fallback_rng)
+        events = ([] if main is None else list(result.events)) + fallback_events
+        info = {"reason": plan.values["fallback_reason"], "share": plan.values["fallback_share"],
+                "stable_status": fallback_status}
+        attributes = {"labels_": self._training_labels(X, centers), "fallback_info_": info}
+        if main is not None:
+            attributes["located_info_"] = result.attributes.get("located_info_")
+        released = centers is not None
+        return PrivateFit(centers, released, events, proven=proven, attributes=attributes,
+                          status="fallback" if released else "failure")
+
+    @staticmethod
+    def _with_unused_share(result, plan):
+        """The tuple path's release, charged with the reserved share too."""
+        result.events = list(result.events) + [unused_share_event(plan.values["fallback"],
+                                                                  "KTupleClusterer")]
+        result.rho = None
+        result.attributes["fallback_info_"] = None
+        return result
+
+    def _fit_tuple_path(self, X, plan, rng):
         tuple_rng, noise_rng = rng.spawn(2)
         tuples = generate_tuples(
             X, self._base_estimator(), self.n_clusters, plan.attributes["n_tuples_"],
@@ -493,7 +600,7 @@ class KTupleClusterer(_BasePrivateClusterer):
         self : object
         """
         with _restore_on_error(self):
-            self._check_n_clusters()
+            super()._check_n_clusters()  # no fallback without rows: k >= 2
             tuples = np.asarray(tuples, dtype=np.float64)
             if tuples.ndim != 3 or tuples.shape[1] != self.n_clusters:
                 raise ValueError(
@@ -513,6 +620,45 @@ class KTupleClusterer(_BasePrivateClusterer):
         result = self._aggregate(tuples, plan, rng)
         result.attributes["labels_"] = np.empty(0, dtype=np.intp)
         return result
+
+
+def plan_fallback(X, n_clusters, epsilon, delta, data_radius, data_center, n_jobs):
+    """The general method run on a reserved share: :class:`PrivateStableKMeans` (public plan).
+
+    Its bound is the tuple path's (public, or released privately before);
+    ``data_radius=None`` (``"noisy_centers"`` without a bound) makes it
+    release its own bound privately. Planned here, on public values, so that
+    an input it cannot handle raises before any randomness.
+    """
+    from skdpcluster.cluster._stable import PrivateStableKMeans  # noqa: PLC0415 (import cycle)
+
+    fallback = PrivateStableKMeans(n_clusters=n_clusters, epsilon=epsilon, delta=delta,
+                                   data_radius=data_radius, data_center=data_center, n_jobs=n_jobs)
+    fallback._check_n_clusters()
+    probe = clone(fallback).set_params(data_radius=data_radius or 1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        probe._plan(X)
+    return fallback
+
+
+def run_fallback(fallback, X, rng):
+    """Fit the planned fallback on its own ledger: (centres, events, its status, proven)."""
+    fitted = clone(fallback).set_params(accountant=BudgetAccountant(), random_state=rng)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the caller's status says what happened
+        fitted.fit(X)
+    return (fitted.cluster_centers_, list(fitted.privacy_ledger_), fitted.status_,
+            fitted.privacy_spent_["proven"])
+
+
+def unused_share_event(fallback, owner):
+    """The reserved share after the main method released: charged (unused) all the same, so
+    that the charge never depends on the outcome of the private test."""
+    return PrivacyEvent("fallback_share_unused", float(fallback.epsilon), float(fallback.delta),
+                        label=f"{owner}/fallback_share_unused",
+                        details={"reason": "reserved for the fallback; charged whatever the "
+                                           "outcome of the private test"})
 
 
 def _locate_then_refine_on_rows(tuples, X, center, radius, budget, rng):

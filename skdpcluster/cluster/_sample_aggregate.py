@@ -204,7 +204,8 @@ class SampleAggregateStableKMeans(PrivateStableKMeans):
         ``n_chunks`` and the grid diagnostics of the aggregation.
     core_noisy_counts_, core_fallback_ : ndarray
         As in :class:`PrivateStableKMeans`.
-    status_ : {"success", "failure"}
+    status_ : {"success", "fallback", "failure"}
+        As in :class:`PrivateStableKMeans`.
     labels_ : ndarray of shape (n_samples,)
         **Not private.**
     budget_ : dict

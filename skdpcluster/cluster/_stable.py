@@ -389,8 +389,12 @@ class _PrivateStableBase(_BasePrivateClusterer):
             "labels_": data.training_labels(X, candidates[chosen], order, center),
             **diagnostics,
         }
+        status = "success" if start["status"] == "success" else "fallback"
         return PrivateFit(centers, True, events, attributes=attributes,
-                          rho=events[-1].rho)
+                          rho=events[-1].rho, status=status)
+
+    def _report_fallback(self):
+        """Nothing to add: the initializer's fallback has already warned, naming what ran."""
 
     def _fallback_initializer(self):
         """The initializer run on the "fallback" share when a fallible one fails."""
@@ -705,9 +709,11 @@ _SHARED_ATTRIBUTES = r"""
         (decided from the initializer's private output).
     initializer_info_ : dict
         Public diagnostics of the initializer (grid level, heavy cells, ...).
-    status_ : {"success", "failure"}
-        Centres are always released; see ``initializer_status_`` and
-        ``selected_`` for what happened. ``"failure"`` only when the private step failed (a
+    status_ : {"success", "fallback", "failure"}
+        Centres are always released: ``"success"`` when the initializer
+        returned centres, ``"fallback"`` when it failed and its reserved share
+        ran the fallback (``initializer_status_`` says which); ``"failure"``
+        only when the private step failed (a
         :class:`~skdpcluster.exceptions.PrivateStepFailedWarning`; nothing released).
     labels_ : ndarray of shape (n_samples,)
         Index of the nearest released centre for every training row.

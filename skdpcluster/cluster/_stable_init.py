@@ -537,7 +537,8 @@ class KTupleInitializer:
         inner.set_params(
             n_clusters=n_clusters, epsilon=budget["epsilon"], delta=budget["delta"],
             data_radius=data_radius, data_center=None, on_failure="warn",
-            accountant=BudgetAccountant(), random_state=rng, verbose=0)
+            accountant=BudgetAccountant(), random_state=rng, verbose=0,
+            fallback_share=0.0)  # the stable estimator runs its own fallback
         inner._validate_params()
         return inner
 

@@ -226,6 +226,15 @@ class LocalPrivateStableKMeans(_BasePrivateClusterer):
     ):
         _store_parameters(self, locals())
 
+    #: Every row is randomized: the noise of a centre falls as ``1 / sqrt(n)``.
+    _NOISE_RATE = 0.5
+
+    def _noise_fraction(self, n_samples, n_features):
+        r"""Public estimate of a centre's noise over the bound: every one of the :math:`n/k`
+        rows of a cluster carries noise of scale :math:`2\Lambda/\varepsilon` per coordinate,
+        so the mean is off by about :math:`2\Lambda\sqrt{kd/n}/\varepsilon`."""
+        return 2.0 * math.sqrt(self.n_clusters * n_features / n_samples) / self.epsilon
+
     def _check_n_clusters(self):
         """k = 1 is allowed: the core ball is then the whole domain (spec §11, A12)."""
 

@@ -28,7 +28,12 @@ from skdpcluster.cluster._base import (
     PrivateFitPlan,
     _PrivateFitMixin,
 )
-from skdpcluster.cluster._ktuple import KTupleClusterer
+from skdpcluster.cluster._ktuple import (
+    KTupleClusterer,
+    plan_fallback,
+    run_fallback,
+    unused_share_event,
+)
 from skdpcluster.exceptions import InsufficientDataError, PrivacyLeakWarning
 from skdpcluster.mechanisms import PrivacyEvent, analytic_gaussian_sigma, zcdp_gaussian_mechanism
 from skdpcluster.utils import check_random_state
@@ -434,8 +439,17 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         The learner's accuracy scales with ``sigma_max``.
     reg_covar : float, default=1e-6
         Added to the diagonal of every released covariance, as in scikit-learn.
+    fallback_share : float in [0, 1), default=0.1
+        Share of (epsilon, delta) of the tuple rows reserved for the general
+        method, :class:`~skdpcluster.PrivateStableKMeans` on the tuple rows,
+        whose centres the fresh part then refines when the k-tuple test
+        fails (``status_="fallback"``). Decided from public values and charged
+        whatever the outcome; the tuple rows and the fresh rows are disjoint,
+        so it composes with the k-tuple path only. Too few rows for the tuple
+        path (a public fact) give the whole budget of the tuple rows to the
+        fallback instead of raising. ``0`` turns it off.
     on_failure : {"warn", "raise"}, default="warn"
-        When the private k-tuple test fails: ``"warn"`` sets
+        When the private k-tuple test fails (and ``fallback_share=0``): ``"warn"`` sets
         ``status_="failure"``, leaves the parameters ``None`` and emits a
         :class:`~skdpcluster.exceptions.NotSeparatedWarning`; ``"raise"``
         raises :class:`~skdpcluster.exceptions.NotSeparatedError` and keeps the
@@ -470,8 +484,14 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
     converged_ : bool
         True when the private test passed and parameters were released
         (there is no EM loop; this mirrors scikit-learn's attribute).
-    status_ : {"success", "failure"}
-        Outcome of the private k-tuple test (a private release).
+    status_ : {"success", "fallback", "failure"}
+        ``"success"``: the private k-tuple test passed; ``"fallback"``: the
+        tuple path could not run or its test failed and the fallback's
+        centres were refined; ``"failure"``: nothing released
+        (``fallback_share=0`` only). A private release.
+    fallback_info_ : dict or None
+        After ``status_="fallback"``: the public ``"reason"``, the
+        ``"share"`` it ran on and the fallback's ``"stable_status"``.
     tuple_centers_ : ndarray of shape (n_components, n_features) or None
         The k private centres of step 3 (a private release).
     sigma_min_, sigma_max_ : ndarray of shape (n_components,) or None
@@ -538,6 +558,7 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         "sigma_min": _sigma_constraint(),
         "sigma_max": _sigma_constraint(),
         "reg_covar": [Interval(Real, 0.0, None, closed="left")],
+        "fallback_share": [Interval(Real, 0, 1, closed="left")],
     }
 
     def __init__(
@@ -559,6 +580,7 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         sigma_min="auto",
         sigma_max="auto",
         reg_covar=1e-6,
+        fallback_share=0.1,
         on_failure="warn",
         accountant=None,
         random_state=None,
@@ -581,6 +603,7 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         self.sigma_min = sigma_min
         self.sigma_max = sigma_max
         self.reg_covar = reg_covar
+        self.fallback_share = fallback_share
         self.on_failure = on_failure
         self.accountant = accountant
         self.random_state = random_state
@@ -609,12 +632,14 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         return self.fit(X).labels_
 
     # -- public plan (no randomness) ---------------------------------------------
-    def _tuple_clusterer(self, data_radius):
+    def _tuple_clusterer(self, data_radius, share=0.0):
+        """The tuple path's clusterer, on ``1 - share`` of the budget."""
         return KTupleClusterer(
-            n_clusters=self.n_components, method=self.tuple_method, epsilon=self.epsilon,
-            delta=self.delta, beta=self.beta, base_estimator=self.base_estimator,
+            n_clusters=self.n_components, method=self.tuple_method,
+            epsilon=(1.0 - share) * self.epsilon, delta=(1.0 - share) * self.delta, beta=self.beta, base_estimator=self.base_estimator,
             n_tuples=self.n_tuples, separation=self.separation, data_radius=data_radius,
             data_center=self.data_center, r_min=self.r_min, n_jobs=self.n_jobs,
+            fallback_share=0.0,  # the mixture runs the fallback itself, on the tuple rows
         )
 
     def _needs_radius(self, data):
@@ -628,19 +653,59 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         if self.tuple_method != "noisy_centers":
             radius, unproven = self._resolve_radius(X, center)
         unproven.update(self._check_sigma_bounds())
-        clusterer = self._tuple_clusterer(radius)
-        n_tuples = clusterer._resolved_n_tuples(int(n_samples * TUPLE_SHARE))
-        samples_per_tuple = self._plan_blocks(n_samples, n_tuples)
-        tuple_plan = clusterer._plan_tuples(n_tuples, n_features)
-        clusterer._plan_radius(tuple_plan, X)
+        share = float(self.fallback_share)
+        try:
+            clusterer, tuple_plan, n_tuples, samples_per_tuple = self._plan_tuple_part(
+                X, radius, share)
+            reason = "the private k-tuple test failed"
+        except InsufficientDataError as error:
+            if share == 0.0:
+                raise
+            share, reason = 1.0, str(error)
+            clusterer = tuple_plan = None
+            n_tuples, samples_per_tuple = 1, self._fallback_rows(n_samples)
+        fallback = None
+        if share > 0.0:
+            fallback = plan_fallback(X[: n_tuples * samples_per_tuple], self.n_components,
+                                     share * self.epsilon, share * self.delta,
+                                     None if radius is None else float(radius), self.data_center,
+                                     self.n_jobs)
         budget = _FreshBudget.for_target(self.epsilon, self.delta)
-        attributes = {**tuple_plan.attributes, "samples_per_tuple_": samples_per_tuple,
+        attributes = {"n_tuples_": 0 if clusterer is None else n_tuples, "m_": None,
+                      "ell_": np.nan, "separation_": np.nan, "located_info_": None,
+                      "method_": KTupleClusterer(method=self.tuple_method)._method(),
+                      "data_radius_": np.nan if radius is None else radius,
+                      **({} if tuple_plan is None else tuple_plan.attributes),
+                      "samples_per_tuple_": samples_per_tuple,
                       "n_fresh_": n_samples - n_tuples * samples_per_tuple}
-        values = {"clusterer": clusterer, "tuple_plan": tuple_plan, "budget": budget}
-        cost = (max(tuple_plan.cost[0], budget.epsilon), max(tuple_plan.cost[1], budget.delta))
+        values = {"clusterer": clusterer, "tuple_plan": tuple_plan, "budget": budget,
+                  "fallback": fallback, "fallback_reason": reason, "fallback_share": share}
+        tuple_cost = (0.0, 0.0) if tuple_plan is None else tuple_plan.cost
+        tuple_cost = (tuple_cost[0] + share * self.epsilon, tuple_cost[1] + share * self.delta)
+        cost = (max(tuple_cost[0], budget.epsilon), max(tuple_cost[1], budget.delta))
         if self.verbose:
             print(f"[PrivateGaussianMixture] plan: {attributes}, cost={cost}")
         return PrivateFitPlan(cost, values, attributes, unproven)
+
+    def _plan_tuple_part(self, X, radius, share):
+        """The tuple path on ``1 - share`` of the budget: clusterer, plan, blocks and their rows."""
+        clusterer = self._tuple_clusterer(radius, share)
+        n_tuples = clusterer._resolved_n_tuples(int(X.shape[0] * TUPLE_SHARE))
+        samples_per_tuple = self._plan_blocks(X.shape[0], n_tuples)
+        tuple_plan = clusterer._plan_tuples(n_tuples, X.shape[1])
+        clusterer._plan_radius(tuple_plan, X)
+        return clusterer, tuple_plan, n_tuples, samples_per_tuple
+
+    def _fallback_rows(self, n_samples):
+        """Rows of the fallback when the tuple path cannot run: ``TUPLE_SHARE`` of them, leaving
+        at least ``n_components`` fresh rows (else no method can handle the input)."""
+        rows = int(n_samples * TUPLE_SHARE)
+        if rows < 2 or n_samples - rows < self.n_components:
+            raise InsufficientDataError(
+                f"X has {n_samples} rows, but PrivateGaussianMixture needs at least "
+                f"{2 * max(2, self.n_components)} (half for the centres, at least "
+                f"n_components={self.n_components} fresh rows for the components).")
+        return rows
 
     def _plan_blocks(self, n_samples, n_tuples):
         """Rows per block; raise if the blocks and at least k fresh rows do not fit."""
@@ -681,26 +746,56 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
 
     # -- private part ---------------------------------------------------------------
     def _fit_private(self, X, plan, rng):
-        split_rng, tuple_rng, ktuple_rng, fresh_rng = rng.spawn(4)
-        clusterer, tuple_plan = plan.values["clusterer"], plan.values["tuple_plan"]
-        n_tuples, block = plan.attributes["n_tuples_"], plan.attributes["samples_per_tuple_"]
+        split_rng, tuple_rng, ktuple_rng, fresh_rng, fallback_rng = rng.spawn(5)
+        n_rows = plan.attributes["n_tuples_"] * plan.attributes["samples_per_tuple_"]
+        if plan.values["clusterer"] is None:
+            n_rows = plan.attributes["samples_per_tuple_"]  # the fallback's rows
         order = split_rng.permutation(X.shape[0])
-        tuple_rows = X[order[: n_tuples * block]]
-        fresh = np.clip(X[order[n_tuples * block:]], -NUMERIC_BOUND, NUMERIC_BOUND)
-        tuples = generate_tuples(
-            tuple_rows, clusterer._base_estimator(), self.n_components, n_tuples,
-            rng=tuple_rng, samples_per_tuple=block, output="label_means", n_jobs=self.n_jobs,
-        )
-        found = clusterer._aggregate(tuples, tuple_plan, ktuple_rng)
+        tuple_rows = X[order[:n_rows]]
+        fresh = np.clip(X[order[n_rows:]], -NUMERIC_BOUND, NUMERIC_BOUND)
+        found, status = self._find_centers(tuple_rows, plan, tuple_rng, ktuple_rng, fallback_rng)
         attributes, fresh_events = self._empty_release(), []
         if found.success:
             attributes, fresh_events = self._fit_fresh(fresh, found.centers, plan.values["budget"],
                                                        fresh_rng)
         attributes.update(tuple_centers_=found.centers, converged_=bool(found.success),
-                          labels_=self._training_labels(X, attributes))
+                          labels_=self._training_labels(X, attributes), **found.attributes)
         fresh_event = plan.values["budget"].event(found.success, fresh_events)
         event = _parallel_event(found.events, fresh_event)
-        return PrivateFit(None, found.success, [event], proven=found.proven, attributes=attributes)
+        return PrivateFit(None, found.success, [event], proven=found.proven, attributes=attributes,
+                          status=status)
+
+    def _find_centers(self, tuple_rows, plan, tuple_rng, ktuple_rng, fallback_rng):
+        """Step 3 on the tuple rows: the k-tuple path, then the fallback on its reserved share.
+
+        The tuple rows and the fresh rows are disjoint, so the fallback (on the
+        tuple rows only) composes with the k-tuple path, never with the fresh part.
+        """
+        clusterer, fallback = plan.values["clusterer"], plan.values["fallback"]
+        events, found = [], None
+        if clusterer is not None:
+            tuples = generate_tuples(
+                tuple_rows, clusterer._base_estimator(), self.n_components,
+                plan.attributes["n_tuples_"], rng=tuple_rng,
+                samples_per_tuple=plan.attributes["samples_per_tuple_"], output="label_means",
+                n_jobs=self.n_jobs,
+            )
+            found = clusterer._aggregate(tuples, plan.values["tuple_plan"], ktuple_rng)
+            events = list(found.events)
+            if found.success or fallback is None:
+                if fallback is not None:
+                    events.append(unused_share_event(fallback, "PrivateGaussianMixture"))
+                found.events, found.attributes = events, {"fallback_info_": None}
+                return found, None
+        centers, fallback_events, stable_status, proven = run_fallback(fallback, tuple_rows,
+                                                                       fallback_rng)
+        info = {"reason": plan.values["fallback_reason"], "share": plan.values["fallback_share"],
+                "stable_status": stable_status}
+        proven = proven and (found is None or found.proven)
+        released = centers is not None
+        return (PrivateFit(centers, released, events + fallback_events, proven=proven,
+                           attributes={"fallback_info_": info}),
+                "fallback" if released else "failure")
 
     def _training_labels(self, X, released):
         """Most likely component of every training row (not private); -1 after a failure."""

@@ -1,0 +1,217 @@
+"""Issue #14: every estimator answers honestly (friction, one cluster, utility warnings, status)."""
+
+import re
+import warnings
+
+import numpy as np
+import pytest
+
+from skdpcluster import (
+    BudgetAccountant,
+    InsufficientDataError,
+    NotSeparatedWarning,
+    PrivateStepFailedWarning,
+    FederatedPrivateKMeans,
+    KTupleClusterer,
+    PrivateGaussianMixture,
+    PrivateHighDimKMeans,
+    PrivateHighDimKMedian,
+    PrivateStableKMeans,
+    PrivateStableKMedian,
+    SampleAggregateStableKMeans,
+    UtilityWarning,
+)
+from skdpcluster.datasets import make_separated_mixture
+from skdpcluster.local import LocalPrivateStableKMeans
+
+ALL_ESTIMATORS = [KTupleClusterer, PrivateGaussianMixture, FederatedPrivateKMeans, PrivateStableKMeans,
+                  PrivateStableKMedian, PrivateHighDimKMeans, PrivateHighDimKMedian,
+                  SampleAggregateStableKMeans, LocalPrivateStableKMeans]
+
+
+@pytest.fixture(scope="module")
+def easy():
+    return make_separated_mixture(20_000, n_clusters=4, n_features=8, separation=10.0, random_state=0)[0]
+
+
+@pytest.mark.parametrize("Estimator", ALL_ESTIMATORS, ids=lambda E: E.__name__)
+def test_sample_weight_is_refused_clearly_before_spending(Estimator):
+    accountant = BudgetAccountant()
+    X = np.random.default_rng(0).normal(size=(200, 2))
+    with pytest.raises(ValueError, match=rf"{Estimator.__name__}\.fit does not accept \['sample_weight'\]"):
+        Estimator(accountant=accountant).fit(X, sample_weight=np.ones(len(X)))
+    assert accountant.ledger == []
+
+
+@pytest.mark.parametrize("Estimator", [PrivateStableKMeans, PrivateHighDimKMeans, FederatedPrivateKMeans],
+                         ids=lambda E: E.__name__)
+@pytest.mark.filterwarnings("ignore:.*no X_server was given")
+def test_float32_input_keeps_float32_centres_and_transform(Estimator, easy):
+    est = Estimator(n_clusters=4, data_radius=20.0, random_state=0, accountant=BudgetAccountant())
+    est.fit(easy.astype(np.float32))
+    assert est.cluster_centers_.dtype == np.float32
+    assert est.transform(easy[:5].astype(np.float32)).dtype == np.float32
+    assert est.transform(easy[:5]).dtype == np.float64
+
+
+@pytest.mark.parametrize("Estimator", [PrivateHighDimKMeans, PrivateHighDimKMedian], ids=lambda E: E.__name__)
+def test_highdim_delta_zero_is_a_pure_fit(Estimator, easy):
+    est = Estimator(n_clusters=4, delta=0, random_state=0, accountant=BudgetAccountant()).fit(easy)
+    assert est.status_ == "success"
+    assert est.privacy_spent_["delta"] == 0.0 and est.privacy_spent_["epsilon"] <= 1.0 + 1e-9
+
+
+def test_highdim_delta_zero_refused_where_delta_is_spent(easy):
+    accountant = BudgetAccountant()
+    with pytest.raises(ValueError, match="delta=0: sum_mechanism='gaussian'"):
+        PrivateHighDimKMeans(delta=0, sum_mechanism="gaussian", accountant=accountant).fit(easy)
+    with pytest.raises(ValueError, match="delta=0: .*recovery='one_median'"):
+        PrivateHighDimKMedian(delta=0, recovery="one_median", accountant=accountant).fit(easy)
+    assert accountant.ledger == []
+
+
+# -- status_ "fallback" of the k-tuple clusterer ------------------------------------------------
+
+def test_ktuple_too_few_rows_releases_by_the_fallback_on_the_whole_budget():
+    """Issue #14: 60 rows raised InsufficientDataError at default construction."""
+    X = np.random.default_rng(0).normal(size=(60, 3))
+    accountant = BudgetAccountant()
+    with pytest.warns(NotSeparatedWarning, match="status_='fallback'"):
+        est = KTupleClusterer(n_clusters=3, data_radius=10.0, accountant=accountant, random_state=0).fit(X)
+    assert est.status_ == "fallback" and est.cluster_centers_.shape == (3, 3)
+    assert est.fallback_info_["share"] == 1.0 and "needs at least" in est.fallback_info_["reason"]
+    assert est.n_tuples_ == 0 and est.predict(X).shape == (60,)
+    assert est.privacy_spent_["epsilon"] == pytest.approx(1.0) and est.privacy_spent_["delta"] <= 1e-6
+    assert accountant.total() == (est.privacy_spent_["epsilon"], est.privacy_spent_["delta"])
+
+
+def test_ktuple_failed_test_and_success_charge_the_same_and_reserve_the_share():
+    """The reserved share is charged on success (unused) and spent by the fallback on failure."""
+    easy = make_separated_mixture(10_000, 4, 4, separation=10, random_state=0)[0]
+    noise = np.random.default_rng(0).uniform(-20, 20, size=(10_000, 4))
+    fits = {}
+    for name, X in {"easy": easy, "noise": noise}.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", NotSeparatedWarning)
+            fits[name] = KTupleClusterer(4, data_radius=40.0, accountant=BudgetAccountant(),
+                                         random_state=0).fit(X)
+    assert fits["easy"].status_ == "success" and fits["easy"].fallback_info_ is None
+    assert fits["easy"].privacy_ledger_[-1].label == "KTupleClusterer/fallback_share_unused"
+    assert fits["noise"].status_ == "fallback" and fits["noise"].cluster_centers_.shape == (4, 4)
+    assert fits["noise"].fallback_info_["share"] == pytest.approx(0.1)
+    for fit in fits.values():
+        assert fit.privacy_spent_["epsilon"] == pytest.approx(1.0, rel=1e-9)
+        assert fit.privacy_spent_["delta"] == pytest.approx(1e-6, rel=1e-9)
+
+
+def test_ktuple_fallback_off_keeps_failure_and_insufficient_data():
+    X = np.random.default_rng(0).normal(size=(60, 3))
+    with pytest.raises(InsufficientDataError, match="needs at least"):
+        KTupleClusterer(n_clusters=3, data_radius=10.0, fallback_share=0.0,
+                        accountant=BudgetAccountant()).fit(X)
+
+
+def test_ktuple_fallback_handles_overflowing_rows():
+    X = make_separated_mixture(4000, 2, 2, separation=5000, random_state=0)[0]
+    X[:200] = 1e308
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NotSeparatedWarning)
+        warnings.simplefilter("error", PrivateStepFailedWarning)
+        est = KTupleClusterer(2, method="noisy_centers", data_radius=1e4, accountant=BudgetAccountant(),
+                              random_state=0).fit(X)
+    assert est.status_ in ("success", "fallback") and est.privacy_spent_["proven"]
+    assert np.all(np.isfinite(est.cluster_centers_))
+
+
+def test_ktuple_one_cluster_is_a_private_mean():
+    """Issue #14: n_clusters=1 was refused."""
+    X = np.random.default_rng(0).normal(loc=3.0, size=(5000, 2))
+    accountant = BudgetAccountant()
+    with pytest.warns(NotSeparatedWarning, match="status_='fallback'"):
+        est = KTupleClusterer(n_clusters=1, data_radius=20.0, accountant=accountant, random_state=0).fit(X)
+    assert est.status_ == "fallback" and est.fallback_info_["share"] == 1.0
+    # noise of the mean: sensitivity about 2 * 20 / 5000 per coordinate at epsilon ~ 1 -> well below 0.5
+    assert np.linalg.norm(est.cluster_centers_[0] - 3.0) < 0.5
+    assert accountant.total()[0] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="n_clusters=1"):
+        KTupleClusterer(n_clusters=1, fallback_share=0.0, accountant=accountant).fit(X)
+
+
+def test_mixture_too_few_rows_releases_by_the_fallback():
+    """Issue #14: PrivateGaussianMixture() raised InsufficientDataError on sklearn's check data."""
+    X = np.random.default_rng(0).normal(size=(60, 3))
+    accountant = BudgetAccountant()
+    with pytest.warns(NotSeparatedWarning, match="status_='fallback'"):
+        gm = PrivateGaussianMixture(data_radius=10.0, accountant=accountant, random_state=0).fit(X)
+    assert gm.status_ == "fallback" and gm.means_.shape == (2, 3) and gm.n_tuples_ == 0
+    assert gm.fallback_info_["share"] == 1.0 and "needs at least" in gm.fallback_info_["reason"]
+    assert gm.predict(X).shape == (60,)
+    assert gm.privacy_spent_["epsilon"] == pytest.approx(1.0) and gm.privacy_spent_["delta"] <= 1e-6
+
+
+def test_mixture_failed_test_releases_the_fallback_at_the_same_cost():
+    X = np.random.default_rng(0).normal(size=(60_000, 2))  # one blob: the tuples never agree
+    accountant = BudgetAccountant()
+    with pytest.warns(NotSeparatedWarning, match="status_='fallback'"):
+        gm = PrivateGaussianMixture(2, data_radius=10.0, accountant=accountant, random_state=0).fit(X)
+    assert gm.status_ == "fallback" and gm.fallback_info_["share"] == pytest.approx(0.1)
+    assert gm.n_tuples_ > 0 and gm.means_.shape == (2, 2)
+    assert gm.privacy_spent_["epsilon"] == pytest.approx(1.0)
+
+
+# -- UtilityWarning from public values -------------------------------------------------------------
+
+@pytest.mark.parametrize("Estimator", ALL_ESTIMATORS, ids=lambda E: E.__name__)
+def test_tiny_input_warns_about_utility_before_spending(Estimator):
+    """Issue #14: 60 rows and 8 centres at epsilon = 1 gave status_='success' and said nothing.
+
+    2 k sqrt(d) / (epsilon n) = 2 * k * sqrt(3) / 60 >= 0.1 for every k >= 2 (local: larger).
+    An accountant too small for the fit shows the warning comes before any spend.
+    """
+    X = np.random.default_rng(0).normal(size=(60, 3))
+    accountant = BudgetAccountant(epsilon=0.5)
+    with pytest.warns(UtilityWarning, match=r"with 60 rows, .*About \d+ rows"):
+        with pytest.raises(ValueError, match="budget|exceed"):
+            Estimator(data_radius=5.0, accountant=accountant).fit(X)
+    assert accountant.ledger == []
+
+
+@pytest.mark.filterwarnings("ignore:.*no X_server was given")
+@pytest.mark.parametrize("Estimator", [PrivateStableKMeans, FederatedPrivateKMeans, PrivateHighDimKMeans],
+                         ids=lambda E: E.__name__)
+def test_enough_rows_do_not_warn_about_utility(Estimator, easy):
+    # 2 * 4 * sqrt(8) / 20000 = 0.0011
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UtilityWarning)
+        Estimator(n_clusters=4, data_radius=20.0, accountant=BudgetAccountant(), random_state=0).fit(easy)
+
+
+def test_rows_named_by_the_warning_are_enough():
+    X = np.random.default_rng(0).normal(size=(60, 3))
+    with pytest.warns(UtilityWarning, match=r"About (\d+) rows") as record:
+        PrivateStableKMeans(data_radius=5.0, accountant=BudgetAccountant(), random_state=0).fit(X)
+    needed = int(re.search(r"About (\d+) rows", str(record[0].message)).group(1))
+    assert needed == 278  # ceil(2 * 8 * sqrt(3) / 0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UtilityWarning)
+        PrivateStableKMeans()._warn_if_noise_dominates(needed, 3)
+
+
+@pytest.mark.parametrize("data_radius", [None, 30.0])
+def test_federated_without_server_data_says_what_initialized_and_warns_once(data_radius, easy):
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        est = FederatedPrivateKMeans(n_clusters=4, data_radius=data_radius, accountant=BudgetAccountant(),
+                                     random_state=0).fit(easy)
+    assert est.init_ == "sphere_packing"
+    assert sum("no X_server was given" in str(w.message) for w in record) == 1
+
+
+def test_stable_initializer_fallback_is_reported_as_status_fallback():
+    """One meaning of status_: a failed initializer test whose reserved share released is 'fallback'."""
+    X = np.random.default_rng(0).uniform(-10, 10, size=(20_000, 2))  # no clusters: the k-tuple test fails
+    with pytest.warns(UserWarning, match="fallback_grid|grid initializer"):
+        est = PrivateStableKMeans(2, initializer=KTupleClusterer(method="noisy_centers"), data_radius=20.0,
+                                  accountant=BudgetAccountant(), random_state=0).fit(X)
+    assert est.initializer_status_ == "fallback_grid" and est.status_ == "fallback"
+    assert est.cluster_centers_.shape == (2, 2)
