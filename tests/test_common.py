@@ -38,12 +38,16 @@ DEFAULT_INSTANCES = [
     LocalPrivateStableKMeans(), SampleAggregateStableKMeans(),
 ]
 
+# The tuned k-tuple instances reserve an explicit fallback share: on the checks' unstructured
+# data their tuple path can run (so "auto" reserves nothing) but its private test fails.
 SKLEARN_CHECK_INSTANCES = DEFAULT_INSTANCES + [
-    KTupleClusterer(n_clusters=2, method="noisy_centers", epsilon=1e5, delta=0.1, random_state=0),
-    KTupleClusterer(n_clusters=2, epsilon=20.0, delta=0.1, data_radius=100.0, random_state=0),
-    KTupleClusterer(n_clusters=2, method="averages", epsilon=300.0, delta=0.1, data_radius=100.0,
+    KTupleClusterer(n_clusters=2, method="noisy_centers", epsilon=1e5, delta=0.1,
+                    fallback_share=0.1, random_state=0),
+    KTupleClusterer(n_clusters=2, epsilon=20.0, delta=0.1, data_radius=100.0, fallback_share=0.1,
                     random_state=0),
-    PrivateGaussianMixture(2, epsilon=300.0, delta=0.1, random_state=0),
+    KTupleClusterer(n_clusters=2, method="averages", epsilon=300.0, delta=0.1, data_radius=100.0,
+                    fallback_share=0.1, random_state=0),
+    PrivateGaussianMixture(2, epsilon=300.0, delta=0.1, fallback_share=0.1, random_state=0),
     FederatedPrivateKMeans(n_clusters=2, epsilon=1e4, data_radius=3.0, random_state=0),
     PrivateStableKMeans(n_clusters=2, data_radius=10.0, random_state=0),
     PrivateStableKMedian(n_clusters=2, data_radius=10.0, random_state=0),

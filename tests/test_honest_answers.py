@@ -93,8 +93,8 @@ def test_ktuple_failed_test_and_success_charge_the_same_and_reserve_the_share():
     for name, X in {"easy": easy, "noise": noise}.items():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", NotSeparatedWarning)
-            fits[name] = KTupleClusterer(4, data_radius=40.0, accountant=BudgetAccountant(),
-                                         random_state=0).fit(X)
+            fits[name] = KTupleClusterer(4, data_radius=40.0, fallback_share=0.1,
+                                         accountant=BudgetAccountant(), random_state=0).fit(X)
     assert fits["easy"].status_ == "success" and fits["easy"].fallback_info_ is None
     assert fits["easy"].privacy_ledger_[-1].label == "KTupleClusterer/fallback_share_unused"
     assert fits["noise"].status_ == "fallback" and fits["noise"].cluster_centers_.shape == (4, 4)
@@ -102,6 +102,23 @@ def test_ktuple_failed_test_and_success_charge_the_same_and_reserve_the_share():
     for fit in fits.values():
         assert fit.privacy_spent_["epsilon"] == pytest.approx(1.0, rel=1e-9)
         assert fit.privacy_spent_["delta"] == pytest.approx(1e-6, rel=1e-9)
+
+
+def test_ktuple_auto_share_reserves_nothing_where_the_tuple_path_runs_on_the_whole_budget():
+    """A reserved 10% measurably hurt the tuple path near its smallest n (16/20 targets met at
+    n = 1e4, k = 4, d = 4, against 20/20 on the whole budget): "auto" reserves it only when the
+    tuple path cannot run at all, a public fact."""
+    easy = make_separated_mixture(10_000, 4, 4, separation=10, random_state=0)[0]
+    est = KTupleClusterer(4, data_radius=40.0, accountant=BudgetAccountant(), random_state=0).fit(easy)
+    assert est.status_ == "success" and est.fallback_info_ is None
+    assert "KTupleClusterer/fallback_share_unused" not in [e.label for e in est.privacy_ledger_]
+    small = easy[:300]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = KTupleClusterer(4, data_radius=40.0, accountant=BudgetAccountant(),
+                              random_state=0).fit(small)
+    assert est.status_ in ("fallback", "failure") and est.fallback_info_["share"] == 1.0
+    assert est.privacy_spent_["epsilon"] == pytest.approx(1.0)
 
 
 def test_ktuple_fallback_off_keeps_failure_and_insufficient_data():
@@ -153,7 +170,8 @@ def test_mixture_failed_test_releases_the_fallback_at_the_same_cost():
     X = np.random.default_rng(0).normal(size=(60_000, 2))  # one blob: the tuples never agree
     accountant = BudgetAccountant()
     with pytest.warns(NotSeparatedWarning, match="status_='fallback'"):
-        gm = PrivateGaussianMixture(2, data_radius=10.0, accountant=accountant, random_state=0).fit(X)
+        gm = PrivateGaussianMixture(2, data_radius=10.0, fallback_share=0.1, accountant=accountant,
+                                    random_state=0).fit(X)
     assert gm.status_ == "fallback" and gm.fallback_info_["share"] == pytest.approx(0.1)
     assert gm.n_tuples_ > 0 and gm.means_.shape == (2, 2)
     assert gm.privacy_spent_["epsilon"] == pytest.approx(1.0)

@@ -150,19 +150,22 @@ class KTupleClusterer(_BasePrivateClusterer):
         reports ``privacy_spent_["proven"] = False`` and emits an
         :class:`~skdpcluster.exceptions.UnprovenPrivacyWarning`. Never use it
         with an accountant whose total must be a guarantee.
-    fallback_share : float in [0, 1), default=0.1
+    fallback_share : "auto" or float in [0, 1), default="auto"
         Share of (epsilon, delta) reserved for the general method,
         :class:`~skdpcluster.PrivateStableKMeans` (on the same bound), run
         when the tuple path's private test fails (``status_="fallback"``).
         The share is decided from public values and charged whatever the
         outcome (on success as an unused ``"fallback_share_unused"`` event),
         so the charge never depends on the test. When ``n_samples`` is too
-        small for the tuple path at its share (a public fact), the whole
-        budget goes to the fallback instead of raising
-        :class:`~skdpcluster.InsufficientDataError`; ``fallback_info_`` then
-        says how many rows the tuple path needs. ``0`` turns the fallback
-        off: a failed test then releases nothing (``status_="failure"``) and
-        too few rows raise.
+        small for the tuple path at its share (a public fact), or
+        ``n_clusters=1``, the whole budget goes to the fallback instead of
+        raising :class:`~skdpcluster.InsufficientDataError`;
+        ``fallback_info_`` then says how many rows the tuple path needs.
+        ``"auto"``: no reserved share when the tuple path can run on the
+        whole budget (a failed test then releases nothing,
+        ``status_="failure"``: a reserved 10% measurably hurts the tuple path
+        near its smallest n), the whole budget to the fallback when it
+        cannot. ``0`` turns the fallback off: too few rows then raise.
     on_failure : {"warn", "raise"}, default="warn"
         When the private test fails: ``"warn"`` releases the fallback
         (``status_="fallback"``) or, with ``fallback_share=0``, sets
@@ -263,7 +266,7 @@ class KTupleClusterer(_BasePrivateClusterer):
         "lambda_mechanism": [StrOptions({"log_laplace", "paper"})],
         "gaussian_calibration": [StrOptions({"analytic_joint", "classical"})],
         "allow_unproven": ["boolean"],
-        "fallback_share": [Interval(Real, 0, 1, closed="left")],
+        "fallback_share": [StrOptions({"auto"}), Interval(Real, 0, 1, closed="left")],
     }
 
     def __init__(
@@ -284,7 +287,7 @@ class KTupleClusterer(_BasePrivateClusterer):
         lambda_mechanism="log_laplace",
         gaussian_calibration="analytic_joint",
         allow_unproven=False,
-        fallback_share=0.1,
+        fallback_share="auto",
         on_failure="warn",
         accountant=None,
         random_state=None,
@@ -425,13 +428,16 @@ class KTupleClusterer(_BasePrivateClusterer):
         is too small for the tuple path at its share of the budget, the
         whole budget goes to the fallback (:class:`PrivateStableKMeans`).
         """
-        share = float(self.fallback_share)
+        share, reason = self._resolved_fallback_share(X)
         if share == 0.0:
-            return self._plan_tuple_path(X)
+            plan = self._plan_tuple_path(X)
+            plan.attributes["fallback_info_"] = None
+            return plan
         main = clone(self).set_params(epsilon=(1.0 - share) * self.epsilon,
                                       delta=(1.0 - share) * self.delta, fallback_share=0.0)
-        reason = "the private test of the tuple path failed"
-        if self.n_clusters < 2:
+        if share >= 1.0:
+            main, main_plan = None, None
+        elif self.n_clusters < 2:
             main, main_plan, share = None, None, 1.0
             reason = ("n_clusters=1: the tuple path separates pairs of centres; one cluster is "
                       "the general method's private mean")
@@ -459,6 +465,23 @@ class KTupleClusterer(_BasePrivateClusterer):
                   "fallback_reason": reason, "fallback_share": share}
         unproven = {} if main_plan is None else dict(main_plan.unproven)
         return PrivateFitPlan(cost, values, attributes, unproven)
+
+    def _resolved_fallback_share(self, X):
+        """``fallback_share`` with ``"auto"`` resolved from public values, and the reason a
+        fallback would run."""
+        reason = "the private test of the tuple path failed"
+        if self.fallback_share != "auto":
+            return float(self.fallback_share), reason
+        if self.n_clusters < 2:
+            return 1.0, ("n_clusters=1: the tuple path separates pairs of centres; one cluster "
+                         "is the general method's private mean")
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # a probe: the real plan warns
+                clone(self).set_params(fallback_share=0.0)._plan_tuple_path(X)
+        except InsufficientDataError as error:
+            return 1.0, str(error)
+        return 0.0, reason
 
     def _plan_tuple_path(self, X):
         n_samples, n_features = X.shape

@@ -439,7 +439,7 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         The learner's accuracy scales with ``sigma_max``.
     reg_covar : float, default=1e-6
         Added to the diagonal of every released covariance, as in scikit-learn.
-    fallback_share : float in [0, 1), default=0.1
+    fallback_share : "auto" or float in [0, 1), default="auto"
         Share of (epsilon, delta) of the tuple rows reserved for the general
         method, :class:`~skdpcluster.PrivateStableKMeans` on the tuple rows,
         whose centres the fresh part then refines when the k-tuple test
@@ -447,7 +447,9 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         whatever the outcome; the tuple rows and the fresh rows are disjoint,
         so it composes with the k-tuple path only. Too few rows for the tuple
         path (a public fact) give the whole budget of the tuple rows to the
-        fallback instead of raising. ``0`` turns it off.
+        fallback instead of raising. ``"auto"``: no reserved share when the
+        tuple path can run on the whole budget, all of it when it cannot.
+        ``0`` turns it off (too few rows then raise).
     on_failure : {"warn", "raise"}, default="warn"
         When the private k-tuple test fails (and ``fallback_share=0``): ``"warn"`` sets
         ``status_="failure"``, leaves the parameters ``None`` and emits a
@@ -558,7 +560,7 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         "sigma_min": _sigma_constraint(),
         "sigma_max": _sigma_constraint(),
         "reg_covar": [Interval(Real, 0.0, None, closed="left")],
-        "fallback_share": [Interval(Real, 0, 1, closed="left")],
+        "fallback_share": [StrOptions({"auto"}), Interval(Real, 0, 1, closed="left")],
     }
 
     def __init__(
@@ -580,7 +582,7 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         sigma_min="auto",
         sigma_max="auto",
         reg_covar=1e-6,
-        fallback_share=0.1,
+        fallback_share="auto",
         on_failure="warn",
         accountant=None,
         random_state=None,
@@ -653,13 +655,14 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         if self.tuple_method != "noisy_centers":
             radius, unproven = self._resolve_radius(X, center)
         unproven.update(self._check_sigma_bounds())
-        share = float(self.fallback_share)
+        auto = self.fallback_share == "auto"
+        share = 0.0 if auto else float(self.fallback_share)
         try:
             clusterer, tuple_plan, n_tuples, samples_per_tuple = self._plan_tuple_part(
                 X, radius, share)
             reason = "the private k-tuple test failed"
         except InsufficientDataError as error:
-            if share == 0.0:
+            if share == 0.0 and not auto:
                 raise
             share, reason = 1.0, str(error)
             clusterer = tuple_plan = None
