@@ -134,8 +134,8 @@ def test_ktuple_fallback_handles_overflowing_rows():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NotSeparatedWarning)
         warnings.simplefilter("error", PrivateStepFailedWarning)
-        est = KTupleClusterer(2, method="noisy_centers", data_radius=1e4, accountant=BudgetAccountant(),
-                              random_state=0).fit(X)
+        est = KTupleClusterer(2, method="noisy_centers", data_radius=1e4, fallback_share=0.1,
+                              accountant=BudgetAccountant(), random_state=0).fit(X)
     assert est.status_ in ("success", "fallback") and est.privacy_spent_["proven"]
     assert np.all(np.isfinite(est.cluster_centers_))
 
