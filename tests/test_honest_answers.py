@@ -140,18 +140,34 @@ def test_ktuple_fallback_handles_overflowing_rows():
     assert np.all(np.isfinite(est.cluster_centers_))
 
 
-def test_ktuple_one_cluster_is_a_private_mean():
-    """Issue #14: n_clusters=1 was refused."""
+@pytest.mark.parametrize("fallback_share", ["auto", 0.0])
+def test_ktuple_one_cluster_is_a_private_mean(fallback_share):
+    """Issue #14: n_clusters=1 was refused, then went through the fallback; now one private average."""
     X = np.random.default_rng(0).normal(loc=3.0, size=(5000, 2))
     accountant = BudgetAccountant()
-    with pytest.warns(NotSeparatedWarning, match="status_='fallback'"):
-        est = KTupleClusterer(n_clusters=1, data_radius=20.0, accountant=accountant, random_state=0).fit(X)
-    assert est.status_ == "fallback" and est.fallback_info_["share"] == 1.0
-    # noise of the mean: sensitivity about 2 * 20 / 5000 per coordinate at epsilon ~ 1 -> well below 0.5
-    assert np.linalg.norm(est.cluster_centers_[0] - 3.0) < 0.5
-    assert accountant.total()[0] == pytest.approx(1.0)
-    with pytest.raises(ValueError, match="n_clusters=1"):
-        KTupleClusterer(n_clusters=1, fallback_share=0.0, accountant=accountant).fit(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NotSeparatedWarning)
+        est = KTupleClusterer(n_clusters=1, data_radius=20.0, fallback_share=fallback_share,
+                              accountant=accountant, random_state=0).fit(X)
+    assert est.status_ == "success" and est.fallback_info_ is None and est.method_ == "private_average"
+    assert [e.mechanism for e in est.privacy_ledger_] == ["private_average"]
+    # Prop. 2.9 per axis at (eps/2, delta/2): noise about 2 * 20 / (eps n) ~ 0.01; 0.2 is 20 of them
+    assert np.linalg.norm(est.cluster_centers_[0] - X.mean(axis=0)) < 0.2
+    assert accountant.total()[0] == pytest.approx(1.0) and accountant.total()[1] <= 1e-6
+    assert np.array_equal(est.predict(X), np.zeros(len(X)))
+
+
+def test_mixture_one_component_is_a_private_gaussian():
+    """Issue #14: n_components=1 was refused (and listed as an expected check failure)."""
+    X = np.random.default_rng(1).normal(loc=3.0, size=(50_000, 2))
+    accountant = BudgetAccountant()
+    gm = PrivateGaussianMixture(n_components=1, data_radius=20.0, accountant=accountant,
+                                random_state=0).fit(X)
+    assert gm.status_ == "success" and gm.n_tuples_ == 0 and gm.n_fresh_ == len(X)
+    assert gm.weights_.tolist() == [1.0]
+    assert np.abs(gm.means_[0] - 3.0).max() < 0.1
+    assert np.abs(gm.covariances_[0] - np.eye(2)).max() < 0.15
+    assert accountant.total()[0] == pytest.approx(1.0) and accountant.total()[1] == pytest.approx(1e-6)
 
 
 def test_mixture_too_few_rows_releases_by_the_fallback():

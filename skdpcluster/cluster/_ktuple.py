@@ -2,6 +2,7 @@ r"""KTupleClusterer: private k-tuple clustering (Cohen et al., ICML 2021) as a s
 
 import math
 import warnings
+from functools import partial
 from numbers import Integral, Real
 
 import numpy as np
@@ -16,7 +17,7 @@ from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _BasePrivateCl
 from skdpcluster.exceptions import InsufficientDataError
 from skdpcluster.mechanisms import PrivacyEvent
 from skdpcluster.ktuple import min_tuples
-from skdpcluster.averaging import _project_onto_ball
+from skdpcluster.averaging import _project_onto_ball, private_average
 from skdpcluster.ktuple._framework import canonical_order, check_tuple_parameters, conditioning_event
 from skdpcluster.ktuple.averages import AVERAGES_SEPARATION, per_cluster_budget, private_k_averages
 from skdpcluster.ktuple.located import (
@@ -41,6 +42,9 @@ AVERAGES_ROWS_PER_CLUSTER = 15
 DEFAULT_R_MIN_FRACTION = 1e-4
 #: Rows per cluster in one block that ``n_tuples="auto"`` aims for with ``method="located"``.
 LOCATED_ROWS_PER_CLUSTER = 5
+#: Share of (epsilon, delta) that ``fallback_share="auto"`` reserves for the general method with
+#: the paper's methods (``"located"`` on rows reserves nothing: see :func:`_second_stage`).
+AUTO_FALLBACK_SHARE = 0.1
 #: Core steps on the raw rows after ``method="located"``, and their radius factor (1/3, as
 #: :class:`~skdpcluster.PrivateStableKMeans`).
 LOCATED_CORE_STEPS, LOCATED_CORE_RADIUS_FACTOR = 2, 1.0 / 3.0
@@ -317,9 +321,7 @@ class KTupleClusterer(_BasePrivateClusterer):
         self.verbose = verbose
 
     def _check_n_clusters(self):
-        """k = 1 is allowed when the fallback is on: the whole budget then goes to it."""
-        if self.fallback_share == 0:
-            super()._check_n_clusters()
+        """k = 1 is allowed (a private mean); :meth:`fit_tuples` still needs k >= 2."""
 
     # -- public plan --------------------------------------------------------------
     def _method(self):
@@ -428,10 +430,13 @@ class KTupleClusterer(_BasePrivateClusterer):
         is too small for the tuple path at its share of the budget, the
         whole budget goes to the fallback (:class:`PrivateStableKMeans`).
         """
+        if self.n_clusters == 1:
+            return self._plan_one_cluster(X)
         share, reason = self._resolved_fallback_share(X)
         if share == 0.0:
             plan = self._plan_tuple_path(X)
             plan.attributes["fallback_info_"] = None
+            plan.values["general_in_share"] = self.fallback_share == "auto"
             return plan
         main = clone(self).set_params(epsilon=(1.0 - share) * self.epsilon,
                                       delta=(1.0 - share) * self.delta, fallback_share=0.0)
@@ -466,22 +471,52 @@ class KTupleClusterer(_BasePrivateClusterer):
         unproven = {} if main_plan is None else dict(main_plan.unproven)
         return PrivateFitPlan(cost, values, attributes, unproven)
 
+    def _plan_one_cluster(self, X):
+        """``n_clusters=1``: the private average of the rows in the bound's ball (public plan)."""
+        center = self._resolve_center(X.shape[1])
+        radius, unproven = self._resolve_radius(X, center)
+        r_min = self.r_min if self.r_min is not None else DEFAULT_R_MIN_FRACTION * radius
+        attributes = {"n_tuples_": 0, "m_": None, "ell_": np.nan, "separation_": np.nan,
+                      "located_info_": None, "method_": "private_average",
+                      "data_radius_": radius, "fallback_info_": None}
+        values = {"one_cluster": True, "center": center, "data_radius": radius, "r_min": r_min}
+        return PrivateFitPlan((float(self.epsilon), float(self.delta)), values, attributes,
+                              unproven)
+
+    def _fit_one_cluster(self, X, plan, rng):
+        r"""One centre: :func:`~skdpcluster.averaging.private_average` (Cohen et al. 2021,
+        Proposition 2.9) of the rows projected onto the bound's ball, dividing by the public
+        ``n_samples``; :math:`(\varepsilon, \delta)`-DP under replace-one."""
+        center = plan.values["center"]
+        mean, event = private_average(
+            X - center, n_public=X.shape[0], data_radius=plan.values["data_radius"],
+            r_min=plan.values["r_min"], epsilon=self.epsilon, delta=self.delta, beta=self.beta,
+            rng=rng, neighbouring="replace_one")
+        centers = (mean + center)[None, :]
+        return PrivateFit(centers, True, [event.with_label("KTupleClusterer/private_average")],
+                          attributes={"labels_": np.zeros(X.shape[0], dtype=np.intp)})
+
     def _resolved_fallback_share(self, X):
         """``fallback_share`` with ``"auto"`` resolved from public values, and the reason a
-        fallback would run."""
+        fallback would run.
+
+        ``"auto"``: the whole budget when the tuple path cannot run (too few rows); nothing
+        reserved for ``"located"`` on rows (the general method runs on the refinement's share
+        when the location fails, :func:`_second_stage`); :data:`AUTO_FALLBACK_SHARE` for the
+        paper's methods, which have no such share.
+        """
         reason = "the private test of the tuple path failed"
         if self.fallback_share != "auto":
             return float(self.fallback_share), reason
-        if self.n_clusters < 2:
-            return 1.0, ("n_clusters=1: the tuple path separates pairs of centres; one cluster "
-                         "is the general method's private mean")
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # a probe: the real plan warns
                 clone(self).set_params(fallback_share=0.0)._plan_tuple_path(X)
         except InsufficientDataError as error:
             return 1.0, str(error)
-        return 0.0, reason
+        if self._method() == "located":
+            return 0.0, reason
+        return AUTO_FALLBACK_SHARE, reason
 
     def _plan_tuple_path(self, X):
         n_samples, n_features = X.shape
@@ -501,8 +536,9 @@ class KTupleClusterer(_BasePrivateClusterer):
         return plan
 
     def _needs_radius(self, data):
-        """``"located"`` and ``"averages"`` use the bound (``"noisy_centers"`` skips private bounds)."""
-        return self._method() in ("averages", "located")
+        """``"located"``, ``"averages"`` and one cluster use the bound (``"noisy_centers"`` skips
+        private bounds)."""
+        return self._method() in ("averages", "located") or self.n_clusters == 1
 
     def _plan_radius(self, plan, X):
         center = plan.values["center"]
@@ -523,6 +559,8 @@ class KTupleClusterer(_BasePrivateClusterer):
 
     def _fit_private(self, X, plan, rng):
         """The tuple path (if planned), then the fallback on its reserved share if needed."""
+        if "one_cluster" in plan.values:
+            return self._fit_one_cluster(X, plan, rng)
         if "fallback" not in plan.values:
             return self._fit_tuple_path(X, plan, rng)
         main_rng, fallback_rng = rng.spawn(2)
@@ -562,10 +600,14 @@ class KTupleClusterer(_BasePrivateClusterer):
         result.attributes["labels_"] = self._training_labels(X, result.centers)
         return result
 
-    def _aggregate(self, tuples, plan, rng, rows=None):
-        """The private aggregation of ``method``; ``rows`` (the raw data) only refine "located"."""
+    def _aggregate(self, tuples, plan, rng, rows=None, fallback_rows=None):
+        """The private aggregation of ``method``; ``rows`` (the raw data) only refine "located".
+
+        ``fallback_rows`` (the rows that made ``tuples``; "located" on tuples only): when the
+        location fails, the general method runs on them with the averaging's share.
+        """
         if self._method() == "located":
-            return self._aggregate_located(tuples, plan, rng, rows)
+            return self._aggregate_located(tuples, plan, rng, rows, fallback_rows)
         center = plan.values["center"]
         common = dict(epsilon=self.epsilon, delta=self.delta, beta=self.beta, rng=rng,
                       accounting=self.accounting)
@@ -583,21 +625,35 @@ class KTupleClusterer(_BasePrivateClusterer):
         centers = None if result.centers is None else result.centers + center
         return PrivateFit(centers, result.success, result.events, proven=result.proven)
 
-    def _aggregate_located(self, tuples, plan, rng, rows):
+    def _aggregate_located(self, tuples, plan, rng, rows, fallback_rows=None):
         """Locate (:mod:`skdpcluster.ktuple.located`), then average the tuples or refine on ``rows``."""
+        # Imported here: cluster._stable imports this module (its k-tuple initializer).
+        from skdpcluster.cluster._stable import _ClippedData  # noqa: PLC0415
+
         center, radius = plan.values["center"], plan.values["data_radius"]
         budget = plan_located_budget(self.epsilon, self.delta, on_rows=rows is not None)
         if rows is None:
+            stage_two = None
+            if fallback_rows is not None:
+                data = _ClippedData.from_rows(fallback_rows, center, radius)
+                stage_two = partial(_general_method, data, tuples.shape[1])
             result = locate_and_average(tuples - center, data_radius=radius, budget=budget,
-                                        rng=rng)
+                                        rng=rng, if_not_located=stage_two)
             centers, events, public = result.centers, result.events, result.public
+            fallback = None
+            if stage_two is not None and centers is not None and public["failed_step"]:
+                fallback = _in_share_fallback_info(public, budget.rho_average, budget)
         else:
-            centers, events, public = _locate_then_refine_on_rows(
-                tuples - center, rows, center, radius, budget, rng)
+            general = plan.values.get("general_in_share", False)
+            centers, events, public, fallback = _locate_then_refine_on_rows(
+                tuples - center, rows, center, radius, budget, rng, general=general)
         events.append(zcdp_composite_event(events, budget.delta_zcdp))
         centers = None if centers is None else canonical_order(centers) + center
+        attributes = {"located_info_": public}
+        if fallback is not None:
+            attributes["fallback_info_"] = fallback
         return PrivateFit(centers, centers is not None, events, rho=events[-1].rho,
-                          attributes={"located_info_": public})
+                          attributes=attributes, status="fallback" if fallback else None)
 
     @staticmethod
     def _training_labels(X, centers):
@@ -684,7 +740,7 @@ def unused_share_event(fallback, owner):
                                            "outcome of the private test"})
 
 
-def _locate_then_refine_on_rows(tuples, X, center, radius, budget, rng):
+def _locate_then_refine_on_rows(tuples, X, center, radius, budget, rng, *, general=False):
     r"""Steps 1-2 of "located" on the tuples, then private Lloyd and core steps on the raw rows.
 
     After the location (:func:`~skdpcluster.ktuple.located.locate`), the
@@ -698,7 +754,9 @@ def _locate_then_refine_on_rows(tuples, X, center, radius, budget, rng):
     :math:`1 +` :data:`LOCATED_CORE_STEPS` steps gets an equal share of
     ``budget.rho_rows``. The rows also made the tuples: the row steps compose
     sequentially with the tuple steps (replace-one of a row changes one tuple
-    and one row). A failed step charges the budget it did not use.
+    and one row). When the location or the Lloyd step fails, the rest of
+    ``budget.rho_rows`` goes to :func:`_second_stage` (the general method
+    with ``general=True``, else charged unused).
 
     Returns
     -------
@@ -706,6 +764,8 @@ def _locate_then_refine_on_rows(tuples, X, center, radius, budget, rng):
         In coordinates centred at ``center``.
     events : list of PrivacyEvent
     public : dict
+    fallback : dict or None
+        ``fallback_info_`` when the general method released the centres.
     """
     # Imported here: cluster._stable imports this module (its k-tuple initializer).
     from skdpcluster.cluster._stable import _ClippedData, core_step
@@ -715,9 +775,12 @@ def _locate_then_refine_on_rows(tuples, X, center, radius, budget, rng):
     location = locate(tuples, data_radius=radius, budget=budget, rng=locate_rng)
     events = location.events + unspent_events(location.events, budget)
     rho_step = budget.rho_rows / (1 + LOCATED_CORE_STEPS)
-    if location.centers is None:
-        return None, events + [_unused_rows_event(budget.rho_rows)], location.public
     data = _ClippedData.from_rows(X, center, radius)
+    k = tuples.shape[1]
+    if location.centers is None:
+        centers, stage_events, fallback = _second_stage(data, k, budget, budget.rho_rows,
+                                                        rows_rng, general, location.public)
+        return centers, events + stage_events, location.public, fallback
     labels, _ = nearest_centers(location.to_location_space(data.X), location.centers)
     sums, counts = cell_sums(data.X, labels, len(location.centers))
     noisy = noisy_cell_sums(sums / radius, counts, rho=rho_step, neighbouring="replace_one",
@@ -725,7 +788,9 @@ def _locate_then_refine_on_rows(tuples, X, center, radius, budget, rng):
     events += noisy.events
     if not np.all(noisy.accepted()):
         location.public["failed_step"] = "lloyd_step"
-        return None, events + [_unused_rows_event(budget.rho_rows - rho_step)], location.public
+        centers, stage_events, fallback = _second_stage(
+            data, k, budget, budget.rho_rows - rho_step, rows_rng, general, location.public)
+        return centers, events + stage_events, location.public, fallback
     centers = _project_onto_ball(radius * noisy.means(), 0.0, radius)
     caps = [None] * (LOCATED_CORE_STEPS - 1) + [_cluster_scale(location, len(X), X.shape[1])]
     for step, cap in enumerate(caps):
@@ -735,7 +800,66 @@ def _locate_then_refine_on_rows(tuples, X, center, radius, budget, rng):
             max_radii=cap,
         )
         events += noisy.events
-    return centers, events, location.public
+    return centers, events, location.public, None
+
+
+def _second_stage(data, n_clusters, budget, rho, rng, general, public):
+    r"""What the refinement's remaining zCDP share ``rho`` does once the location failed.
+
+    With ``general=True`` (``fallback_share="auto"``) it runs the general
+    method (:func:`_general_method`) at exactly ``rho``: a
+    :math:`\rho`-zCDP mechanism under replace-one, like the refinement it
+    replaces. Which of the two runs is a function of the released location
+    only, and both cost the same :math:`\rho`, so the fit's charge does not
+    depend on the outcome (adaptive composition, Bun & Steinke 2016, Lemma
+    2.3; the proof in ``doc/ktuple.rst``, "The fallback"). With
+    ``general=False`` (``fallback_share=0``) nothing is released and
+    ``rho`` is charged unused.
+
+    Returns
+    -------
+    centers : ndarray of shape (n_clusters, d) or None
+    events : list of PrivacyEvent
+    fallback : dict or None
+        ``fallback_info_`` (:func:`_in_share_fallback_info`).
+    """
+    if not general:
+        return None, [_unused_rows_event(rho)], None
+    centers, events = _general_method(data, n_clusters, rho, rng)
+    return centers, events, _in_share_fallback_info(public, rho, budget)
+
+
+def _general_method(data, n_clusters, rho, rng):
+    r"""The general method on clipped rows at exactly ``rho`` zCDP (replace-one).
+
+    :class:`~skdpcluster.cluster._stable_init.GridInitializer` (DP-PCA, a
+    private grid coreset and DP-Lloyd, every release a Gaussian mechanism:
+    :math:`\rho`-zCDP), its unspent part charged as one event. It needs no
+    separation and never fails, so it answers on any input.
+
+    Returns
+    -------
+    centers : ndarray of shape (n_clusters, d)
+        In the coordinates of ``data`` (inside its ball).
+    events : list of PrivacyEvent
+    """
+    from skdpcluster.cluster._stable import _unused_budget_events  # noqa: PLC0415 (import cycle)
+    from skdpcluster.cluster._stable_init import GridInitializer  # noqa: PLC0415
+
+    centers, events, _ = GridInitializer().fit_centers(
+        data.X, n_clusters, budget={"rho": rho}, data_radius=data.radius,
+        neighbouring="replace_one", rng=rng)
+    events = [event.with_label(event.label.replace("stable/grid_init", "located/general", 1))
+              for event in events]
+    events += _unused_budget_events("zcdp", events, {"rho": rho})
+    return _project_onto_ball(centers, 0.0, data.radius), events
+
+
+def _in_share_fallback_info(public, rho, budget):
+    """``fallback_info_`` after the general method ran on the located method's own share."""
+    return {"reason": f"the located method's {public['failed_step']!r} step failed (a private "
+                      "outcome); the general method ran on the zCDP share of the step it replaced",
+            "share": rho / budget.rho_total, "rho": rho, "method": "grid"}
 
 
 def _cluster_scale(location, n_samples, n_features):

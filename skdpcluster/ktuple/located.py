@@ -619,7 +619,7 @@ def unspent_events(events, budget):
                          label="located/failed_step_unused_budget")]
 
 
-def locate_and_average(tuples, *, data_radius, budget, rng):
+def locate_and_average(tuples, *, data_radius, budget, rng, if_not_located=None):
     """Steps 1-3 on tuples centred at the public centre; no composite event (the caller adds it).
 
     Parameters
@@ -632,6 +632,13 @@ def locate_and_average(tuples, *, data_radius, budget, rng):
     budget : LocatedBudget
         With ``rho_average > 0``.
     rng : numpy.random.Generator
+    if_not_located : callable, default=None
+        Stage 2 when steps 1-2 fail: ``if_not_located(rho, rng) -> (centers,
+        events)``, a ``rho``-zCDP mechanism (``rho = budget.rho_average``,
+        the share step 3 would have spent) whose events carry their ``rho``;
+        chosen from the released outcome only, at the same cost (see
+        :func:`skdpcluster.cluster._ktuple._second_stage`). ``None``: nothing
+        is released.
 
     Returns
     -------
@@ -654,6 +661,9 @@ def locate_and_average(tuples, *, data_radius, budget, rng):
         events += average_events
         if not ok:
             location.public["failed_step"], centers = "average", None
+    elif if_not_located is not None:
+        centers, stage_events = if_not_located(budget.rho_average, average_rng)
+        events += stage_events
     events += unspent_events(events, budget)
     centers = None if centers is None else canonical_order(centers)
     return KTupleResult(centers, centers is not None, events, location.public)

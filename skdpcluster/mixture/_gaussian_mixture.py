@@ -29,6 +29,7 @@ from skdpcluster.cluster._base import (
     _PrivateFitMixin,
 )
 from skdpcluster.cluster._ktuple import (
+    AUTO_FALLBACK_SHARE,
     KTupleClusterer,
     plan_fallback,
     run_fallback,
@@ -613,13 +614,7 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         self.verbose = verbose
 
     def _check_n_clusters(self):
-        """The template's hook, called after the data is validated: k-tuples need k >= 2."""
-        if self.n_components < 2:
-            raise ValueError(
-                f"n_components={self.n_components}: PrivateGaussianMixture needs n_components >= 2 "
-                "(k-tuple clustering separates pairs of centres); for one Gaussian use "
-                "skdpcluster.averaging.private_gaussian_estimate."
-            )
+        """Every ``n_components >= 1`` is accepted: one component skips the k-tuple part."""
 
     def fit_predict(self, X, y=None):
         """Fit, then return ``labels_``: the most likely component of every training row.
@@ -645,22 +640,30 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         )
 
     def _needs_radius(self, data):
-        """Every tuple method but ``"noisy_centers"`` uses the bound."""
-        return self.tuple_method != "noisy_centers"
+        """Every tuple method but ``"noisy_centers"`` uses the bound, and so does one component."""
+        return self.tuple_method != "noisy_centers" or self.n_components == 1
 
     def _plan(self, X):
         n_samples, n_features = X.shape
         center = self._resolve_center(n_features)
         radius, unproven = self.data_radius, {}
-        if self.tuple_method != "noisy_centers":
+        if self._needs_radius(X):
             radius, unproven = self._resolve_radius(X, center)
         unproven.update(self._check_sigma_bounds())
+        if self.n_components == 1:
+            return self._plan_one_component(n_samples, center, radius, unproven)
         auto = self.fallback_share == "auto"
         share = 0.0 if auto else float(self.fallback_share)
+        in_share = False
         try:
             clusterer, tuple_plan, n_tuples, samples_per_tuple = self._plan_tuple_part(
                 X, radius, share)
             reason = "the private k-tuple test failed"
+            in_share = auto and clusterer._method() == "located"
+            if auto and not in_share:  # the paper's methods have no share to reuse
+                share = AUTO_FALLBACK_SHARE
+                clusterer, tuple_plan, n_tuples, samples_per_tuple = self._plan_tuple_part(
+                    X, radius, share)
         except InsufficientDataError as error:
             if share == 0.0 and not auto:
                 raise
@@ -682,13 +685,31 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
                       "samples_per_tuple_": samples_per_tuple,
                       "n_fresh_": n_samples - n_tuples * samples_per_tuple}
         values = {"clusterer": clusterer, "tuple_plan": tuple_plan, "budget": budget,
-                  "fallback": fallback, "fallback_reason": reason, "fallback_share": share}
+                  "fallback": fallback, "fallback_reason": reason, "fallback_share": share,
+                  "general_in_share": in_share}
         tuple_cost = (0.0, 0.0) if tuple_plan is None else tuple_plan.cost
         tuple_cost = (tuple_cost[0] + share * self.epsilon, tuple_cost[1] + share * self.delta)
         cost = (max(tuple_cost[0], budget.epsilon), max(tuple_cost[1], budget.delta))
         if self.verbose:
             print(f"[PrivateGaussianMixture] plan: {attributes}, cost={cost}")
         return PrivateFitPlan(cost, values, attributes, unproven)
+
+    def _plan_one_component(self, n_samples, center, radius, unproven):
+        """One component: no k-tuple part; the fresh part runs on every row from the bound.
+
+        The refinement pass starts from the public (or privately released)
+        centre and radius of the data ball, then the learner
+        (:func:`~skdpcluster.averaging.private_gaussian_estimate`) releases the
+        mean and covariance: the fresh part's ``(epsilon, delta)`` is the whole fit.
+        """
+        budget = _FreshBudget.for_target(self.epsilon, self.delta)
+        attributes = {"n_tuples_": 0, "m_": None, "ell_": np.nan, "separation_": np.nan,
+                      "located_info_": None, "method_": "one_component",
+                      "data_radius_": radius, "samples_per_tuple_": 0, "n_fresh_": n_samples,
+                      "fallback_info_": None}
+        values = {"clusterer": None, "tuple_plan": None, "budget": budget, "fallback": None,
+                  "one_component": (np.asarray(center, dtype=float)[None, :], float(radius))}
+        return PrivateFitPlan((budget.epsilon, budget.delta), values, attributes, unproven)
 
     def _plan_tuple_part(self, X, radius, share):
         """The tuple path on ``1 - share`` of the budget: clusterer, plan, blocks and their rows."""
@@ -756,11 +777,17 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         order = split_rng.permutation(X.shape[0])
         tuple_rows = X[order[:n_rows]]
         fresh = np.clip(X[order[n_rows:]], -NUMERIC_BOUND, NUMERIC_BOUND)
-        found, status = self._find_centers(tuple_rows, plan, tuple_rng, ktuple_rng, fallback_rng)
+        radii = None
+        if "one_component" in plan.values:
+            (centers, radius), status = plan.values["one_component"], None
+            found, radii = PrivateFit(centers, True, []), np.array([radius])
+        else:
+            found, status = self._find_centers(tuple_rows, plan, tuple_rng, ktuple_rng,
+                                               fallback_rng)
         attributes, fresh_events = self._empty_release(), []
         if found.success:
             attributes, fresh_events = self._fit_fresh(fresh, found.centers, plan.values["budget"],
-                                                       fresh_rng)
+                                                       fresh_rng, radii)
         attributes.update(tuple_centers_=found.centers, converged_=bool(found.success),
                           labels_=self._training_labels(X, attributes), **found.attributes)
         fresh_event = plan.values["budget"].event(found.success, fresh_events)
@@ -783,13 +810,16 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
                 samples_per_tuple=plan.attributes["samples_per_tuple_"], output="label_means",
                 n_jobs=self.n_jobs,
             )
-            found = clusterer._aggregate(tuples, plan.values["tuple_plan"], ktuple_rng)
+            general_rows = tuple_rows if plan.values["general_in_share"] else None
+            found = clusterer._aggregate(tuples, plan.values["tuple_plan"], ktuple_rng,
+                                         fallback_rows=general_rows)
             events = list(found.events)
             if found.success or fallback is None:
                 if fallback is not None:
                     events.append(unused_share_event(fallback, "PrivateGaussianMixture"))
-                found.events, found.attributes = events, {"fallback_info_": None}
-                return found, None
+                info = found.attributes.get("fallback_info_")
+                found.events, found.attributes = events, {"fallback_info_": info}
+                return found, found.status
         centers, fallback_events, stable_status, proven = run_fallback(fallback, tuple_rows,
                                                                        fallback_rng)
         info = {"reason": plan.values["fallback_reason"], "share": plan.values["fallback_share"],
@@ -819,12 +849,17 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
                  "sigma_min_", "sigma_max_")
         return dict.fromkeys(names)
 
-    def _fit_fresh(self, fresh, centers, budget, rng):
-        """Steps 4-6 on the fresh rows, given the private centres; returns attributes and events."""
+    def _fit_fresh(self, fresh, centers, budget, rng, radii=None):
+        """Steps 4-6 on the fresh rows, given the private centres; returns attributes and events.
+
+        ``radii``: the refinement pass's first clipping radii (public or released); ``None``
+        uses half the gap to the nearest other centre.
+        """
         k = self.n_components
         labels = pairwise_distances_argmin(fresh, centers)
         counts, count_event = _noisy_counts(labels, k, budget.rho_refine, rng, "refine")
-        radii = np.maximum(_nearest_gaps(centers) / 2.0, np.finfo(float).tiny)
+        if radii is None:
+            radii = np.maximum(_nearest_gaps(centers) / 2.0, np.finfo(float).tiny)
         refined, events = [], [count_event]
         for j in range(k):
             *result, refine_events = _refine_component(fresh[labels == j], max(counts[j], 1.0),
