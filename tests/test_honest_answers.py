@@ -121,6 +121,78 @@ def test_ktuple_auto_share_reserves_nothing_where_the_tuple_path_runs_on_the_who
     assert est.privacy_spent_["epsilon"] == pytest.approx(1.0)
 
 
+@pytest.fixture(scope="module")
+def uniform_noise():
+    return np.random.default_rng(0).uniform(-20, 20, size=(10_000, 4))
+
+
+def _kmeans_cost(X, centers):
+    return float(((X[:, None, :] - centers[None]) ** 2).sum(-1).min(1).sum())
+
+
+def test_ktuple_default_answers_uniform_noise_by_the_general_method_on_the_refinement_share(uniform_noise):
+    """Issue #14: at the default, a failed location gave status_='failure' (nothing reserved).
+
+    The general method now runs on the zCDP share the row refinement would have spent: same
+    ledger total and rho as fallback_share=0, which still releases nothing.
+    """
+    fits = {}
+    for share in ("auto", 0.0):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", NotSeparatedWarning)
+            fits[share] = KTupleClusterer(4, data_radius=40.0, fallback_share=share,
+                                          accountant=BudgetAccountant(), random_state=0).fit(uniform_noise)
+    auto, off = fits["auto"], fits[0.0]
+    assert off.status_ == "failure" and off.cluster_centers_ is None
+    assert auto.status_ == "fallback" and auto.located_info_["failed_step"] == "locate"
+    assert auto.fallback_info_["method"] == "grid" and auto.fallback_info_["share"] == pytest.approx(0.6)
+    assert auto.privacy_spent_ == off.privacy_spent_  # same (epsilon, delta, rho): nothing reserved
+    assert any(e.label.startswith("located/general/") for e in auto.privacy_ledger_)
+    # a useful answer: within 10% of scikit-learn's KMeans(n_init=10) cost (measured 1.03)
+    from sklearn.cluster import KMeans
+    optimum = KMeans(4, n_init=10, random_state=0).fit(uniform_noise).inertia_
+    assert _kmeans_cost(uniform_noise, auto.cluster_centers_) <= 1.1 * optimum
+
+
+def test_ktuple_default_success_is_the_fallback_off_fit():
+    """Nothing is reserved at the default: a successful fit is bit-identical to fallback_share=0."""
+    easy = make_separated_mixture(10_000, 4, 4, separation=10, random_state=0)[0]
+    centers = [KTupleClusterer(4, data_radius=40.0, fallback_share=share, accountant=BudgetAccountant(),
+                               random_state=0).fit(easy).cluster_centers_ for share in ("auto", 0.0)]
+    assert np.array_equal(*centers)
+
+
+def test_ktuple_auto_reserves_a_share_for_the_paper_methods():
+    """The paper's methods have no refinement share to reuse: "auto" reserves AUTO_FALLBACK_SHARE."""
+    X = make_separated_mixture(20_000, 2, 1, separation=5000, random_state=0)[0]  # >= 2 * 2189 tuples
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NotSeparatedWarning)
+        est = KTupleClusterer(2, method="noisy_centers", data_radius=1e4, accountant=BudgetAccountant(),
+                              random_state=0).fit(X)
+    if est.status_ == "success":
+        assert est.privacy_ledger_[-1].label == "KTupleClusterer/fallback_share_unused"
+        assert est.privacy_ledger_[-1].epsilon == pytest.approx(0.1)
+    else:
+        assert est.status_ == "fallback" and est.fallback_info_["share"] == pytest.approx(0.1)
+    assert est.privacy_spent_["epsilon"] == pytest.approx(1.0)
+
+
+def test_mixture_default_answers_one_blob_by_the_general_method():
+    """Issue #14: at the default the mixture's failed k-tuple location released nothing."""
+    X = np.random.default_rng(0).normal(size=(60_000, 2))  # one blob: the tuples never agree
+    fits = {}
+    for share in ("auto", 0.0):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", NotSeparatedWarning)
+            fits[share] = PrivateGaussianMixture(2, data_radius=10.0, fallback_share=share,
+                                                 accountant=BudgetAccountant(), random_state=0).fit(X)
+    assert fits[0.0].status_ == "failure" and fits[0.0].means_ is None
+    auto = fits["auto"]
+    assert auto.status_ == "fallback" and auto.fallback_info_["method"] == "grid"
+    assert auto.means_.shape == (2, 2) and np.all(np.isfinite(auto.covariances_))
+    assert auto.privacy_spent_ == fits[0.0].privacy_spent_
+
+
 def test_ktuple_fallback_off_keeps_failure_and_insufficient_data():
     X = np.random.default_rng(0).normal(size=(60, 3))
     with pytest.raises(InsufficientDataError, match="needs at least"):
