@@ -131,7 +131,7 @@ def test_on_failure_raise_charges_and_keeps_previous_state(easy_data):
         ({}, lambda: np.zeros((100, 1)), InsufficientDataError, "needs at least"),
         ({"epsilon": 0}, lambda: np.zeros((N_TUPLES * 2, 1)), ValueError, "epsilon"),
         ({"delta": 1.0}, lambda: np.zeros((N_TUPLES * 2, 1)), ValueError, "delta"),
-        ({"n_clusters": 1}, lambda: np.zeros((N_TUPLES * 2, 1)), ValueError, "n_clusters"),
+        ({"n_clusters": 0}, lambda: np.zeros((N_TUPLES * 2, 1)), ValueError, "n_clusters"),
         ({"n_tuples": 100}, lambda: np.zeros((N_TUPLES * 2, 1)), InsufficientDataError, "at least 1963"),
         ({"method": "median"}, lambda: np.zeros((N_TUPLES * 2, 1)), ValueError, "method"),
         ({"random_state": np.random.RandomState(0)}, lambda: np.zeros((N_TUPLES * 2, 1)), ValueError,

@@ -15,7 +15,7 @@ from skdpcluster._tuples import generate_tuples
 from skdpcluster.accountant import BudgetAccountant
 from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _BasePrivateClusterer, _restore_on_error
 from skdpcluster.exceptions import InsufficientDataError
-from skdpcluster.mechanisms import PrivacyEvent
+from skdpcluster.mechanisms import PrivacyEvent, laplace_mechanism
 from skdpcluster.ktuple import min_tuples
 from skdpcluster.averaging import _project_onto_ball, private_average
 from skdpcluster.ktuple._framework import canonical_order, check_tuple_parameters, conditioning_event
@@ -45,6 +45,9 @@ LOCATED_ROWS_PER_CLUSTER = 5
 #: Share of (epsilon, delta) that ``fallback_share="auto"`` reserves for the general method with
 #: the paper's methods (``"located"`` on rows reserves nothing: see :func:`_second_stage`).
 AUTO_FALLBACK_SHARE = 0.1
+#: Share of epsilon spent on the private cost estimate when ``estimate_cost=True``.
+COST_SHARE = 0.05
+_COST_KEYS = ("clipped_cost", "mean_clipped_cost", "cost_clip", "cost_noise_scale")
 #: Core steps on the raw rows after ``method="located"``, and their radius factor (1/3, as
 #: :class:`~skdpcluster.PrivateStableKMeans`).
 LOCATED_CORE_STEPS, LOCATED_CORE_RADIUS_FACTOR = 2, 1.0 / 3.0
@@ -271,6 +274,7 @@ class KTupleClusterer(_BasePrivateClusterer):
         "gaussian_calibration": [StrOptions({"analytic_joint", "classical"})],
         "allow_unproven": ["boolean"],
         "fallback_share": [StrOptions({"auto"}), Interval(Real, 0, 1, closed="left")],
+        "estimate_cost": ["boolean"],
     }
 
     def __init__(
@@ -292,6 +296,7 @@ class KTupleClusterer(_BasePrivateClusterer):
         gaussian_calibration="analytic_joint",
         allow_unproven=False,
         fallback_share="auto",
+        estimate_cost=False,
         on_failure="warn",
         accountant=None,
         random_state=None,
@@ -314,6 +319,7 @@ class KTupleClusterer(_BasePrivateClusterer):
         self.gaussian_calibration = gaussian_calibration
         self.allow_unproven = allow_unproven
         self.fallback_share = fallback_share
+        self.estimate_cost = estimate_cost
         self.on_failure = on_failure
         self.accountant = accountant
         self.random_state = random_state
@@ -430,6 +436,8 @@ class KTupleClusterer(_BasePrivateClusterer):
         is too small for the tuple path at its share of the budget, the
         whole budget goes to the fallback (:class:`PrivateStableKMeans`).
         """
+        if self.estimate_cost:
+            return self._plan_with_cost_estimate(X)
         if self.n_clusters == 1:
             return self._plan_one_cluster(X)
         share, reason = self._resolved_fallback_share(X)
@@ -470,6 +478,19 @@ class KTupleClusterer(_BasePrivateClusterer):
                   "fallback_reason": reason, "fallback_share": share}
         unproven = {} if main_plan is None else dict(main_plan.unproven)
         return PrivateFitPlan(cost, values, attributes, unproven)
+
+    def _plan_with_cost_estimate(self, X):
+        """``estimate_cost=True``: the fit on ``1 - COST_SHARE`` of epsilon, then the cost on the rest.
+
+        The share is public; it is charged whether or not centres are released.
+        """
+        main = clone(self).set_params(estimate_cost=False,
+                                      epsilon=(1.0 - COST_SHARE) * self.epsilon)
+        main_plan = main._plan(X)
+        epsilon_cost = COST_SHARE * self.epsilon
+        values = {"cost_main": main, "cost_main_plan": main_plan, "cost_epsilon": epsilon_cost}
+        cost = (main_plan.cost[0] + epsilon_cost, main_plan.cost[1])
+        return PrivateFitPlan(cost, values, dict(main_plan.attributes), dict(main_plan.unproven))
 
     def _plan_one_cluster(self, X):
         """``n_clusters=1``: the private average of the rows in the bound's ball (public plan)."""
@@ -558,6 +579,41 @@ class KTupleClusterer(_BasePrivateClusterer):
         return clone(self.base_estimator)
 
     def _fit_private(self, X, plan, rng):
+        """The release, its private quality signals and (``estimate_cost=True``) its cost."""
+        if "cost_main" in plan.values:
+            main_rng, cost_rng = rng.spawn(2)
+            result = plan.values["cost_main"]._fit_private(X, plan.values["cost_main_plan"],
+                                                           main_rng)
+            estimate, event = private_clipped_cost(X, result.centers,
+                                                   epsilon=plan.values["cost_epsilon"],
+                                                   data_radius=plan.attributes.get("data_radius_"),
+                                                   rng=cost_rng)
+            result.events = list(result.events) + [event]
+            result.attributes["quality_"].update(estimate)
+            return result
+        result = self._fit_release(X, plan, rng)
+        result.attributes["quality_"] = {**self._test_outcome(result, plan),
+                                         **dict.fromkeys(_COST_KEYS)}
+        return result
+
+    def _test_outcome(self, result, plan):
+        """The private test's released outcome (``quality_``): which test ran and whether it passed.
+
+        ``"located"``: the width search (AboveThreshold) and the thresholded
+        histogram found k groups; the paper's methods: PrivateTestPartition
+        passed. ``None`` when no test ran (one cluster, or too few rows for the
+        tuple path). A function of released values only.
+        """
+        if "one_cluster" in plan.values or ("main" in plan.values and plan.values["main"] is None):
+            return {"test": None, "test_passed": None, "located_width": None}
+        located = result.attributes.get("located_info_")
+        if located is not None:
+            return {"test": "located", "test_passed": located["failed_step"] not in
+                    ("width", "locate"), "located_width": located["width"]}
+        passed = result.success and (result.status or "success") == "success"
+        return {"test": "partition_test", "test_passed": passed, "located_width": None}
+
+    def _fit_release(self, X, plan, rng):
         """The tuple path (if planned), then the fallback on its reserved share if needed."""
         if "one_cluster" in plan.values:
             return self._fit_one_cluster(X, plan, rng)
@@ -698,7 +754,77 @@ class KTupleClusterer(_BasePrivateClusterer):
     def _fit_private_tuples(self, tuples, plan, rng):
         result = self._aggregate(tuples, plan, rng)
         result.attributes["labels_"] = np.empty(0, dtype=np.intp)
+        result.attributes["quality_"] = {**self._test_outcome(result, plan),
+                                         **dict.fromkeys(_COST_KEYS)}
         return result
+
+
+def _clipped_cost_sensitivity(clip):
+    """Replace-one sensitivity of ``sum_x min(cost_x, clip)``: one term moves within [0, clip]."""
+    return clip
+
+
+def cost_clip(centers, data_radius=None):
+    r"""The public clip :math:`\tau` of :func:`private_clipped_cost`, from released values only.
+
+    :math:`\tau = (g/2)^2` with :math:`g` the median distance from a released
+    centre to its nearest other centre (rows of well separated clusters lie
+    within :math:`g/2` of their centre, so they are rarely clipped); for one
+    centre :math:`\tau = \Lambda^2` (``data_radius``, public or released).
+    """
+    if len(centers) == 1:
+        return float(data_radius) ** 2
+    gaps = np.linalg.norm(centers[:, None, :] - centers[None, :, :], axis=-1)
+    np.fill_diagonal(gaps, np.inf)
+    return float(np.median(gaps.min(axis=1)) / 2.0) ** 2
+
+
+def private_clipped_cost(X, centers, *, epsilon, rng, data_radius=None):
+    r"""Private estimate of the clipped k-means cost of released centres: Laplace, :math:`\varepsilon`-DP.
+
+    Releases :math:`\tilde C = \sum_x \min(\min_j\|x - c_j\|^2, \tau) +
+    \mathrm{Lap}(\tau/\varepsilon)`, the *truncated cost* of the selection
+    step of Shechner (2021; ``spec/shechner_stable.md`` §9.5), with
+    :math:`\tau` = :func:`cost_clip` of the released centres.
+    **Privacy.** The centres and :math:`\tau` are released (or public)
+    values, so given them each row adds one term in :math:`[0, \tau]`:
+    replacing one row moves the sum by at most :math:`\tau`, and the
+    Laplace mechanism (Dwork & Roth 2014, Theorem 3.6) is
+    :math:`\varepsilon`-DP under replace-one; it composes adaptively with
+    the release of the centres. ``n_samples`` is public under replace-one,
+    so ``mean_clipped_cost`` (:math:`\tilde C / n`) is post-processing.
+    Without centres nothing is computed and ``epsilon`` is charged unused,
+    so the charge never depends on the outcome.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_features)
+    centers : ndarray of shape (k, n_features) or None
+    epsilon : float
+    rng : numpy.random.Generator
+    data_radius : float, default=None
+        The bound, used for one centre only.
+
+    Returns
+    -------
+    estimate : dict
+        ``"clipped_cost"``, ``"mean_clipped_cost"``, ``"cost_clip"`` and
+        ``"cost_noise_scale"`` (all ``None`` without centres).
+    event : PrivacyEvent
+    """
+    if centers is None:
+        return dict.fromkeys(_COST_KEYS), PrivacyEvent(
+            "unused_budget", float(epsilon), 0.0, label="KTupleClusterer/cost_estimate_unused")
+    clip = cost_clip(np.asarray(centers, dtype=float), data_radius)
+    nearest = np.full(X.shape[0], np.inf)
+    with np.errstate(over="ignore"):  # an extreme row costs inf and is clipped to tau
+        for center in centers:
+            np.minimum(nearest, np.square(X - center).sum(axis=1), out=nearest)
+    noisy, event = laplace_mechanism(
+        float(np.minimum(nearest, clip).sum()), sensitivity=_clipped_cost_sensitivity(clip),
+        epsilon=epsilon, rng=rng, label="KTupleClusterer/clipped_cost")
+    return {"clipped_cost": float(noisy), "mean_clipped_cost": float(noisy) / X.shape[0],
+            "cost_clip": clip, "cost_noise_scale": event.scale}, event
 
 
 def plan_fallback(X, n_clusters, epsilon, delta, data_radius, data_center, n_jobs):
