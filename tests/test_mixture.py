@@ -350,7 +350,7 @@ def test_on_failure_raise_charges_and_keeps_previous_state(small):
          InsufficientDataError, "at least 1963"),
         ({"epsilon": 0}, N_TUPLES * 30, ValueError, "epsilon"),
         ({"delta": 1.0}, N_TUPLES * 30, ValueError, "delta"),
-        ({"n_components": 1}, N_TUPLES * 30, ValueError, "n_components"),
+        ({"n_components": 0}, N_TUPLES * 30, ValueError, "n_components"),
         ({"covariance_type": "banded"}, N_TUPLES * 30, ValueError, "covariance_type"),
         ({"sigma_min": 2.0, "sigma_max": 1.0}, N_TUPLES * 30, ValueError, "must not exceed"),
         ({"sigma_max": -1.0}, N_TUPLES * 30, ValueError, "sigma_max"),

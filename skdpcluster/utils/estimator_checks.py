@@ -171,11 +171,6 @@ def dp_checks():
 # scikit-learn checks that a private estimator cannot pass, with the reason.
 # ---------------------------------------------------------------------------
 
-_NEEDS_TWO_COMPONENTS = (
-    "The check forces n_components=1; the mixture's k-tuple path separates pairs of centres "
-    "(Definition 3.1 of Cohen et al. 2021) and one component is not offered yet (for one "
-    "Gaussian use skdpcluster.averaging.private_gaussian_estimate)."
-)
 _UTILITY_ON_50_POINTS = (
     "DP: check_clustering asserts ARI > 0.4 on 50 points; at epsilon = 1 the noise the private "
     "releases need is of the order of the whole data set at that size (the fit reports that "
@@ -206,14 +201,7 @@ EXPECTED_FAILED_CHECKS = {
     # Passes at default construction (the fallback releases); the suite's tuned instances
     # (epsilon 20-300 on 2 clusters) can release noisier centres.
     "KTupleClusterer": {"check_clustering": _UTILITY_ON_50_POINTS},
-    "PrivateGaussianMixture": {
-        **dict.fromkeys(
-            ["check_dont_overwrite_parameters", "check_methods_sample_order_invariance",
-             "check_methods_subset_invariance", "check_fit2d_1feature", "check_fit2d_predict1d"],
-            _NEEDS_TWO_COMPONENTS,
-        ),
-        "check_clustering": _UTILITY_ON_50_POINTS,
-    },
+    "PrivateGaussianMixture": {"check_clustering": _UTILITY_ON_50_POINTS},
     **dict.fromkeys(["PrivateHighDimKMeans", "PrivateHighDimKMedian"],
                     {"check_clustering": _UTILITY_ON_50_POINTS}),
     "LocalPrivateStableKMeans": dict.fromkeys(_LOCAL_FITTING_CHECKS, _NO_PUBLIC_BOUND),
