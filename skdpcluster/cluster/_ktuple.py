@@ -93,8 +93,10 @@ class KTupleClusterer(_BasePrivateClusterer):
     ----------
     n_clusters : int, default=8
         Number of clusters k. The tuple path needs k >= 2; ``n_clusters=1``
-        (with the fallback on) runs the fallback on the whole budget, a
-        private mean (``status_="fallback"``).
+        releases the private average of the rows in the bound's ball
+        (:func:`~skdpcluster.averaging.private_average`, Proposition 2.9,
+        on the whole budget; ``method_="private_average"``,
+        ``status_="success"``).
     method : {"auto", "located", "noisy_centers", "averages"}, default="auto"
         The private aggregation of the tuples. ``"auto"`` is ``"located"``
         when ``data_radius`` is given and ``"noisy_centers"`` (which needs no
@@ -164,15 +166,24 @@ class KTupleClusterer(_BasePrivateClusterer):
         The share is decided from public values and charged whatever the
         outcome (on success as an unused ``"fallback_share_unused"`` event),
         so the charge never depends on the test. When ``n_samples`` is too
-        small for the tuple path at its share (a public fact), or
-        ``n_clusters=1``, the whole budget goes to the fallback instead of
-        raising :class:`~skdpcluster.InsufficientDataError`;
-        ``fallback_info_`` then says how many rows the tuple path needs.
-        ``"auto"``: no reserved share when the tuple path can run on the
-        whole budget (a failed test then releases nothing,
-        ``status_="failure"``: a reserved 10% measurably hurts the tuple path
-        near its smallest n), the whole budget to the fallback when it
-        cannot. ``0`` turns the fallback off: too few rows then raise.
+        small for the tuple path at its share (a public fact), the whole
+        budget goes to the fallback instead of raising
+        :class:`~skdpcluster.InsufficientDataError`; ``fallback_info_``
+        then says how many rows the tuple path needs.
+        ``"auto"``: with ``"located"``, nothing is reserved: when the
+        location fails, the general method (the grid initializer of
+        :class:`~skdpcluster.PrivateStableKMeans`) runs on the zCDP share
+        the row refinement would have spent, at the same cost (a reserved
+        10% measurably hurt the tuple path near its smallest n); with the
+        paper's methods, 10% (:data:`AUTO_FALLBACK_SHARE`) is reserved; the
+        whole budget goes to the fallback when the tuple path cannot run.
+        ``0`` turns the fallback off: a failed test releases nothing
+        (``status_="failure"``) and too few rows raise.
+    estimate_cost : bool, default=False
+        Spend 5% of epsilon (:data:`COST_SHARE`, pure DP; the fit gets the
+        rest) on a private estimate of the released centres' clipped
+        k-means cost (:func:`private_clipped_cost`), stored in ``quality_``.
+        Charged whatever the outcome.
     on_failure : {"warn", "raise"}, default="warn"
         When the private test fails: ``"warn"`` releases the fallback
         (``status_="fallback"``) or, with ``fallback_share=0``, sets
@@ -202,9 +213,24 @@ class KTupleClusterer(_BasePrivateClusterer):
         the fallback released; ``"failure"``: nothing released
         (``fallback_share=0`` only). A private release.
     fallback_info_ : dict or None
-        After ``status_="fallback"``: ``"reason"`` (public text),
-        ``"share"`` of the budget it ran on and ``"stable_status"`` of
-        the fallback fit; ``None`` otherwise.
+        After ``status_="fallback"``: ``"reason"`` (text from public or
+        released values) and ``"share"`` of the budget it ran on; with a
+        reserved share, ``"stable_status"`` of the fallback fit; after the
+        located method's own share, ``"method"`` (``"grid"``), ``"rho"``
+        and ``"share"`` as a share of the zCDP budget. ``None`` otherwise.
+    quality_ : dict
+        Private quality signals (released values only): ``"test"``
+        (``"located"``, ``"partition_test"`` or ``None`` when no test
+        ran), ``"test_passed"`` (the released outcome: for ``"located"``,
+        AboveThreshold found a width and the thresholded histogram k
+        groups), ``"located_width"`` (the released grid width) and, with
+        ``estimate_cost=True``, ``"clipped_cost"`` (the noisy
+        :math:`\sum_x\min(\min_j\|x-c_j\|^2, \tau)`),
+        ``"mean_clipped_cost"`` (divided by the public ``n_samples``),
+        ``"cost_clip"`` (:math:`\tau`, from the released centres) and
+        ``"cost_noise_scale"`` (the Laplace scale); ``None`` otherwise or
+        without centres. A mean clipped cost near ``cost_clip`` means most
+        rows are far from every centre.
     method_ : str
         The method used (``"auto"`` resolved).
     located_info_ : dict or None

@@ -372,7 +372,13 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
     Parameters
     ----------
     n_components : int, default=2
-        Number of components k (at least 2).
+        Number of components k. ``n_components=1`` skips the k-tuple part:
+        steps 4-6 run on every row from the centre and radius of the data
+        ball (public, or released privately with ``data_radius=None``), so
+        the mean and covariance come from the refinement pass and
+        :func:`~skdpcluster.averaging.private_gaussian_estimate` on the whole
+        ``(epsilon, delta)`` (``method_="one_component"``,
+        ``status_="success"``).
     covariance_type : {"full", "tied", "diag", "spherical"}, default="full"
         Format of the released covariances, as in
         :class:`sklearn.mixture.GaussianMixture`. The learner always estimates a
@@ -448,9 +454,13 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         whatever the outcome; the tuple rows and the fresh rows are disjoint,
         so it composes with the k-tuple path only. Too few rows for the tuple
         path (a public fact) give the whole budget of the tuple rows to the
-        fallback instead of raising. ``"auto"``: no reserved share when the
-        tuple path can run on the whole budget, all of it when it cannot.
-        ``0`` turns it off (too few rows then raise).
+        fallback instead of raising. ``"auto"``: with ``"located"``,
+        nothing is reserved: when the location fails, the general method (the
+        grid initializer of :class:`~skdpcluster.PrivateStableKMeans`) runs
+        on the tuple rows with the zCDP share the tuple averaging would have
+        spent, at the same cost; with the paper's methods 10% is reserved;
+        all of it when the tuple path cannot run. ``0`` turns it off (a
+        failed test releases nothing and too few rows raise).
     on_failure : {"warn", "raise"}, default="warn"
         When the private k-tuple test fails (and ``fallback_share=0``): ``"warn"`` sets
         ``status_="failure"``, leaves the parameters ``None`` and emits a
@@ -493,8 +503,11 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         centres were refined; ``"failure"``: nothing released
         (``fallback_share=0`` only). A private release.
     fallback_info_ : dict or None
-        After ``status_="fallback"``: the public ``"reason"``, the
-        ``"share"`` it ran on and the fallback's ``"stable_status"``.
+        After ``status_="fallback"``: the ``"reason"`` (from public or
+        released values) and the ``"share"`` it ran on; with a reserved
+        share the fallback's ``"stable_status"``, after the located method's
+        own share ``"method"`` (``"grid"``), ``"rho"`` and ``"share"`` of
+        the tuple part's zCDP budget.
     tuple_centers_ : ndarray of shape (n_components, n_features) or None
         The k private centres of step 3 (a private release).
     sigma_min_, sigma_max_ : ndarray of shape (n_components,) or None
