@@ -193,6 +193,18 @@ def test_mixture_default_answers_one_blob_by_the_general_method():
     assert auto.privacy_spent_ == fits[0.0].privacy_spent_
 
 
+@pytest.mark.parametrize("Estimator", [PrivateStableKMeans, PrivateStableKMedian], ids=lambda E: E.__name__)
+def test_stable_with_the_default_ktuple_initializer_reports_fallback_on_uniform_noise(Estimator, uniform_noise):
+    """Done-when of issue #14: uniform noise gives "fallback" for every estimator with an easy-instance
+    test (here the k-tuple initializer, located by default; its own fallback is off inside)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = Estimator(4, initializer="ktuple", data_radius=40.0, accountant=BudgetAccountant(),
+                        random_state=0).fit(uniform_noise)
+    assert est.status_ == "fallback" and est.initializer_status_ == "fallback_grid"
+    assert est.privacy_spent_["epsilon"] == pytest.approx(1.0)
+
+
 def test_ktuple_fallback_off_keeps_failure_and_insufficient_data():
     X = np.random.default_rng(0).normal(size=(60, 3))
     with pytest.raises(InsufficientDataError, match="needs at least"):
