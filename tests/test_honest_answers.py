@@ -205,6 +205,45 @@ def test_stable_with_the_default_ktuple_initializer_reports_fallback_on_uniform_
     assert est.privacy_spent_["epsilon"] == pytest.approx(1.0)
 
 
+def test_ktuple_quality_signals_and_private_cost_estimate(uniform_noise):
+    """Issue #14: the released test outcome as a fitted attribute, and an opt-in private cost."""
+    easy = make_separated_mixture(10_000, 4, 4, separation=10, random_state=0)[0]
+    fits = {}
+    for name, X in {"easy": easy, "noise": uniform_noise}.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", NotSeparatedWarning)
+            fits[name] = KTupleClusterer(4, data_radius=40.0, estimate_cost=True, accountant=BudgetAccountant(),
+                                         random_state=0).fit(X)
+    easy_q, noise_q = fits["easy"].quality_, fits["noise"].quality_
+    assert (easy_q["test"], easy_q["test_passed"], noise_q["test_passed"]) == ("located", True, False)
+    assert easy_q["located_width"] == fits["easy"].located_info_["width"]
+    for name, X in {"easy": easy, "noise": uniform_noise}.items():
+        fit, quality = fits[name], fits[name].quality_
+        assert fit.privacy_spent_["epsilon"] == pytest.approx(1.0) and fit.privacy_spent_["delta"] <= 1e-6
+        (event,) = [e for e in fit.privacy_ledger_ if e.label == "KTupleClusterer/clipped_cost"]
+        assert event.epsilon == pytest.approx(0.05) and quality["cost_noise_scale"] == pytest.approx(
+            quality["cost_clip"] / 0.05)
+        distances = ((X[:, None, :] - fit.cluster_centers_[None]) ** 2).sum(-1).min(1)
+        exact = np.minimum(distances, quality["cost_clip"]).sum()
+        # Laplace: |noise| > 8 b has probability e^-8
+        assert abs(quality["clipped_cost"] - exact) <= 8 * quality["cost_noise_scale"]
+    # a separated fit is rarely clipped; on noise most rows are far from every centre
+    assert easy_q["mean_clipped_cost"] < 0.2 * easy_q["cost_clip"]
+    assert noise_q["mean_clipped_cost"] > 0.5 * noise_q["cost_clip"]
+    plain = KTupleClusterer(4, data_radius=40.0, accountant=BudgetAccountant(), random_state=0).fit(easy)
+    assert plain.quality_["clipped_cost"] is None and plain.quality_["test_passed"] is True
+
+
+def test_mixture_quality_reports_the_released_test_outcome():
+    X = np.random.default_rng(0).normal(size=(60_000, 2))  # one blob: the location fails
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NotSeparatedWarning)
+        gm = PrivateGaussianMixture(2, data_radius=10.0, accountant=BudgetAccountant(), random_state=0).fit(X)
+    assert gm.quality_ == {"test": "located", "test_passed": False,
+                           "located_width": gm.located_info_["width"]}
+    assert gm.located_info_["failed_step"] in ("width", "locate")
+
+
 def test_ktuple_fallback_off_keeps_failure_and_insufficient_data():
     X = np.random.default_rng(0).normal(size=(60, 3))
     with pytest.raises(InsufficientDataError, match="needs at least"):

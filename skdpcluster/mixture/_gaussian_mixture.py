@@ -78,6 +78,9 @@ MIN_SIGMA_RATIO = 1e-6
 #: ``None`` bounds: the empirical extreme standard deviations, widened by this factor.
 DATA_SIGMA_MARGIN = 2.0
 
+#: ``quality_`` when no private test ran (one component, or too few rows for the tuple path).
+_NO_TEST = {"test": None, "test_passed": None, "located_width": None}
+
 _COVARIANCE_TYPES = ("full", "tied", "diag", "spherical")
 # The parameters shared with KTupleClusterer keep its constraints.
 _KTUPLE_CONSTRAINTS = KTupleClusterer._parameter_constraints
@@ -508,6 +511,15 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         share the fallback's ``"stable_status"``, after the located method's
         own share ``"method"`` (``"grid"``), ``"rho"`` and ``"share"`` of
         the tuple part's zCDP budget.
+    quality_ : dict
+        The k-tuple test's released outcome, as
+        :attr:`KTupleClusterer.quality_ <skdpcluster.KTupleClusterer>`:
+        ``"test"`` (``"located"``, ``"partition_test"`` or ``None`` when no
+        test ran), ``"test_passed"`` and ``"located_width"``.
+    located_info_ : dict or None
+        With ``tuple_method`` resolving to ``"located"``: the released grid
+        width, number of released cells, location dimension and
+        ``failed_step``, as in :class:`~skdpcluster.KTupleClusterer`.
     tuple_centers_ : ndarray of shape (n_components, n_features) or None
         The k private centres of step 3 (a private release).
     sigma_min_, sigma_max_ : ndarray of shape (n_components,) or None
@@ -793,7 +805,8 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         radii = None
         if "one_component" in plan.values:
             (centers, radius), status = plan.values["one_component"], None
-            found, radii = PrivateFit(centers, True, []), np.array([radius])
+            found = PrivateFit(centers, True, [], attributes={"quality_": dict(_NO_TEST)})
+            radii = np.array([radius])
         else:
             found, status = self._find_centers(tuple_rows, plan, tuple_rng, ktuple_rng,
                                                fallback_rng)
@@ -816,6 +829,7 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         """
         clusterer, fallback = plan.values["clusterer"], plan.values["fallback"]
         events, found = [], None
+        released_signals = {"quality_": dict(_NO_TEST), "located_info_": None}
         if clusterer is not None:
             tuples = generate_tuples(
                 tuple_rows, clusterer._base_estimator(), self.n_components,
@@ -827,11 +841,14 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
             found = clusterer._aggregate(tuples, plan.values["tuple_plan"], ktuple_rng,
                                          fallback_rows=general_rows)
             events = list(found.events)
+            released_signals = {"quality_": clusterer._test_outcome(found, plan.values["tuple_plan"]),
+                                "located_info_": found.attributes.get("located_info_")}
             if found.success or fallback is None:
                 if fallback is not None:
                     events.append(unused_share_event(fallback, "PrivateGaussianMixture"))
                 info = found.attributes.get("fallback_info_")
-                found.events, found.attributes = events, {"fallback_info_": info}
+                found.events = events
+                found.attributes = {"fallback_info_": info, **released_signals}
                 return found, found.status
         centers, fallback_events, stable_status, proven = run_fallback(fallback, tuple_rows,
                                                                        fallback_rng)
@@ -840,7 +857,7 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         proven = proven and (found is None or found.proven)
         released = centers is not None
         return (PrivateFit(centers, released, events + fallback_events, proven=proven,
-                           attributes={"fallback_info_": info}),
+                           attributes={"fallback_info_": info, **released_signals}),
                 "fallback" if released else "failure")
 
     def _training_labels(self, X, released):
