@@ -512,8 +512,8 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         own share ``"method"`` (``"grid"``), ``"rho"`` and ``"share"`` of
         the tuple part's zCDP budget.
     quality_ : dict
-        The k-tuple test's released outcome, as
-        :attr:`KTupleClusterer.quality_ <skdpcluster.KTupleClusterer>`:
+        The k-tuple test's released outcome, as ``quality_`` of
+        :class:`~skdpcluster.KTupleClusterer`:
         ``"test"`` (``"located"``, ``"partition_test"`` or ``None`` when no
         test ran), ``"test_passed"`` and ``"located_width"``.
     located_info_ : dict or None
