@@ -205,7 +205,7 @@ class KTupleClusterer(_BasePrivateClusterer):
     ----------
     cluster_centers_ : ndarray of shape (n_clusters, n_features) or None
         The private centres, rows in lexicographic order; ``None`` after a
-        failed test. A differentially private release.
+        failed test with ``fallback_share=0``. A differentially private release.
     status_ : {"success", "fallback", "failure"}
         ``"success"``: the private test passed (for ``"located"``: every
         step found k groups) and the tuple path released; ``"fallback"``:
