@@ -45,6 +45,10 @@ LOCATED_ROWS_PER_CLUSTER = 5
 #: Share of (epsilon, delta) that ``fallback_share="auto"`` reserves for the general method with
 #: the paper's methods (``"located"`` on rows reserves nothing: see :func:`_second_stage`).
 AUTO_FALLBACK_SHARE = 0.1
+#: The one-cluster average spends at most this epsilon: more changes nothing measurable, and
+#: the advanced-composition bound of :func:`~skdpcluster.averaging.private_average` overflows
+#: (``e^{epsilon_axis}``) at the huge epsilons of reproduction settings.
+MAX_AVERAGE_EPSILON = 50.0
 #: Share of epsilon spent on the private cost estimate when ``estimate_cost=True``.
 COST_SHARE = 0.05
 _COST_KEYS = ("clipped_cost", "mean_clipped_cost", "cost_clip", "cost_noise_scale")
@@ -95,7 +99,7 @@ class KTupleClusterer(_BasePrivateClusterer):
         Number of clusters k. The tuple path needs k >= 2; ``n_clusters=1``
         releases the private average of the rows in the bound's ball
         (:func:`~skdpcluster.averaging.private_average`, Proposition 2.9,
-        on the whole budget; ``method_="private_average"``,
+        on the whole budget, at most epsilon=50; ``method_="private_average"``,
         ``status_="success"``).
     method : {"auto", "located", "noisy_centers", "averages"}, default="auto"
         The private aggregation of the tuples. ``"auto"`` is ``"located"``
@@ -533,12 +537,13 @@ class KTupleClusterer(_BasePrivateClusterer):
     def _fit_one_cluster(self, X, plan, rng):
         r"""One centre: :func:`~skdpcluster.averaging.private_average` (Cohen et al. 2021,
         Proposition 2.9) of the rows projected onto the bound's ball, dividing by the public
-        ``n_samples``; :math:`(\varepsilon, \delta)`-DP under replace-one."""
+        ``n_samples``; :math:`(\varepsilon, \delta)`-DP under replace-one. At most
+        :data:`MAX_AVERAGE_EPSILON` is spent (the ledger says what was)."""
         center = plan.values["center"]
         mean, event = private_average(
             X - center, n_public=X.shape[0], data_radius=plan.values["data_radius"],
-            r_min=plan.values["r_min"], epsilon=self.epsilon, delta=self.delta, beta=self.beta,
-            rng=rng, neighbouring="replace_one")
+            r_min=plan.values["r_min"], epsilon=min(self.epsilon, MAX_AVERAGE_EPSILON),
+            delta=self.delta, beta=self.beta, rng=rng, neighbouring="replace_one")
         centers = (mean + center)[None, :]
         return PrivateFit(centers, True, [event.with_label("KTupleClusterer/private_average")],
                           attributes={"labels_": np.zeros(X.shape[0], dtype=np.intp)})
