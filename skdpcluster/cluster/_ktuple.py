@@ -1,6 +1,5 @@
 r"""KTupleClusterer: private k-tuple clustering (Cohen et al., ICML 2021) as a scikit-learn estimator."""
 
-import math
 import warnings
 from numbers import Integral, Real
 
@@ -16,15 +15,13 @@ from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _BasePrivateCl
 from skdpcluster.exceptions import InsufficientDataError
 from skdpcluster.mechanisms import PrivacyEvent
 from skdpcluster.ktuple import min_tuples
-from skdpcluster.averaging import _project_onto_ball
 from skdpcluster.ktuple._framework import canonical_order, check_tuple_parameters, conditioning_event
 from skdpcluster.ktuple.averages import AVERAGES_SEPARATION, per_cluster_budget, private_k_averages
 from skdpcluster.ktuple.located import (
-    locate,
     locate_and_average,
     min_located_tuples,
     plan_located_budget,
-    unspent_events,
+    refine_on_rows,
     zcdp_composite_event,
 )
 from skdpcluster.ktuple.noisy_centers import _check_modes as check_noisy_centers_modes
@@ -41,9 +38,6 @@ AVERAGES_ROWS_PER_CLUSTER = 15
 DEFAULT_R_MIN_FRACTION = 1e-4
 #: Rows per cluster in one block that ``n_tuples="auto"`` aims for with ``method="located"``.
 LOCATED_ROWS_PER_CLUSTER = 5
-#: Core steps on the raw rows after ``method="located"``, and their radius factor (1/3, as
-#: :class:`~skdpcluster.PrivateStableKMeans`).
-LOCATED_CORE_STEPS, LOCATED_CORE_RADIUS_FACTOR = 2, 1.0 / 3.0
 
 
 class KTupleClusterer(_BasePrivateClusterer):
@@ -592,8 +586,8 @@ class KTupleClusterer(_BasePrivateClusterer):
                                         rng=rng)
             centers, events, public = result.centers, result.events, result.public
         else:
-            centers, events, public = _locate_then_refine_on_rows(
-                tuples - center, rows, center, radius, budget, rng)
+            centers, events, public = refine_on_rows(
+                tuples - center, rows, center=center, data_radius=radius, budget=budget, rng=rng)
         events.append(zcdp_composite_event(events, budget.delta_zcdp))
         centers = None if centers is None else canonical_order(centers) + center
         return PrivateFit(centers, centers is not None, events, rho=events[-1].rho,
@@ -682,76 +676,3 @@ def unused_share_event(fallback, owner):
                         label=f"{owner}/fallback_share_unused",
                         details={"reason": "reserved for the fallback; charged whatever the "
                                            "outcome of the private test"})
-
-
-def _locate_then_refine_on_rows(tuples, X, center, radius, budget, rng):
-    r"""Steps 1-2 of "located" on the tuples, then private Lloyd and core steps on the raw rows.
-
-    After the location (:func:`~skdpcluster.ktuple.located.locate`), the
-    rows are assigned to the nearest located centre *in the location space*
-    and the cells are averaged (one DP-Lloyd step: sums of
-    :math:`x/\Lambda` over disjoint cells, L2 sensitivities 2 and
-    :math:`\sqrt 2` under replace-one,
-    :func:`~skdpcluster.cluster._stable_init.noisy_cell_sums`), then
-    :data:`LOCATED_CORE_STEPS` ball-restricted core steps of
-    :class:`~skdpcluster.PrivateStableKMeans` follow; each of the
-    :math:`1 +` :data:`LOCATED_CORE_STEPS` steps gets an equal share of
-    ``budget.rho_rows``. The rows also made the tuples: the row steps compose
-    sequentially with the tuple steps (replace-one of a row changes one tuple
-    and one row). A failed step charges the budget it did not use.
-
-    Returns
-    -------
-    centers : ndarray of shape (k, d) or None
-        In coordinates centred at ``center``.
-    events : list of PrivacyEvent
-    public : dict
-    """
-    # Imported here: cluster._stable imports this module (its k-tuple initializer).
-    from skdpcluster.cluster._stable import _ClippedData, core_step
-    from skdpcluster.cluster._stable_init import cell_sums, nearest_centers, noisy_cell_sums
-
-    locate_rng, rows_rng = rng.spawn(2)
-    location = locate(tuples, data_radius=radius, budget=budget, rng=locate_rng)
-    events = location.events + unspent_events(location.events, budget)
-    rho_step = budget.rho_rows / (1 + LOCATED_CORE_STEPS)
-    if location.centers is None:
-        return None, events + [_unused_rows_event(budget.rho_rows)], location.public
-    data = _ClippedData.from_rows(X, center, radius)
-    labels, _ = nearest_centers(location.to_location_space(data.X), location.centers)
-    sums, counts = cell_sums(data.X, labels, len(location.centers))
-    noisy = noisy_cell_sums(sums / radius, counts, rho=rho_step, neighbouring="replace_one",
-                            rng=rows_rng, label="located/lloyd_step")
-    events += noisy.events
-    if not np.all(noisy.accepted()):
-        location.public["failed_step"] = "lloyd_step"
-        return None, events + [_unused_rows_event(budget.rho_rows - rho_step)], location.public
-    centers = _project_onto_ball(radius * noisy.means(), 0.0, radius)
-    caps = [None] * (LOCATED_CORE_STEPS - 1) + [_cluster_scale(location, len(X), X.shape[1])]
-    for step, cap in enumerate(caps):
-        centers, _, noisy = core_step(
-            data, centers, radius_factor=LOCATED_CORE_RADIUS_FACTOR, rho=rho_step,
-            neighbouring="replace_one", rng=rows_rng, label=f"located/core_step_{step}",
-            max_radii=cap,
-        )
-        events += noisy.events
-    return centers, events, location.public
-
-
-def _cluster_scale(location, n_samples, n_features):
-    r"""A ball that holds a cluster's rows, from released and public values only.
-
-    At the released width :math:`w` most tuple points of a group share a grid
-    cell, so their spread per axis is at most about :math:`w`; a tuple point
-    is the mean of about :math:`R = n/(T k)` rows of its cluster (public), so
-    the rows spread about :math:`w\sqrt{R}` per axis and lie within
-    :math:`w\sqrt{R}\,(\sqrt d + 3)`. The last core step's radius is capped
-    there, which shrinks its noise when the clusters are far apart.
-    """
-    n_tuples, k = location.public["n_tuples"], len(location.centers)
-    rows_per_cluster = max(n_samples // n_tuples, k) / k
-    return location.width * math.sqrt(rows_per_cluster) * (math.sqrt(n_features) + 3.0)
-
-
-def _unused_rows_event(rho):
-    return PrivacyEvent("unused_budget", 0.0, 0.0, rho=rho, label="located/rows_unused_budget")
