@@ -19,7 +19,8 @@ tuples. Here the noise is scaled to the *cluster*:
    anchor and averaged with Gaussian noise: the error is
    :math:`\propto R/T` instead of :math:`\propto \Lambda/T`. When the raw
    rows are at hand, :class:`~skdpcluster.KTupleClusterer` replaces this step
-   by a private Lloyd step and core steps on the rows.
+   by a private Lloyd step and core steps on the rows (:func:`refine_on_rows`,
+   one chunked pass over the rows per step).
 
 When :math:`d >` :data:`PROJECTION_DIM`, steps 1-2 run on a public random
 orthonormal projection of the tuples to :data:`PROJECTION_DIM` dimensions,
@@ -72,6 +73,7 @@ __all__ = [
     "private_located_average",
     "private_sparse_histogram",
     "private_width",
+    "refine_on_rows",
     "unspent_events",
     "zcdp_composite_event",
 ]
