@@ -87,6 +87,11 @@ def test_tuple_cell_counts_keep_the_cells_and_order_of_the_byte_unique(p, scale,
     np.testing.assert_array_equal(counts, expected_counts)
 
 
+def test_tuple_cell_counts_of_no_tuples_are_empty():
+    cells, counts = L.tuple_cell_counts(np.zeros((0, 3, 2)), 1.0, np.zeros(2))
+    assert cells.shape == (0, 2) and counts.shape == (0,)
+
+
 def test_row_keys_are_equal_exactly_when_the_rows_are():
     rng = np.random.default_rng(0)
     rows = rng.integers(-3, 3, size=(2000, 7))

@@ -276,6 +276,8 @@ def _row_keys(cells):
     small; so is a column whose own range passes 2**31.
     """
     keys, radix = np.zeros(len(cells), dtype=np.int64), 1
+    if not len(cells):
+        return keys
     for column in cells.T:
         low, high = int(column.min()), int(column.max())
         if high - low >= _RANK_COLUMN_ABOVE:
