@@ -435,12 +435,12 @@ class _BatchedKMeans:
         # Extreme rows can overflow to inf or NaN in a block; such a block's tuple is
         # non-finite and becomes the bad tuple (replace_bad_tuples). Blocks never mix.
         with np.errstate(all="ignore"):
-            centers, labels, _ = self.fit(X, uniforms)
+            centers, labels, _ = self.fit(X, uniforms, labelled=self.output == "label_means")
             if self.output == "label_means":
                 return _label_means(X, labels, self.n_clusters)
         return centers
 
-    def fit(self, X, uniforms):
+    def fit(self, X, uniforms, labelled=True):
         """Best of ``n_init`` seedings + Lloyd runs, per block.
 
         Parameters
@@ -449,12 +449,15 @@ class _BatchedKMeans:
             The blocks, feature-major.
         uniforms : ndarray of shape (n_blocks, n_uniforms)
             From :meth:`draw`, one row per block.
+        labelled : bool, default=True
+            False skips the final assignment when ``n_init=1`` (nothing to
+            compare): ``labels`` and ``inertia`` are then None.
 
         Returns
         -------
         centers : ndarray of shape (n_blocks, n_clusters, n_features)
-        labels : ndarray of shape (n_blocks, block_size)
-        inertia : ndarray of shape (n_blocks,)
+        labels : ndarray of shape (n_blocks, block_size) or None
+        inertia : ndarray of shape (n_blocks,) or None
         """
         # Centre every block first, as scikit-learn does, for accurate distances.
         block_means = X.mean(axis=2, keepdims=True)
@@ -463,7 +466,8 @@ class _BatchedKMeans:
         seed = _SEEDINGS[self.init]
         best = None
         for run_uniforms in np.split(uniforms, self.n_init, axis=1):
-            run = _lloyd(X, seed(X, run_uniforms, self.n_clusters), tol, self.max_iter)
+            run = _lloyd(X, seed(X, run_uniforms, self.n_clusters), tol, self.max_iter,
+                         labelled=labelled or self.n_init > 1)
             best = run if best is None else _keep_lower_inertia(best, run)
         centers, labels, inertia = best
         return centers + block_means.transpose(0, 2, 1), labels, inertia
@@ -484,18 +488,25 @@ def _keep_lower_inertia(best, new):
     )
 
 
-def _squared_distances(X, centers):
-    """Squared distances from every centre to every row, shape (n_blocks, n_centres, block_size)."""
-    distances = np.matmul(centers, X)
-    distances *= -2
+def _squared_norms(X):
+    """Squared norm of every row of every block, shape (n_blocks, block_size)."""
+    return np.einsum("bds,bds->bs", X, X)
+
+
+def _squared_distances(X, centers, x_sq):
+    """Squared distances from every centre to every row, shape (n_blocks, n_centres, block_size).
+
+    ``x_sq`` is :func:`_squared_norms` of ``X`` (computed once per run).
+    """
+    distances = np.matmul(-2.0 * centers, X)  # scaling by -2 is exact: as -2 * (centers @ X)
     distances += np.einsum("bmd,bmd->bm", centers, centers)[:, :, None]
-    distances += np.einsum("bds,bds->bs", X, X)[:, None, :]
+    distances += x_sq[:, None, :]
     return np.maximum(distances, 0, out=distances)
 
 
-def _assign(X, centers):
+def _assign(X, centers, x_sq):
     """Label of the nearest centre (lowest index on ties) and its squared distance."""
-    distances = _squared_distances(X, centers)
+    distances = _squared_distances(X, centers, x_sq)
     nearest = distances.min(axis=1)
     # The first centre at the minimum, as argmin would give, but about twice as fast.
     labels = (distances != nearest[:, None, :]).argmin(axis=1)
@@ -534,15 +545,15 @@ def _relocate_empty_clusters(X, labels, distances, sums, counts):
     counts[blocks, clusters] = 1
 
 
-def _lloyd_step(X, centers):
+def _lloyd_step(X, centers, x_sq):
     """One Lloyd iteration: labels from ``centers``, then the new centres."""
-    labels, distances = _assign(X, centers)
+    labels, distances = _assign(X, centers, x_sq)
     sums, counts = _label_sums(X, labels, centers.shape[1])
     _relocate_empty_clusters(X, labels, distances, sums, counts)
     return labels, sums / np.maximum(counts, 1)[:, :, None]
 
 
-def _lloyd(X, centers, tol, max_iter):
+def _lloyd(X, centers, tol, max_iter, labelled=True):
     """Lloyd iterations on every block until all have converged.
 
     A block stops, as in scikit-learn, when its labels no longer change or the
@@ -557,6 +568,8 @@ def _lloyd(X, centers, tol, max_iter):
     tol : ndarray of shape (n_blocks,)
         Absolute tolerance of every block.
     max_iter : int
+    labelled : bool, default=True
+        False skips the final assignment: ``labels`` and ``inertia`` are None.
 
     Returns
     -------
@@ -565,9 +578,10 @@ def _lloyd(X, centers, tol, max_iter):
     """
     final = centers.copy()
     active = np.arange(len(X))
-    X_active, labels_old = X, np.full((len(X), X.shape[2]), -1)
+    x_sq = _squared_norms(X)
+    X_active, x_sq_active, labels_old = X, x_sq, np.full((len(X), X.shape[2]), -1)
     for _ in range(max_iter):
-        labels, new_centers = _lloyd_step(X_active, centers)
+        labels, new_centers = _lloyd_step(X_active, centers, x_sq_active)
         shift = ((new_centers - centers) ** 2).sum(axis=(1, 2))
         final[active] = new_centers
         running = ~((labels == labels_old).all(axis=1) | (shift <= tol))
@@ -575,9 +589,12 @@ def _lloyd(X, centers, tol, max_iter):
             break
         if not running.all():
             active, X_active, tol = active[running], X_active[running], tol[running]
+            x_sq_active = x_sq_active[running]
             labels, new_centers = labels[running], new_centers[running]
         centers, labels_old = new_centers, labels
-    labels, distances = _assign(X, final)
+    if not labelled:
+        return final, None, None
+    labels, distances = _assign(X, final, x_sq)
     return final, labels, distances.sum(axis=1)
 
 
@@ -594,11 +611,12 @@ def _kmeans_plusplus(X, uniforms, n_clusters):
     first = np.minimum((uniforms[:, 0] * block_size).astype(np.intp), block_size - 1)
     centers = np.empty((n_blocks, n_clusters, n_features))
     centers[:, 0] = X[rows, :, first]
-    closest = _squared_distances(X, centers[:, :1])[:, 0]
+    x_sq = _squared_norms(X)
+    closest = _squared_distances(X, centers[:, :1], x_sq)[:, 0]
     trial_uniforms = uniforms[:, 1:].reshape(n_blocks, n_clusters - 1, _n_local_trials(n_clusters))
     for index in range(1, n_clusters):
         candidates = _sample_by_weight(closest, trial_uniforms[:, index - 1])
-        trials = _squared_distances(X, X[rows[:, None], :, candidates])
+        trials = _squared_distances(X, X[rows[:, None], :, candidates], x_sq)
         np.minimum(trials, closest[:, None, :], out=trials)
         best = trials.sum(axis=2).argmin(axis=1)
         centers[:, index] = X[rows, :, candidates[rows, best]]

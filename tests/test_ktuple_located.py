@@ -58,6 +58,53 @@ def test_tuple_cell_counts_match_a_loop():
     assert sorted(naive.items()) == sorted(zip(map(tuple, cells), counts))
 
 
+def _cell_counts_by_bytes(points, width, shift):
+    """Reference: the occupied cells by np.unique on the rows' bytes (main before issue #17)."""
+    n_tuples, k, p = points.shape
+    cells = np.floor((points - shift) / width).astype(np.int64)
+    same = np.all(cells[:, :, None, :] == cells[:, None, :, :], axis=-1)
+    kept = np.ascontiguousarray(cells[~np.any(np.tril(same, k=-1), axis=2)])
+    keys = kept.view(np.dtype((np.void, kept.dtype.itemsize * p))).ravel()
+    _, index, counts = np.unique(keys, return_index=True, return_counts=True)
+    return kept[index], counts.astype(float)
+
+
+@pytest.mark.parametrize("p", [1, 2, 6, 9])
+@pytest.mark.parametrize("scale, width", [(1e4, 7.0), (3.0, 0.7), (1e15, 1e-3), (5.0, 1.0)])
+def test_tuple_cell_counts_keep_the_cells_and_order_of_the_byte_unique(p, scale, width):
+    """The cell order is the order the histogram noise is drawn in: same seed, same release.
+
+    ``1e15 / 1e-3`` gives cell coordinates far beyond 2**31, so the integer keys
+    must rank columns and partial keys (:func:`L._row_keys`).
+    """
+    rng = np.random.default_rng(p)
+    points = rng.normal(size=(400, 4, p)) * scale
+    points[::5, 2] = points[::5, 0]  # a tuple with two points in one cell counts once there
+    shift = rng.random(p) * width
+    cells, counts = L.tuple_cell_counts(points, width, shift)
+    expected_cells, expected_counts = _cell_counts_by_bytes(points, width, shift)
+    np.testing.assert_array_equal(cells, expected_cells)
+    np.testing.assert_array_equal(counts, expected_counts)
+
+
+def test_tuple_cell_counts_of_no_tuples_are_empty():
+    cells, counts = L.tuple_cell_counts(np.zeros((0, 3, 2)), 1.0, np.zeros(2))
+    assert cells.shape == (0, 2) and counts.shape == (0,)
+
+
+def test_row_keys_are_equal_exactly_when_the_rows_are():
+    rng = np.random.default_rng(0)
+    rows = rng.integers(-3, 3, size=(2000, 7))
+    rows[:, 0] *= 2**40  # a column spanning more than 2**31: ranked first
+    rows[:, 1:] *= rng.integers(1, 2**12, size=6)  # packed spans pass 2**62: the key is ranked
+    keys = L._row_keys(rows)
+    _, by_rows = np.unique(rows, axis=0, return_inverse=True)
+    _, by_keys = np.unique(keys, return_inverse=True)
+    assert keys.dtype == np.int64 and len(np.unique(keys)) == len(np.unique(rows, axis=0))
+    np.testing.assert_array_equal(by_keys[:, None] == by_keys[None, :],
+                                  by_rows[:, None] == by_rows[None, :])
+
+
 def test_width_query_changes_by_at_most_k_when_one_tuple_is_replaced():
     """The sensitivity that private_width's AboveThreshold is calibrated to."""
     rng = np.random.default_rng(1)
@@ -291,6 +338,127 @@ def test_auto_method_is_located_with_a_private_bound_by_default():
                               random_state=0).fit(X)
     assert located.method_ == "located" and located.status_ == "success"
     assert "bounds/radius" not in [event.label for event in located.privacy_ledger_]
+
+
+def _refine_unfused(tuples, X, center, radius, budget, rng):
+    """Reference: the row refinement of main before issue #17, on whole copies of the rows.
+
+    The clipped rows as one array (``_ClippedData``), the projection of all of
+    them, then :func:`~skdpcluster.cluster._stable.core_step` on the whole array.
+    """
+    from skdpcluster.cluster._stable import _ClippedData, core_step
+    from skdpcluster.cluster._stable_init import cell_sums, nearest_centers, noisy_cell_sums
+
+    locate_rng, rows_rng = rng.spawn(2)
+    location = L.locate(tuples, data_radius=radius, budget=budget, rng=locate_rng)
+    events = location.events + L.unspent_events(location.events, budget)
+    rho_step = budget.rho_rows / 3
+    assert location.centers is not None  # the cases below locate
+    data = _ClippedData.from_rows(X, center, radius)
+    labels, _ = nearest_centers(location.to_location_space(data.X), location.centers)
+    sums, counts = cell_sums(data.X, labels, len(location.centers))
+    noisy = noisy_cell_sums(sums / radius, counts, rho=rho_step, neighbouring="replace_one",
+                            rng=rows_rng, label="located/lloyd_step")
+    events += noisy.events
+    assert np.all(noisy.accepted())
+    centers = L._project_onto_ball(radius * noisy.means(), 0.0, radius)
+    for step, cap in enumerate([None, L._cluster_scale(location, len(X), X.shape[1])]):
+        centers, _, noisy = core_step(data, centers, radius_factor=1 / 3, rho=rho_step,
+                                      neighbouring="replace_one", rng=rows_rng,
+                                      label=f"located/core_step_{step}", max_radii=cap)
+        events += noisy.events
+    return centers, events, location.public
+
+
+def _grid_means(k, d, separation):
+    """k means on the integer grid {-1, 0, 1}^d, times ``separation``."""
+    grid = np.stack(np.meshgrid(*[[-1.0, 0.0, 1.0]] * d), axis=-1).reshape(-1, d)
+    return separation * grid[:k]
+
+
+@pytest.mark.parametrize("n, k, d, separation, exact", [
+    (30_000, 4, 4, 10.0, True),  # located in the data space
+    (50_000, 4, 8, 50.0, True),  # located in a projection
+    (80_000, 17, 3, 1e3, False),  # more than 16 cells: bincount sums, summed per chunk
+])
+def test_chunked_refinement_releases_what_the_unfused_one_did(n, k, d, separation, exact):
+    """Same seed, same release: one chunked pass per step changes the computation only.
+
+    With at most 16 cells the chunks are the kernels' own blocks, so the sums
+    and the release are bitwise equal; with more, per-chunk bincounts add the
+    rows in another order (rounding only, far below the noise).
+    """
+    from skdpcluster._tuples import generate_tuples
+
+    layout = ({"separation": separation} if k % 2 == 0
+              else {"separation": None, "means": _grid_means(k, d, separation)})
+    X = make_separated_mixture(n, k, d, random_state=k, **layout)[0]
+    X[:9] *= 3.0  # rows outside the bound are projected onto it
+    center, radius = np.full(d, 0.5), 1.2 * separation * math.sqrt(d) + 8.0 * math.sqrt(d)
+    tuples = generate_tuples(X, KMeans(k, n_init=1), k, n // (5 * k),
+                             rng=np.random.default_rng(0)) - center
+    budget = L.plan_located_budget(EPSILON, DELTA, on_rows=True)
+    centers, events, public = L.refine_on_rows(tuples, X, center=center, data_radius=radius,
+                                               budget=budget, rng=np.random.default_rng(1))
+    expected, expected_events, expected_public = _refine_unfused(
+        tuples, X, center, radius, budget, np.random.default_rng(1))
+    assert public == expected_public and public["failed_step"] is None
+    assert [(e.label, e.rho, e.scale) for e in events] == [
+        (e.label, e.rho, e.scale) for e in expected_events]
+    if exact:
+        np.testing.assert_array_equal(centers, expected)
+    else:
+        np.testing.assert_allclose(centers, expected, rtol=0, atol=1e-12 * radius)
+
+
+#: Released by ``KTupleClusterer(4, random_state=11).fit`` at main 156e0e1 (before issue #17's
+#: speed work) on :func:`_recorded_data`: ``(data arguments, estimator parameters, centres)``.
+RECORDED_RELEASES = [
+    ((60_000, 4, 4, 10.0, 3), {"data_radius": 40.0}, [
+        [-9.9754201130864164e+00, -2.3045363542607271e-02, 1.3013276893794168e-02,
+         1.4585851186617628e-03],
+        [-2.0416171748199669e-02, 1.0002661209247517e+01, -5.1120789939511722e-03,
+         -2.0682812615491611e-02],
+        [-1.0873396515435983e-03, -9.9873788658963374e+00, 8.5303168654308984e-03,
+         -9.1178188625260816e-03],
+        [1.0019977554433842e+01, -1.4372963646906711e-04, -3.3833830361979589e-03,
+         -1.5437190103491211e-03]]),
+    ((100_000, 4, 8, 50.0, 4), {}, [  # the default: private bound, location in a projection
+        [-5.0041909539369378e+01, -3.3359388737331630e-02, -1.5102018551700611e-02,
+         7.9602512013552153e-03, -9.7195799533299817e-03, 4.1145253617376519e-03,
+         -3.0314808477738295e-02, 1.9966682863515689e-02],
+        [-4.1867602602032719e-02, -5.0019067759118776e+01, 8.3011614273300720e-03,
+         -6.2279800415179346e-02, 3.9014764593048763e-02, -3.9805160577997892e-02,
+         -5.1739497710346270e-02, -9.7388622245250214e-04],
+        [1.5315401417821246e-02, 4.9973133488927367e+01, -4.0029717069358081e-02,
+         -1.5304010350930649e-02, -2.2624021532389436e-02, -7.1009841964524437e-02,
+         -6.1352508099791420e-03, 3.5572961950515992e-02],
+        [5.0103471141493628e+01, 5.3331713875918426e-03, 3.8825843009068953e-02,
+         -4.9323751233475301e-02, 2.6429144072881629e-02, -4.2471871454684368e-02,
+         -3.2033411492176707e-02, 1.8212065998404036e-02]]),
+]
+
+
+def _recorded_data(n, k, d, separation, seed):
+    X = make_separated_mixture(n, k, d, separation=separation, random_state=seed)[0]
+    X[:5] *= 3.0
+    return X
+
+
+@pytest.mark.parametrize("data, params, recorded", RECORDED_RELEASES)
+def test_same_seed_gives_the_release_recorded_before_the_speed_work(data, params, recorded):
+    """Issue #17: tuple generation, location and refinement got faster, the release did not move.
+
+    The tolerance allows last-bit differences of another BLAS only: the noise
+    has a standard deviation of about 1e-2 here, so any change of a draw or of
+    an assignment would show.
+    """
+    est = KTupleClusterer(4, random_state=11, accountant=BudgetAccountant(), **params)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        est.fit(_recorded_data(*data))
+    assert est.status_ == "success"
+    np.testing.assert_allclose(est.cluster_centers_, recorded, rtol=1e-12, atol=1e-12)
 
 
 def test_too_few_rows_raise_before_any_budget_is_spent():

@@ -275,6 +275,21 @@ def test_kmeans_plusplus_seeds_one_row_per_separated_component(separated):
     )
 
 
+@pytest.mark.parametrize("n_init, output", [(1, "centers"), (1, "label_means"), (3, "centers")])
+def test_skipping_the_final_labels_leaves_the_tuples_unchanged(n_init, output):
+    """The tuple path skips the last assignment when only one run's centres are wanted."""
+    X_blocks = np.random.default_rng(5).normal(size=(30, 40, 3))
+    solver = _tuples._BatchedKMeans(4, n_init, 300, "k-means++", 1e-4, output, 40)
+    uniforms = solver.draw(np.random.default_rng(6), 30)
+    centers, labels, inertia = solver.fit(_feature_major(X_blocks), uniforms)
+    expected = centers if output == "centers" else _tuples._label_means(
+        _feature_major(X_blocks), labels, 4)
+    np.testing.assert_array_equal(solver(X_blocks, uniforms), expected)
+    unlabelled = solver.fit(_feature_major(X_blocks), uniforms, labelled=False)
+    np.testing.assert_array_equal(unlabelled[0], centers)
+    assert (unlabelled[1] is None) == (n_init == 1)
+
+
 def test_more_seedings_never_raise_the_inertia():
     X = _feature_major(np.random.default_rng(1).normal(size=(50, 40, 2)))
     solver = _tuples._BatchedKMeans(4, 5, 300, "k-means++", 1e-4, "centers", 40)

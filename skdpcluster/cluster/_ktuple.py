@@ -1,6 +1,5 @@
 r"""KTupleClusterer: private k-tuple clustering (Cohen et al., ICML 2021) as a scikit-learn estimator."""
 
-import math
 import warnings
 from functools import partial
 from numbers import Integral, Real
@@ -21,11 +20,10 @@ from skdpcluster.averaging import _project_onto_ball, private_average
 from skdpcluster.ktuple._framework import canonical_order, check_tuple_parameters, conditioning_event
 from skdpcluster.ktuple.averages import AVERAGES_SEPARATION, per_cluster_budget, private_k_averages
 from skdpcluster.ktuple.located import (
-    locate,
     locate_and_average,
     min_located_tuples,
     plan_located_budget,
-    unspent_events,
+    refine_on_rows,
     zcdp_composite_event,
 )
 from skdpcluster.ktuple.noisy_centers import _check_modes as check_noisy_centers_modes
@@ -43,7 +41,7 @@ DEFAULT_R_MIN_FRACTION = 1e-4
 #: Rows per cluster in one block that ``n_tuples="auto"`` aims for with ``method="located"``.
 LOCATED_ROWS_PER_CLUSTER = 5
 #: Share of (epsilon, delta) that ``fallback_share="auto"`` reserves for the general method with
-#: the paper's methods (``"located"`` on rows reserves nothing: see :func:`_second_stage`).
+#: the paper's methods (``"located"`` on rows reserves nothing: see :class:`_GeneralMethodOnRows`).
 AUTO_FALLBACK_SHARE = 0.1
 #: The one-cluster average spends at most this epsilon: more changes nothing measurable, and
 #: the advanced-composition bound of :func:`~skdpcluster.averaging.private_average` overflows
@@ -52,9 +50,6 @@ MAX_AVERAGE_EPSILON = 50.0
 #: Share of epsilon spent on the private cost estimate when ``estimate_cost=True``.
 COST_SHARE = 0.05
 _COST_KEYS = ("clipped_cost", "mean_clipped_cost", "cost_clip", "cost_noise_scale")
-#: Core steps on the raw rows after ``method="located"``, and their radius factor (1/3, as
-#: :class:`~skdpcluster.PrivateStableKMeans`).
-LOCATED_CORE_STEPS, LOCATED_CORE_RADIUS_FACTOR = 2, 1.0 / 3.0
 
 
 class KTupleClusterer(_BasePrivateClusterer):
@@ -554,7 +549,7 @@ class KTupleClusterer(_BasePrivateClusterer):
 
         ``"auto"``: the whole budget when the tuple path cannot run (too few rows); nothing
         reserved for ``"located"`` on rows (the general method runs on the refinement's share
-        when the location fails, :func:`_second_stage`); :data:`AUTO_FALLBACK_SHARE` for the
+        when the location fails, :class:`_GeneralMethodOnRows`); :data:`AUTO_FALLBACK_SHARE` for the
         paper's methods, which have no such share.
         """
         reason = "the private test of the tuple path failed"
@@ -731,9 +726,15 @@ class KTupleClusterer(_BasePrivateClusterer):
             if stage_two is not None and centers is not None and public["failed_step"]:
                 fallback = _in_share_fallback_info(public, budget.rho_average, budget)
         else:
-            general = plan.values.get("general_in_share", False)
-            centers, events, public, fallback = _locate_then_refine_on_rows(
-                tuples - center, rows, center, radius, budget, rng, general=general)
+            stage_two = None
+            if plan.values.get("general_in_share", False):
+                stage_two = _GeneralMethodOnRows(rows, center, radius, tuples.shape[1])
+            centers, events, public = refine_on_rows(
+                tuples - center, rows, center=center, data_radius=radius, budget=budget, rng=rng,
+                if_not_located=stage_two)
+            fallback = None
+            if stage_two is not None and stage_two.rho is not None:
+                fallback = _in_share_fallback_info(public, stage_two.rho, budget)
         events.append(zcdp_composite_event(events, budget.delta_zcdp))
         centers = None if centers is None else canonical_order(centers) + center
         attributes = {"located_info_": public}
@@ -897,93 +898,30 @@ def unused_share_event(fallback, owner):
                                            "outcome of the private test"})
 
 
-def _locate_then_refine_on_rows(tuples, X, center, radius, budget, rng, *, general=False):
-    r"""Steps 1-2 of "located" on the tuples, then private Lloyd and core steps on the raw rows.
+class _GeneralMethodOnRows:
+    r"""Stage 2 of "located" on rows once a step failed: the general method on the clipped rows.
 
-    After the location (:func:`~skdpcluster.ktuple.located.locate`), the
-    rows are assigned to the nearest located centre *in the location space*
-    and the cells are averaged (one DP-Lloyd step: sums of
-    :math:`x/\Lambda` over disjoint cells, L2 sensitivities 2 and
-    :math:`\sqrt 2` under replace-one,
-    :func:`~skdpcluster.cluster._stable_init.noisy_cell_sums`), then
-    :data:`LOCATED_CORE_STEPS` ball-restricted core steps of
-    :class:`~skdpcluster.PrivateStableKMeans` follow; each of the
-    :math:`1 +` :data:`LOCATED_CORE_STEPS` steps gets an equal share of
-    ``budget.rho_rows``. The rows also made the tuples: the row steps compose
-    sequentially with the tuple steps (replace-one of a row changes one tuple
-    and one row). When the location or the Lloyd step fails, the rest of
-    ``budget.rho_rows`` goes to :func:`_second_stage` (the general method
-    with ``general=True``, else charged unused).
-
-    Returns
-    -------
-    centers : ndarray of shape (k, d) or None
-        In coordinates centred at ``center``.
-    events : list of PrivacyEvent
-    public : dict
-    fallback : dict or None
-        ``fallback_info_`` when the general method released the centres.
+    Called by :func:`~skdpcluster.ktuple.located.refine_on_rows` with the
+    zCDP share ``rho`` that the failed location (or Lloyd step) leaves: it
+    runs :func:`_general_method` at exactly that ``rho``, a
+    :math:`\rho`-zCDP mechanism under replace-one like the refinement it
+    replaces. Which of the two runs is a function of released values only
+    and both cost the same :math:`\rho`, so the fit's charge does not depend
+    on the outcome (adaptive composition, Bun & Steinke 2016, Lemma 2.3; the
+    proof in ``doc/ktuple.rst``, "The fallback"). The rows are clipped only
+    if it runs; ``rho`` records the share it ran on (``None``: not called).
     """
-    # Imported here: cluster._stable imports this module (its k-tuple initializer).
-    from skdpcluster.cluster._stable import _ClippedData, core_step
-    from skdpcluster.cluster._stable_init import cell_sums, nearest_centers, noisy_cell_sums
 
-    locate_rng, rows_rng = rng.spawn(2)
-    location = locate(tuples, data_radius=radius, budget=budget, rng=locate_rng)
-    events = location.events + unspent_events(location.events, budget)
-    rho_step = budget.rho_rows / (1 + LOCATED_CORE_STEPS)
-    data = _ClippedData.from_rows(X, center, radius)
-    k = tuples.shape[1]
-    if location.centers is None:
-        centers, stage_events, fallback = _second_stage(data, k, budget, budget.rho_rows,
-                                                        rows_rng, general, location.public)
-        return centers, events + stage_events, location.public, fallback
-    labels, _ = nearest_centers(location.to_location_space(data.X), location.centers)
-    sums, counts = cell_sums(data.X, labels, len(location.centers))
-    noisy = noisy_cell_sums(sums / radius, counts, rho=rho_step, neighbouring="replace_one",
-                            rng=rows_rng, label="located/lloyd_step")
-    events += noisy.events
-    if not np.all(noisy.accepted()):
-        location.public["failed_step"] = "lloyd_step"
-        centers, stage_events, fallback = _second_stage(
-            data, k, budget, budget.rho_rows - rho_step, rows_rng, general, location.public)
-        return centers, events + stage_events, location.public, fallback
-    centers = _project_onto_ball(radius * noisy.means(), 0.0, radius)
-    caps = [None] * (LOCATED_CORE_STEPS - 1) + [_cluster_scale(location, len(X), X.shape[1])]
-    for step, cap in enumerate(caps):
-        centers, _, noisy = core_step(
-            data, centers, radius_factor=LOCATED_CORE_RADIUS_FACTOR, rho=rho_step,
-            neighbouring="replace_one", rng=rows_rng, label=f"located/core_step_{step}",
-            max_radii=cap,
-        )
-        events += noisy.events
-    return centers, events, location.public, None
+    def __init__(self, X, center, radius, n_clusters):
+        self.X, self.center, self.radius, self.n_clusters = X, center, radius, n_clusters
+        self.rho = None
 
+    def __call__(self, rho, rng):
+        from skdpcluster.cluster._stable import _ClippedData  # noqa: PLC0415 (import cycle)
 
-def _second_stage(data, n_clusters, budget, rho, rng, general, public):
-    r"""What the refinement's remaining zCDP share ``rho`` does once the location failed.
-
-    With ``general=True`` (``fallback_share="auto"``) it runs the general
-    method (:func:`_general_method`) at exactly ``rho``: a
-    :math:`\rho`-zCDP mechanism under replace-one, like the refinement it
-    replaces. Which of the two runs is a function of the released location
-    only, and both cost the same :math:`\rho`, so the fit's charge does not
-    depend on the outcome (adaptive composition, Bun & Steinke 2016, Lemma
-    2.3; the proof in ``doc/ktuple.rst``, "The fallback"). With
-    ``general=False`` (``fallback_share=0``) nothing is released and
-    ``rho`` is charged unused.
-
-    Returns
-    -------
-    centers : ndarray of shape (n_clusters, d) or None
-    events : list of PrivacyEvent
-    fallback : dict or None
-        ``fallback_info_`` (:func:`_in_share_fallback_info`).
-    """
-    if not general:
-        return None, [_unused_rows_event(rho)], None
-    centers, events = _general_method(data, n_clusters, rho, rng)
-    return centers, events, _in_share_fallback_info(public, rho, budget)
+        self.rho = rho
+        data = _ClippedData.from_rows(self.X, self.center, self.radius)
+        return _general_method(data, self.n_clusters, rho, rng)
 
 
 def _general_method(data, n_clusters, rho, rng):
@@ -1017,22 +955,3 @@ def _in_share_fallback_info(public, rho, budget):
     return {"reason": f"the located method's {public['failed_step']!r} step failed (a private "
                       "outcome); the general method ran on the zCDP share of the step it replaced",
             "share": rho / budget.rho_total, "rho": rho, "method": "grid"}
-
-
-def _cluster_scale(location, n_samples, n_features):
-    r"""A ball that holds a cluster's rows, from released and public values only.
-
-    At the released width :math:`w` most tuple points of a group share a grid
-    cell, so their spread per axis is at most about :math:`w`; a tuple point
-    is the mean of about :math:`R = n/(T k)` rows of its cluster (public), so
-    the rows spread about :math:`w\sqrt{R}` per axis and lie within
-    :math:`w\sqrt{R}\,(\sqrt d + 3)`. The last core step's radius is capped
-    there, which shrinks its noise when the clusters are far apart.
-    """
-    n_tuples, k = location.public["n_tuples"], len(location.centers)
-    rows_per_cluster = max(n_samples // n_tuples, k) / k
-    return location.width * math.sqrt(rows_per_cluster) * (math.sqrt(n_features) + 3.0)
-
-
-def _unused_rows_event(rho):
-    return PrivacyEvent("unused_budget", 0.0, 0.0, rho=rho, label="located/rows_unused_budget")

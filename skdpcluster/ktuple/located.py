@@ -19,7 +19,8 @@ tuples. Here the noise is scaled to the *cluster*:
    anchor and averaged with Gaussian noise: the error is
    :math:`\propto R/T` instead of :math:`\propto \Lambda/T`. When the raw
    rows are at hand, :class:`~skdpcluster.KTupleClusterer` replaces this step
-   by a private Lloyd step and core steps on the rows.
+   by a private Lloyd step and core steps on the rows (:func:`refine_on_rows`,
+   one chunked pass over the rows per step).
 
 When :math:`d >` :data:`PROJECTION_DIM`, steps 1-2 run on a public random
 orthonormal projection of the tuples to :data:`PROJECTION_DIM` dimensions,
@@ -42,6 +43,7 @@ request, and a failed step spends exactly what success spends.
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 from scipy import sparse
@@ -71,6 +73,7 @@ __all__ = [
     "private_located_average",
     "private_sparse_histogram",
     "private_width",
+    "refine_on_rows",
     "unspent_events",
     "zcdp_composite_event",
 ]
@@ -100,6 +103,13 @@ SELECT_FACTOR = 2.0
 ACCEPT_COUNT_STDS = 3.0
 #: zCDP budgets are shaved by this factor so float rounding never exceeds the request.
 _RHO_SAFETY = 1.0 - 1e-10
+#: Exact integer keys of grid cells (:func:`_row_keys`) stay below this.
+_MAX_KEY = 2**62
+#: A cell coordinate whose range passes this is replaced by its rank first.
+_RANK_COLUMN_ABOVE = 2**31
+#: After the location, private steps on the raw rows (:func:`refine_on_rows`): one Lloyd
+#: step, then CORE_STEPS core steps with radius factor 1/3, as PrivateStableKMeans.
+CORE_STEPS, CORE_RADIUS_FACTOR = 2, 1.0 / 3.0
 
 
 # ---------------------------------------------------------------------------
@@ -241,18 +251,73 @@ def tuple_cell_counts(points, width, shift):
     Returns
     -------
     cells : ndarray of int of shape (n_occupied, p)
-        Integer cell coordinates: cell ``c`` is ``shift + width * [c, c + 1)``.
+        Integer cell coordinates: cell ``c`` is ``shift + width * [c, c + 1)``,
+        in the byte order of the rows (that of :func:`numpy.unique` on them).
     counts : ndarray of shape (n_occupied,)
         Number of tuples with at least one point in the cell (each tuple counts once).
     """
     n_tuples, k, p = points.shape
-    cells = np.floor((points - shift) / width).astype(np.int64)  # (n_tuples, k, p)
-    same = np.all(cells[:, :, None, :] == cells[:, None, :, :], axis=-1)  # (n_tuples, k, k)
-    first = ~np.any(np.tril(same, k=-1), axis=2)  # no earlier point of the tuple in the cell
-    kept = np.ascontiguousarray(cells[first])
-    keys = kept.view(np.dtype((np.void, kept.dtype.itemsize * p))).ravel()
-    _, index, counts = np.unique(keys, return_index=True, return_counts=True)
-    return kept[index], counts.astype(float)
+    cells = np.floor((points - shift) / width).astype(np.int64).reshape(-1, p)
+    keys = _row_keys(cells).reshape(n_tuples, k)
+    same = keys[:, :, None] == keys[:, None, :]  # (n_tuples, k, k)
+    first = ~np.any(np.tril(same, k=-1), axis=2).ravel()  # no earlier point of the tuple there
+    _, index, counts = np.unique(keys.ravel()[first], return_index=True, return_counts=True)
+    occupied = cells[first][index]
+    order = _byte_order(occupied)
+    return occupied[order], counts[order].astype(float)
+
+
+def _row_keys(cells):
+    """One int64 per row of an integer array, equal exactly when the rows are equal.
+
+    Mixed-radix packing of the columns (each offset by its minimum). When the
+    packed value would pass 2**62, the key so far is replaced by its rank
+    among the distinct keys (:func:`numpy.unique`), which keeps it exact and
+    small; so is a column whose own range passes 2**31.
+    """
+    keys, radix = np.zeros(len(cells), dtype=np.int64), 1
+    if not len(cells):
+        return keys
+    for column in cells.T:
+        low, high = int(column.min()), int(column.max())
+        if high - low >= _RANK_COLUMN_ABOVE:
+            column = np.unique(column, return_inverse=True)[1]
+            low, high = 0, int(column.max())
+        span = high - low + 1
+        if radix * span > _MAX_KEY:
+            keys = np.unique(keys, return_inverse=True)[1]
+            radix = int(keys.max()) + 1
+        keys = keys * span + (column - low)
+        radix *= span
+    return keys
+
+
+def _byte_order(rows):
+    """The permutation that sorts distinct rows as :func:`numpy.unique` sorts their bytes.
+
+    The released cells keep the order the histogram noise was always drawn in.
+    """
+    rows = np.ascontiguousarray(rows)
+    keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
+    return np.unique(keys, return_index=True)[1]
+
+
+class _GridCounter:
+    """:func:`tuple_cell_counts` of fixed points, remembering the last grid.
+
+    The width search's passing grid is the histogram's: :func:`locate`
+    counts it once.
+    """
+
+    def __init__(self, points):
+        self.points = points
+        self._last = (None, None)
+
+    def __call__(self, width, shift):
+        key = (float(width), np.asarray(shift).tobytes())
+        if self._last[0] != key:
+            self._last = (key, tuple_cell_counts(self.points, width, shift))
+        return self._last[1]
 
 
 def _heaviest_mass(counts, k):
@@ -264,7 +329,8 @@ def _heaviest_mass(counts, k):
 # ---------------------------------------------------------------------------
 
 
-def private_width(points, *, data_radius, epsilon, rng, mass_fraction=MASS_FRACTION):
+def private_width(points, *, data_radius, epsilon, rng, mass_fraction=MASS_FRACTION,
+                  cell_counts=None):
     r"""The finest public grid at which k cells hold most tuple points: AboveThreshold.
 
     The queries are the public grids (width :math:`w`, shift :math:`s`),
@@ -291,6 +357,10 @@ def private_width(points, *, data_radius, epsilon, rng, mass_fraction=MASS_FRACT
     epsilon : float
     rng : numpy.random.Generator
     mass_fraction : float, default=MASS_FRACTION
+    cell_counts : callable, default=None
+        ``cell_counts(width, shift)`` gives :func:`tuple_cell_counts` of
+        ``points`` on that grid (a caller may remember grids); ``None``
+        computes it.
 
     Returns
     -------
@@ -301,8 +371,8 @@ def private_width(points, *, data_radius, epsilon, rng, mass_fraction=MASS_FRACT
     n_tuples, k, p = points.shape
     widths = np.repeat(_candidate_widths(data_radius), N_SHIFTS)
     shifts = rng.random((len(widths), p)) * widths[:, None]
-    queries = (_heaviest_mass(tuple_cell_counts(points, w, s)[1], k)
-               for w, s in zip(widths, shifts))
+    cell_counts = cell_counts or partial(tuple_cell_counts, points)
+    queries = (_heaviest_mass(cell_counts(w, s)[1], k) for w, s in zip(widths, shifts))
     index, event = above_threshold(
         queries, threshold=mass_fraction * n_tuples * k, sensitivity=k, epsilon=epsilon, rng=rng,
         label="located/width",
@@ -315,7 +385,8 @@ def private_width(points, *, data_radius, epsilon, rng, mass_fraction=MASS_FRACT
 # ---------------------------------------------------------------------------
 
 
-def private_sparse_histogram(points, *, width, shift, rho, delta_threshold, rng):
+def private_sparse_histogram(points, *, width, shift, rho, delta_threshold, rng,
+                             cell_counts=None):
     r"""Gaussian histogram of the occupied cells, released above the threshold :math:`\tau`.
 
     *Sensitivity* on the cells occupied under both neighbours: each tuple
@@ -328,6 +399,7 @@ def private_sparse_histogram(points, *, width, shift, rho, delta_threshold, rng)
     probability at most :math:`\delta_\tau/k`; the proof in
     ``doc/ktuple.rst`` turns this into the extra
     :math:`(\log(1/(1-\delta_\tau)), \delta_\tau)` of the second event.
+    ``cell_counts`` is as in :func:`private_width`.
 
     Returns
     -------
@@ -337,7 +409,7 @@ def private_sparse_histogram(points, *, width, shift, rho, delta_threshold, rng)
         The zCDP Gaussian release and the threshold's cost.
     """
     k = points.shape[1]
-    cells, counts = tuple_cell_counts(points, width, shift)
+    cells, counts = (cell_counts or partial(tuple_cell_counts, points))(width, shift)
     noisy, event = zcdp_gaussian_mechanism(
         counts, sensitivity=math.sqrt(2 * k), rho=rho, rng=rng, label="located/histogram",
     )
@@ -579,8 +651,10 @@ def locate(tuples, *, data_radius, budget, rng):
     points = tuples if projection is None else tuples @ projection.T
     public = {"n_tuples": n_tuples, "location_dim": points.shape[2], "width": None,
               "n_released_cells": 0, "failed_step": None}
+    cell_counts = _GridCounter(points)  # the passing grid is counted once
     found, width_event = private_width(points, data_radius=data_radius,
-                                       epsilon=budget.epsilon_width, rng=width_rng)
+                                       epsilon=budget.epsilon_width, rng=width_rng,
+                                       cell_counts=cell_counts)
     location = Location(None, projection, None, [width_event], public)
     if found is None:
         public["failed_step"] = "width"
@@ -589,7 +663,7 @@ def locate(tuples, *, data_radius, budget, rng):
     public["width"] = location.width
     cells, weights, histogram_events = private_sparse_histogram(
         points, width=location.width, shift=shift, rho=budget.rho_histogram,
-        delta_threshold=budget.delta_threshold, rng=histogram_rng,
+        delta_threshold=budget.delta_threshold, rng=histogram_rng, cell_counts=cell_counts,
     )
     location.events += histogram_events
     public["n_released_cells"] = len(cells)
@@ -637,7 +711,7 @@ def locate_and_average(tuples, *, data_radius, budget, rng, if_not_located=None)
         events)``, a ``rho``-zCDP mechanism (``rho = budget.rho_average``,
         the share step 3 would have spent) whose events carry their ``rho``;
         chosen from the released outcome only, at the same cost (see
-        :func:`skdpcluster.cluster._ktuple._second_stage`). ``None``: nothing
+        :class:`skdpcluster.cluster._ktuple._GeneralMethodOnRows`). ``None``: nothing
         is released.
 
     Returns
@@ -692,3 +766,206 @@ def private_located_average(tuples, *, data_radius, epsilon, delta, rng):
     result = locate_and_average(tuples, data_radius=data_radius, budget=budget, rng=rng)
     result.events.append(zcdp_composite_event(result.events, budget.delta_zcdp))
     return result
+
+
+# ---------------------------------------------------------------------------
+# Step 4: refine on the raw rows
+# ---------------------------------------------------------------------------
+
+
+def refine_on_rows(tuples, X, *, center, data_radius, budget, rng, if_not_located=None):
+    r"""Steps 1-2 on the tuples, then a private Lloyd step and core steps on the raw rows.
+
+    After the location (:func:`locate`), the rows are assigned to the
+    nearest located centre *in the location space* and the cells are
+    averaged (one DP-Lloyd step: sums of :math:`x/\Lambda` over disjoint
+    cells, L2 sensitivities 2 and :math:`\sqrt 2` under replace-one,
+    :func:`~skdpcluster.cluster._stable_init.noisy_cell_sums`), then
+    :data:`CORE_STEPS` ball-restricted core steps of
+    :class:`~skdpcluster.PrivateStableKMeans` follow (Shechner 2021,
+    Section 4, steps 2-4; :func:`_core_step_on_rows`); each of the
+    :math:`1 +` :data:`CORE_STEPS` steps gets an equal share of
+    ``budget.rho_rows``. The rows also made the tuples: the row steps compose
+    sequentially with the tuple steps (replace-one of a row changes one tuple
+    and one row). When the location or the Lloyd step fails, the rest of
+    ``budget.rho_rows`` goes to ``if_not_located``, else it is charged unused.
+
+    Every step is one pass over the rows in chunks (:func:`_row_cell_sums`):
+    ``X`` is never copied, centred or clipped as a whole.
+
+    Parameters
+    ----------
+    tuples : ndarray of shape (n_tuples, k, d)
+        Centred at ``center``.
+    X : ndarray of shape (n_samples, d)
+        The raw rows (not centred); rows outside :math:`B(c, \Lambda)` are
+        projected onto it.
+    center : ndarray of shape (d,)
+        The public (or previously released) data centre c.
+    data_radius : float
+        Public (or previously released) :math:`\Lambda`.
+    budget : LocatedBudget
+        Planned with ``on_rows=True``.
+    rng : numpy.random.Generator
+    if_not_located : callable, default=None
+        Stage 2 when the location or the Lloyd step fails:
+        ``if_not_located(rho, rng) -> (centers, events)``, a ``rho``-zCDP
+        mechanism on the rows (``rho`` = the part of ``budget.rho_rows`` not
+        yet spent), chosen from released outcomes only, at the same cost (see
+        :class:`skdpcluster.cluster._ktuple._GeneralMethodOnRows`). ``None``:
+        nothing is released.
+
+    Returns
+    -------
+    centers : ndarray of shape (k, d) or None
+        In coordinates centred at ``center``.
+    events : list of PrivacyEvent
+        Exactly the width, threshold, histogram and row shares of ``budget``,
+        whether or not a step failed (no composite event: the caller adds it).
+    public : dict
+        :attr:`Location.public`.
+    """
+    from skdpcluster.cluster._stable_init import (  # noqa: PLC0415 (import cycle)
+        nearest_centers,
+        noisy_cell_sums,
+    )
+
+    locate_rng, rows_rng = rng.spawn(2)
+    location = locate(tuples, data_radius=data_radius, budget=budget, rng=locate_rng)
+    events = location.events + unspent_events(location.events, budget)
+    rho_step = budget.rho_rows / (1 + CORE_STEPS)
+    if location.centers is None:
+        return (*_rows_stage_two(if_not_located, budget.rho_rows, rows_rng, events),
+                location.public)
+
+    def nearest_located(chunk):
+        return nearest_centers(location.to_location_space(chunk.X), location.centers)[0]
+
+    sums, counts = _row_cell_sums(X, center, data_radius, nearest_located,
+                                  len(location.centers))
+    noisy = noisy_cell_sums(sums / data_radius, counts, rho=rho_step, neighbouring="replace_one",
+                            rng=rows_rng, label="located/lloyd_step")
+    events += noisy.events
+    if not np.all(noisy.accepted()):
+        location.public["failed_step"] = "lloyd_step"
+        return (*_rows_stage_two(if_not_located, budget.rho_rows - rho_step, rows_rng, events),
+                location.public)
+    centers = _project_onto_ball(data_radius * noisy.means(), 0.0, data_radius)
+    caps = [None] * (CORE_STEPS - 1) + [_cluster_scale(location, len(X), X.shape[1])]
+    for step, cap in enumerate(caps):
+        centers, step_events = _core_step_on_rows(
+            X, centers, center=center, data_radius=data_radius, max_radius=cap, rho=rho_step,
+            rng=rows_rng, label=f"located/core_step_{step}",
+        )
+        events += step_events
+    return centers, events, location.public
+
+
+def _rows_stage_two(if_not_located, rho, rng, events):
+    """``(centers, events)`` once a step of :func:`refine_on_rows` failed with ``rho`` left."""
+    if if_not_located is None:
+        return None, events + [_unused_rows_event(rho)]
+    centers, stage_events = if_not_located(rho, rng)
+    return centers, events + stage_events
+
+
+def _clipped_chunks(X, center, radius):
+    """The rows of ``X - center`` projected into B(0, radius), a block of rows at a time.
+
+    Each block is a :class:`~skdpcluster.cluster._stable._ClippedData` of
+    ``CHUNK_ROWS`` rows (the block size of the distance kernels, so their
+    blocks and sums are exactly those of one call on all the rows).
+    """
+    from skdpcluster.cluster._stable import _ClippedData  # noqa: PLC0415 (import cycle)
+    from skdpcluster.cluster._stable_init import CHUNK_ROWS  # noqa: PLC0415
+
+    for start in range(0, len(X), CHUNK_ROWS):
+        yield _ClippedData.from_rows(X[start:start + CHUNK_ROWS], center, radius)
+
+
+def _row_cell_sums(X, center, radius, labelled, n_cells):
+    """Per-cell sums and counts of the clipped rows, in one pass over ``X`` in chunks.
+
+    ``labelled(chunk)`` gives the cell of every row of a
+    :class:`~skdpcluster.cluster._stable._ClippedData` chunk (``n_cells``: no
+    cell). The sums accumulate block after block, as
+    :func:`~skdpcluster.cluster._stable_init.cell_sums` on all the rows does.
+
+    Returns
+    -------
+    sums : ndarray of shape (n_cells, d)
+    counts : ndarray of shape (n_cells,)
+    """
+    from skdpcluster.cluster._stable_init import cell_sums  # noqa: PLC0415 (import cycle)
+
+    sums, counts = np.zeros((n_cells, X.shape[1])), np.zeros(n_cells)
+    for chunk in _clipped_chunks(X, center, radius):
+        chunk_sums, chunk_counts = cell_sums(chunk.X, labelled(chunk), n_cells)
+        sums += chunk_sums
+        counts += chunk_counts
+    return sums, counts
+
+
+def _core_step_on_rows(X, centers, *, center, data_radius, max_radius, rho, rng, label):
+    r"""One private core step on the rows (Shechner 2021, Section 4, steps 2-4): :math:`\rho`-zCDP.
+
+    The statistics of :func:`~skdpcluster.cluster._stable.core_statistics`,
+    computed in one chunked pass: :math:`r_i = \min(\hat D_i/3, r_{max})`
+    with :math:`\hat D_i` the gap to the nearest other centre, the core
+    :math:`\hat X_i = \{x : \|x - c_i\| \le r_i\}` (disjoint, since
+    :math:`r_i < \hat D_i/2`), :math:`S_i = \sum_{x\in\hat X_i}(x - c_i)/r_i`
+    (terms of norm :math:`\le 1`) and :math:`N_i = |\hat X_i|`, released by
+    :func:`~skdpcluster.cluster._stable_init.noisy_cell_sums` (L2
+    sensitivities 2 and :math:`\sqrt 2` under replace-one). An accepted centre
+    moves to :math:`\Pi_{B(0,\Lambda)}(c_i + r_i\,\Pi_{B(0,1)}(\tilde S_i/\tilde N_i))`,
+    as in :func:`~skdpcluster.cluster._stable.core_step`; the others stay.
+
+    Returns
+    -------
+    centers : ndarray of shape (k, d)
+    events : list of PrivacyEvent
+    """
+    from skdpcluster.cluster._stable_init import (  # noqa: PLC0415 (import cycle)
+        center_gaps,
+        nearest_centers,
+        noisy_cell_sums,
+    )
+
+    k = len(centers)
+    gaps = center_gaps(centers)
+    radii = np.where(np.isinf(gaps), 2.0 * data_radius, CORE_RADIUS_FACTOR * gaps)
+    if max_radius is not None:
+        radii = np.minimum(radii, max_radius)
+
+    def in_core(chunk):
+        labels, sq_distances = nearest_centers(chunk.X, centers, chunk.sq_norms)
+        inside = (radii[labels] > 0) & (sq_distances <= radii[labels] ** 2)
+        return np.where(inside, labels, k)
+
+    sums, counts = _row_cell_sums(X, center, data_radius, in_core, k)
+    scale = np.where(radii > 0, radii, 1.0)[:, None]
+    noisy = noisy_cell_sums((sums - counts[:, None] * centers) / scale, counts, rho=rho,
+                            neighbouring="replace_one", rng=rng, label=label)
+    accepted = noisy.accepted() & (radii > 0)
+    shift = _project_onto_ball(noisy.means(), 0.0, 1.0) * radii[:, None]
+    moved = _project_onto_ball(centers + shift, 0.0, data_radius)
+    return np.where(accepted[:, None], moved, centers), noisy.events
+
+
+def _cluster_scale(location, n_samples, n_features):
+    r"""A ball that holds a cluster's rows, from released and public values only.
+
+    At the released width :math:`w` most tuple points of a group share a grid
+    cell, so their spread per axis is at most about :math:`w`; a tuple point
+    is the mean of about :math:`R = n/(T k)` rows of its cluster (public), so
+    the rows spread about :math:`w\sqrt{R}` per axis and lie within
+    :math:`w\sqrt{R}\,(\sqrt d + 3)`. The last core step's radius is capped
+    there, which shrinks its noise when the clusters are far apart.
+    """
+    n_tuples, k = location.public["n_tuples"], len(location.centers)
+    rows_per_cluster = max(n_samples // n_tuples, k) / k
+    return location.width * math.sqrt(rows_per_cluster) * (math.sqrt(n_features) + 3.0)
+
+
+def _unused_rows_event(rho):
+    return PrivacyEvent("unused_budget", 0.0, 0.0, rho=rho, label="located/rows_unused_budget")
