@@ -276,10 +276,109 @@ class PublicCenters:
 GRID_SHARES = {"pca": 0.10, "counts": 0.12, "sums": 0.38, "lloyd": 0.40}
 #: Grid resolutions tried (cells per axis), coarsest first (spec §9.6 step 3).
 GRID_LEVELS = (2, 4, 8, 16, 32, 64)
-#: Heavy cells must hold this share of the noisy total at the chosen level.
-GRID_MASS_SHARE = 0.8
 #: Largest tolerated noise of a coreset point relative to Lambda (tau_acc of step 4).
 GRID_CORESET_ERROR = 0.3
+
+
+@dataclass(frozen=True)
+class MultiresolutionLeaves:
+    """The leaves of :func:`multiresolution_leaves`: a partition decided by released counts.
+
+    Attributes
+    ----------
+    node_ids : list of ndarray
+        Per level, the node id of every grid cell (``-1``: not a node).
+    leaf_of_node : ndarray
+        Leaf index of every node (``-1``: dropped, too light).
+    weights : ndarray
+        Noisy weight of every leaf.
+    finest_level : int
+        Cells per axis of the finest level holding a leaf (0 when there is none).
+    """
+
+    node_ids: list
+    leaf_of_node: np.ndarray
+    weights: np.ndarray
+    finest_level: int
+
+    def row_leaves(self, cells):
+        """Leaf of every row (``-1``: dropped), from its grid cell at every level.
+
+        A row belongs to the deepest node on its chain of cells, so the leaves
+        are disjoint and each row is in at most one.
+        """
+        deepest = np.full(len(cells[0]), -1, dtype=np.intp)
+        if not len(self.leaf_of_node):
+            return deepest
+        in_chain = np.ones(len(cells[0]), dtype=bool)
+        for node_ids, row_cells in zip(self.node_ids, cells):
+            node = node_ids[row_cells]
+            in_chain &= node >= 0
+            deepest = np.where(in_chain, node, deepest)
+        return np.where(deepest >= 0, self.leaf_of_node[np.maximum(deepest, 0)], -1)
+
+
+def shifted_cells_per_axis(g):
+    """Cells per axis of the shifted grid of level ``g``: ``[-Lambda - s, 2 Lambda - s)`` in cells of ``2 Lambda / g``."""
+    return g + g // 2
+
+
+def multiresolution_leaves(levels, n_dims, noisy_counts, thresholds):
+    r"""A private quadtree-like partition from the noisy counts of nested dense grids.
+
+    Post-processing of released counts only (no data): the *nodes* are the
+    heavy cells (:math:`\tilde n_c > \tau_g`) of the coarsest level and,
+    at every finer level, the heavy cells whose parent is a node. Every
+    node is a *leaf* holding the rows of its cell that lie in no child node,
+    with the noisy weight :math:`\tilde n_c - \sum_{\text{child nodes}}
+    \tilde n_{c'}`; leaves of weight at most their level's :math:`\tau_g`
+    are dropped with their rows. Dense regions are refined to the finest
+    level at which they stay heavy, so a small cluster keeps its own leaves
+    where a single level would merge it (coarse) or drop it (fine).
+
+    Parameters
+    ----------
+    levels : sequence of int
+        Cells per axis, each level twice the previous one.
+    n_dims : int
+        Dimension of the grids.
+    noisy_counts : list of ndarray
+        Per level, the noisy count of every cell (index :math:`\sum_j a_j g^j`).
+    thresholds : list of float
+        Per level, the heavy-cell threshold :math:`\tau_g`.
+
+    Returns
+    -------
+    MultiresolutionLeaves
+    """
+    node_ids, node_counts, node_parents, node_thresholds = [], [], [], []
+    parent_ids = None
+    for g, noisy, threshold in zip(levels, noisy_counts, thresholds):
+        is_node = noisy > threshold
+        if parent_ids is not None:
+            axes = np.unravel_index(np.arange(noisy.size), (g,) * n_dims, order="F")
+            parent_cell = np.ravel_multi_index([a // 2 for a in axes], (g // 2,) * n_dims,
+                                               order="F")
+            parents = parent_ids[parent_cell]
+            is_node &= parents >= 0
+        ids = np.full(noisy.size, -1, dtype=np.intp)
+        cells = np.flatnonzero(is_node)
+        ids[cells] = len(node_counts) + np.arange(len(cells))
+        node_counts.extend(noisy[cells])
+        node_parents.extend(parents[cells] if parent_ids is not None else [-1] * len(cells))
+        node_thresholds.extend([threshold] * len(cells))
+        node_ids.append(ids)
+        parent_ids = ids
+    node_counts = np.asarray(node_counts, dtype=float)
+    node_parents = np.asarray(node_parents, dtype=np.intp)
+    has_parent = node_parents >= 0
+    weights = node_counts - np.bincount(node_parents[has_parent], weights=node_counts[has_parent],
+                                        minlength=len(node_counts))
+    kept = weights > np.asarray(node_thresholds, dtype=float)
+    leaf_of_node = np.where(kept, np.cumsum(kept) - 1, -1)
+    finest = max((g for g, ids in zip(levels, node_ids)
+                  if np.any(kept[ids[ids >= 0]])), default=0)
+    return MultiresolutionLeaves(node_ids, leaf_of_node, weights[kept], finest)
 
 
 class GridInitializer:
@@ -296,19 +395,31 @@ class GridInitializer:
        triangle of :math:`\sum_x (x/\Lambda)(x/\Lambda)^\top` plus Gaussian
        noise (sensitivity :math:`\sqrt 2` replace-one, 1 add/remove), and
        :math:`V` the top-p eigenvectors of the noisy matrix.
-    2. For every level :math:`g \in \{2, 4, \dots, 64\}` with
-       :math:`g^p \le` ``max_grid_cells``: noisy counts of the dense grid of
-       :math:`g^p` cells over :math:`[-\Lambda, \Lambda]^p` in the projected
-       coordinates :math:`y = xV`.
-    3. Heavy cells :math:`H_g = \{c : \tilde n_c > \tau_g\}`,
-       :math:`\tau_g = \max(\sigma_c(\sqrt{2\log g^p} + 2), \sigma_s\sqrt d/0.3)`;
-       the finest level with :math:`|H_g| \ge k` and
-       :math:`\sum_{H_g}\tilde n_c \ge 0.8\,\hat n` (:math:`\hat n` the noisy
-       total of the coarsest level), else the level with the most heavy mass.
-    4. Noisy sums of :math:`x/\Lambda` over the heavy cells of that level
-       (disjoint cells: one Gaussian mechanism); coreset points
-       :math:`\Pi_{B(0,\Lambda)}(\Lambda\tilde S_c/\tilde n_c)` with weights
-       :math:`\tilde n_c`.
+    2. A shift :math:`s` uniform in :math:`[0, \Lambda)^p` (public
+       randomness, drawn before any release) and, for every level
+       :math:`g \in \{2, 4, \dots, 64\}` with :math:`(3g/2)^p \le`
+       ``max_grid_cells``: noisy counts of the dense grid of cells of width
+       :math:`2\Lambda/g` with origin :math:`-\Lambda - s` (:math:`3g/2` cells
+       per axis, so that it still covers the ball; each cell of level g is
+       the union of :math:`2^p` cells of level 2g) in the projected
+       coordinates :math:`y = xV`. The shift keeps clusters centred on the
+       data's centre from straddling the same cell boundaries at every level.
+    3. Heavy cells :math:`\tilde n_c > \tau_g`,
+       :math:`\tau_g = \max(\sigma_c(\sqrt{2\log(\text{cells})} + 2), \sigma_s\sqrt d/0.3)`,
+       refined top-down into a multi-resolution partition
+       (:func:`multiresolution_leaves`, post-processing of the counts): the
+       nodes are the heavy cells of the coarsest level and the heavy cells
+       of finer levels whose parent is a node; each node is a leaf of the rows
+       of its cell in no child node, with weight
+       :math:`\tilde n_c - \sum_{\text{child nodes}}\tilde n_{c'}`, kept when
+       above :math:`\tau_g`. Dense regions get fine cells and a small cluster
+       keeps its own leaves (the single level of earlier versions, the finest
+       one holding 80% of the mass, dropped clusters of a few percent at
+       n = 10^4: issue #16).
+    4. Noisy sums of :math:`x/\Lambda` over the leaves (disjoint, each row in
+       at most one: one Gaussian mechanism); coreset points
+       :math:`\Pi_{B(0,\Lambda)}(\Lambda\tilde S_c/\tilde w_c)` with weights
+       :math:`\tilde w_c`.
     5. Weighted k-means on the coreset (k-means++, ``n_restarts`` restarts,
        at most 100 Lloyd iterations; post-processing). With fewer than k heavy
        cells, the missing centres are uniform points of
@@ -320,7 +431,10 @@ class GridInitializer:
     :math:`\sigma = \Delta/\sqrt{2\rho}`, so the whole initializer is
     :math:`\rho_A`-zCDP under the given neighbouring relation (adaptive
     composition, Bun & Steinke 2016, Lemma 2.3). The exact number of rows is
-    never used: the total is a noisy count.
+    never used: the total is a noisy count. The shift is data-independent
+    and the partition of steps 3-4 a function of released counts only, so
+    the leaves' sums have the sensitivity of disjoint cells whatever the
+    shift and the counts (adaptive composition).
 
     Parameters
     ----------
@@ -348,11 +462,10 @@ class GridInitializer:
         shares = self._shares(X.shape[1], budget["rho"])
         basis, events = self._projection(X, shares["pca"], data_radius, neighbouring, rng)
         projected = X if basis is None else X @ basis
-        level, heavy, noisy_counts, count_events = self._heavy_cells(
-            projected, n_clusters, X.shape[1], shares, data_radius, neighbouring, rng)
+        row_leaves, weights, level, count_events = self._heavy_cells(
+            projected, X.shape[1], shares, data_radius, neighbouring, rng)
         points, weights, sum_event = self._coreset(
-            X, projected, level, heavy, noisy_counts, shares["sums"], data_radius, neighbouring,
-            rng)
+            X, row_leaves, weights, shares["sums"], data_radius, neighbouring, rng)
         centers = self._cluster_coreset(points, weights, n_clusters, data_radius, rng)
         centers, lloyd_events, fallbacks = self._lloyd(
             X, centers, shares["lloyd"], data_radius, neighbouring, rng)
@@ -394,53 +507,68 @@ class GridInitializer:
         return vectors[:, ::-1][:, :p], [event]
 
     def _levels(self, p):
-        return [g for g in GRID_LEVELS if g**p <= self.max_grid_cells] or [GRID_LEVELS[0]]
+        """Cells per axis of every level (``g``, then its shifted grid has ``3g/2`` cells)."""
+        return ([g for g in GRID_LEVELS if shifted_cells_per_axis(g) ** p <= self.max_grid_cells]
+                or [GRID_LEVELS[0]])
 
     @staticmethod
-    def _cell_index(projected, g, data_radius):
-        width = 2.0 * data_radius / g
-        axes = np.clip(np.floor((projected + data_radius) / width), 0, g - 1).astype(np.int64)
-        return axes @ (g ** np.arange(projected.shape[1], dtype=np.int64))
+    def _grid_shift(n_dims, data_radius, rng):
+        """Uniform shift of the nested grids in ``[0, Lambda)^p``: public randomness (step 2)."""
+        return rng.uniform(0.0, data_radius, size=n_dims)
 
-    def _heavy_cells(self, projected, n_clusters, n_features, shares, data_radius,
-                     neighbouring, rng):
-        """Steps 2-3: noisy counts per level; the chosen level, its heavy cells and counts."""
+    @staticmethod
+    def _cell_index(projected, g, data_radius, shift=None):
+        """Cell of every row in the grid of width ``2 Lambda / g`` over ``[-Lambda, Lambda]^p``.
+
+        With a ``shift`` (public, in ``[0, Lambda)^p``), the grid origin moves to
+        ``-Lambda - shift`` and it has :func:`shifted_cells_per_axis` cells per axis,
+        so that every level still covers the ball and each cell of level ``g`` is the
+        union of ``2^p`` cells of level ``2g``.
+        """
+        width = 2.0 * data_radius / g
+        if shift is None:
+            cells, offset = g, data_radius
+        else:
+            cells, offset = shifted_cells_per_axis(g), data_radius + shift
+        axes = np.clip(np.floor((projected + offset) / width), 0, cells - 1).astype(np.int64)
+        return axes @ (cells ** np.arange(projected.shape[1], dtype=np.int64))
+
+    def _heavy_cells(self, projected, n_features, shares, data_radius, neighbouring, rng):
+        """Steps 2-3: noisy counts per level, and the leaves of the multi-resolution partition.
+
+        Returns the per-row leaf (``-1``: dropped), the leaves' noisy weights, the finest
+        level holding a leaf, and the count events.
+        """
         levels = self._levels(projected.shape[1])
         sigma_counts, sigma_sums = self._noise_scales(n_features, shares, len(levels),
                                                       neighbouring)
         accuracy_floor = sigma_sums * math.sqrt(n_features) / GRID_CORESET_ERROR
-        found, events = [], []
+        shift = self._grid_shift(projected.shape[1], data_radius, rng)
+        cells, noisy_counts, thresholds, events = [], [], [], []
         for g in levels:
-            counts = np.bincount(self._cell_index(projected, g, data_radius),
-                                 minlength=g ** projected.shape[1]).astype(float)
+            cells.append(self._cell_index(projected, g, data_radius, shift))
+            counts = np.bincount(cells[-1], minlength=shifted_cells_per_axis(g)
+                                 ** projected.shape[1]).astype(float)
             noisy, event = zcdp_gaussian_mechanism(
                 counts, sensitivity=SUM_COUNT_SENSITIVITY[neighbouring][1],
                 rho=shares["counts"] / len(levels), rng=rng,
                 label=f"stable/grid_init/counts_g{g}", neighbouring=neighbouring,
             )
-            threshold = max(sigma_counts * (math.sqrt(2.0 * math.log(counts.size)) + 2.0),
-                            accuracy_floor)
-            heavy = np.flatnonzero(noisy > threshold)
-            found.append((g, heavy, noisy, float(np.sum(noisy[heavy]))))
+            thresholds.append(max(sigma_counts * (math.sqrt(2.0 * math.log(counts.size)) + 2.0),
+                                  accuracy_floor))
+            noisy_counts.append(noisy)
             events.append(event)
-        total = float(np.sum(found[0][2]))
-        admissible = [entry for entry in found
-                      if len(entry[1]) >= n_clusters and entry[3] >= GRID_MASS_SHARE * total]
-        level, heavy, noisy, _ = admissible[-1] if admissible else max(found, key=lambda e: e[3])
-        return level, heavy, noisy, events
+        leaves = multiresolution_leaves([shifted_cells_per_axis(g) for g in levels],
+                                        projected.shape[1], noisy_counts, thresholds)
+        return leaves.row_leaves(cells), leaves.weights, leaves.finest_level, events
 
-    def _coreset(self, X, projected, g, heavy, noisy_counts, rho, data_radius, neighbouring,
-                 rng):
-        """Step 4: noisy sums of the heavy cells; coreset points and weights."""
-        index = self._cell_index(projected, g, data_radius)
-        position = np.full(noisy_counts.size, len(heavy), dtype=np.intp)
-        position[heavy] = np.arange(len(heavy))
-        sums, _ = cell_sums(X, position[index], len(heavy))
+    def _coreset(self, X, row_leaves, weights, rho, data_radius, neighbouring, rng):
+        """Step 4: noisy sums over the leaves (disjoint); coreset points and weights."""
+        sums, _ = cell_sums(X, np.where(row_leaves < 0, len(weights), row_leaves), len(weights))
         noisy, event = zcdp_gaussian_mechanism(
-            sums / data_radius, sensitivity=SUM_COUNT_SENSITIVITY[neighbouring][0], rho=rho, rng=rng,
-            label=f"stable/grid_init/cell_sums_g{g}", neighbouring=neighbouring,
+            sums / data_radius, sensitivity=SUM_COUNT_SENSITIVITY[neighbouring][0], rho=rho,
+            rng=rng, label="stable/grid_init/cell_sums", neighbouring=neighbouring,
         )
-        weights = noisy_counts[heavy]
         points = _project_onto_ball(data_radius * np.reshape(noisy, sums.shape)
                                     / weights[:, None], 0.0, data_radius)
         return points, weights, event
