@@ -179,6 +179,47 @@ class NoisyCells:
         divisor = np.where(self.accepted(), self.counts, np.inf)[:, None]
         return self.sums / divisor
 
+    def shrunk_means(self):
+        r""":meth:`means` shrunk towards 0 by :func:`james_stein` (per-coordinate noise :math:`\sigma_s/\tilde N_i`)."""
+        accepted = self.accepted()
+        noise = self.sigma_sum / np.where(accepted, self.counts, np.inf)
+        return james_stein(self.means(), noise)
+
+
+def james_stein(vectors, noise_sd):
+    r"""Positive-part James-Stein shrinkage of noisy vectors towards 0 (post-processing).
+
+    A row :math:`m_i = \mu_i + N(0, s_i^2 I_d)` becomes
+    :math:`\max(0, 1 - (d - 2)s_i^2/\|m_i\|^2)\,m_i`, whose expected squared
+    error is below that of :math:`m_i` whatever :math:`\mu_i` for
+    :math:`d \ge 3` (James & Stein 1961; the positive part, Baranchik 1964).
+    A noisy mean of a cell costs its rows :math:`\|\tilde c - \mu\|^2` each
+    on top of their cost to the true mean, so in high dimension, where the
+    noise :math:`s_i\sqrt d` exceeds the spread of the means, the
+    shrunk centres keep k-means near the one-centre solution instead of far
+    above it (issue #16: standardized digits, d = 64). Rows are returned
+    unchanged for d < 3; it uses only released values and public scales.
+
+    Parameters
+    ----------
+    vectors : ndarray of shape (n_vectors, n_features)
+    noise_sd : ndarray of shape (n_vectors,)
+        Per-coordinate standard deviation of each row's noise (0 or inf allowed).
+
+    Returns
+    -------
+    ndarray of shape (n_vectors, n_features)
+    """
+    n_features = vectors.shape[1]
+    if n_features < 3:
+        return vectors
+    sq_norms = np.einsum("ij,ij->i", vectors, vectors)
+    noise = np.nan_to_num(np.asarray(noise_sd, dtype=float), posinf=0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        factor = 1.0 - (n_features - 2) * noise**2 / sq_norms
+    factor = np.where(sq_norms > 0, np.clip(factor, 0.0, 1.0), 0.0)
+    return vectors * factor[:, None]
+
 
 def noisy_cell_sums(sums, counts, *, rho, neighbouring, rng, label):
     r"""Release per-cell sums of vectors of norm <= 1 and the cell counts under a zCDP budget.
@@ -228,8 +269,9 @@ def lloyd_step(X, centers, *, data_radius, rho, neighbouring, rng, label, sq_nor
 
     Sums of :math:`x/\Lambda` and counts per Voronoi cell of ``centers`` go
     through :func:`noisy_cell_sums`; an accepted cell moves to
-    :math:`\Pi_{B(0,\Lambda)}(\Lambda\tilde S_i/\tilde N_i)`, the others keep
-    their centre. :math:`\rho`-zCDP.
+    :math:`\Pi_{B(0,\Lambda)}(\Lambda\,\mathrm{JS}(\tilde S_i/\tilde N_i))`
+    (:meth:`NoisyCells.shrunk_means`), the others keep their centre.
+    :math:`\rho`-zCDP.
 
     Returns
     -------
@@ -243,7 +285,7 @@ def lloyd_step(X, centers, *, data_radius, rho, neighbouring, rng, label, sq_nor
     noisy = noisy_cell_sums(sums / data_radius, counts, rho=rho, neighbouring=neighbouring,
                             rng=rng, label=label)
     accepted = noisy.accepted()
-    moved = _project_onto_ball(data_radius * noisy.means(), 0.0, data_radius)
+    moved = _project_onto_ball(data_radius * noisy.shrunk_means(), 0.0, data_radius)
     return np.where(accepted[:, None], moved, centers), ~accepted, noisy
 
 
@@ -418,14 +460,17 @@ class GridInitializer:
        n = 10^4: issue #16).
     4. Noisy sums of :math:`x/\Lambda` over the leaves (disjoint, each row in
        at most one: one Gaussian mechanism); coreset points
-       :math:`\Pi_{B(0,\Lambda)}(\Lambda\tilde S_c/\tilde w_c)` with weights
-       :math:`\tilde w_c`.
+       :math:`\Pi_{B(0,\Lambda)}(\Lambda\,\mathrm{JS}(\tilde S_c/\tilde w_c))` with
+       weights :math:`\tilde w_c`, where JS is the James-Stein shrinkage of
+       :func:`james_stein` with the public noise scale
+       :math:`\sigma_s/\tilde w_c` (post-processing; in high dimension it
+       keeps a noise-dominated point near the centre of the data ball).
     5. Weighted k-means on the coreset (k-means++, ``n_restarts`` restarts,
        at most 100 Lloyd iterations; post-processing). With fewer than k heavy
        cells, the missing centres are uniform points of
        :math:`B(0, \Lambda/4)` and a warning says so.
-    6. ``n_lloyd_steps`` DP-Lloyd steps (:func:`lloyd_step`), splitting the
-       0.40 share evenly.
+    6. ``n_lloyd_steps`` DP-Lloyd steps (:func:`lloyd_step`, whose means are
+       shrunk the same way), splitting the 0.40 share evenly.
 
     Every release is a Gaussian mechanism calibrated as
     :math:`\sigma = \Delta/\sqrt{2\rho}`, so the whole initializer is
@@ -569,9 +614,9 @@ class GridInitializer:
             sums / data_radius, sensitivity=SUM_COUNT_SENSITIVITY[neighbouring][0], rho=rho,
             rng=rng, label="stable/grid_init/cell_sums", neighbouring=neighbouring,
         )
-        points = _project_onto_ball(data_radius * np.reshape(noisy, sums.shape)
-                                    / weights[:, None], 0.0, data_radius)
-        return points, weights, event
+        means = james_stein(np.reshape(noisy, sums.shape) / weights[:, None],
+                            event.scale / weights)
+        return _project_onto_ball(data_radius * means, 0.0, data_radius), weights, event
 
     def _cluster_coreset(self, points, weights, n_clusters, data_radius, rng):
         """Step 5: weighted k-means++ on the coreset (post-processing)."""
