@@ -509,3 +509,4 @@ def test_default_path_is_not_worse_than_one_centre_on_standardized_digits():
                                   accountant=BudgetAccountant()).fit(X)
         assert kmeans_cost(X, est.cluster_centers_) <= 1.03 * one_centre, seed
     assert one_centre / reference == pytest.approx(1.58, abs=0.01)
+

@@ -316,6 +316,10 @@ class PublicCenters:
 
 #: Shares of the initializer budget (spec §9.4): DP-PCA, grid counts, coreset sums, DP-Lloyd.
 GRID_SHARES = {"pca": 0.10, "counts": 0.12, "sums": 0.38, "lloyd": 0.40}
+#: Up to this many dimensions the grid is not projected: (3g/2)^4 <= 2^18 keeps four levels
+#: (g = 2 ... 16), and a DP-PCA to 3 of 4 standardized features picks a random subspace when
+#: the variances are equal (issue #15's pipeline: ARI 0.2-0.3 in 5 of 6 seeds).
+GRID_MAX_UNPROJECTED_DIM = 4
 #: Grid resolutions tried (cells per axis), coarsest first (spec §9.6 step 3).
 GRID_LEVELS = (2, 4, 8, 16, 32, 64)
 #: Largest tolerated noise of a coreset point relative to Lambda (tau_acc of step 4).
@@ -432,7 +436,8 @@ class GridInitializer:
     split 0.10 / 0.12 / 0.38 / 0.40 between the four stages (the PCA share
     goes to the sums when no projection is needed):
 
-    1. :math:`p = \min(d, \text{projection\_dim})`; if :math:`p < d`,
+    1. :math:`p = \min(d, \text{projection\_dim})` (by default d up to
+       d = 4, else 3); if :math:`p < d`,
        Analyze-Gauss DP-PCA (Dwork, Talwar, Thakurta & Zhang 2014): the upper
        triangle of :math:`\sum_x (x/\Lambda)(x/\Lambda)^\top` plus Gaussian
        noise (sensitivity :math:`\sqrt 2` replace-one, 1 add/remove), and
@@ -483,8 +488,12 @@ class GridInitializer:
 
     Parameters
     ----------
-    projection_dim : int, default=3
-        Dimension p of the grid.
+    projection_dim : int or None, default=None
+        Dimension p of the grid. ``None`` chooses it from the public number
+        of features d: no projection up to d = 4
+        (:data:`GRID_MAX_UNPROJECTED_DIM`), else p = 3. (A projection to 3 of 4
+        standardized features, whose variances are all 1, is a random
+        subspace: issue #15.)
     n_lloyd_steps : int, default=2
         DP-Lloyd steps after the coreset.
     max_grid_cells : int, default=2**18
@@ -496,7 +505,7 @@ class GridInitializer:
     privacy_model = "zcdp"
     can_fail = False
 
-    def __init__(self, projection_dim=3, n_lloyd_steps=2, max_grid_cells=2**18, n_restarts=10):
+    def __init__(self, projection_dim=None, n_lloyd_steps=2, max_grid_cells=2**18, n_restarts=10):
         self.projection_dim = projection_dim
         self.n_lloyd_steps = n_lloyd_steps
         self.max_grid_cells = max_grid_cells
@@ -519,9 +528,15 @@ class GridInitializer:
         return centers, events + count_events + [sum_event] + lloyd_events, info
 
     # -- budget ---------------------------------------------------------------------
+    def _dimension(self, n_features):
+        """p of step 1, from public values only (``projection_dim=None``: see the parameter)."""
+        if self.projection_dim is None:
+            return n_features if n_features <= GRID_MAX_UNPROJECTED_DIM else 3
+        return min(self.projection_dim, n_features)
+
     def _shares(self, n_features, rho):
         shares = {name: share * rho for name, share in GRID_SHARES.items()}
-        if min(self.projection_dim, n_features) >= n_features:
+        if self._dimension(n_features) >= n_features:
             shares["sums"] += shares.pop("pca")
             shares["pca"] = 0.0
         return shares
@@ -536,7 +551,7 @@ class GridInitializer:
     def _projection(self, X, rho, data_radius, neighbouring, rng):
         """Step 1: Analyze-Gauss DP-PCA; ``None`` when no projection is needed."""
         n_features = X.shape[1]
-        p = min(self.projection_dim, n_features)
+        p = self._dimension(n_features)
         if p >= n_features:
             return None, []
         upper = np.triu_indices(n_features)
