@@ -153,6 +153,23 @@ def random_ball_points(rng, n_points, n_features, radius):
     return directions * radius * rng.random((n_points, 1)) ** (1.0 / n_features)
 
 
+def filler_centers(n_points, directions, radius, rng):
+    r"""Centres for missing clusters: :math:`\pm` ``radius`` times the given unit directions.
+
+    The points :math:`+r v_1, -r v_1, +r v_2, \dots` (``directions`` columns
+    :math:`v_j`, in that order), then uniform points of :math:`B(0, r)` when
+    more are needed. Close to the centre of the data ball, the best guess
+    without data; along the top principal directions of a released second
+    moment, the DP-Lloyd steps that follow split the rows along them (a
+    2-means split along the first principal direction when k = 2). Only
+    released or public values.
+    """
+    signed = np.stack([directions.T, -directions.T], axis=1).reshape(-1, directions.shape[0])
+    chosen = radius * signed[:n_points]
+    extra = random_ball_points(rng, n_points - len(chosen), directions.shape[0], radius)
+    return np.vstack([chosen, extra])
+
+
 @dataclass(frozen=True)
 class NoisyCells:
     """Noisy per-cell sums and counts and the noise scales they carry."""
@@ -163,27 +180,29 @@ class NoisyCells:
     sigma_count: float
     events: list
 
-    def accepted(self):
+    def accepted(self, accuracy=True):
         r"""Cells whose noisy mean is trusted (spec §9.5, post-processing of the release).
 
-        :math:`\tilde N_i \ge \max(3\sigma_c, 1)` and
+        :math:`\tilde N_i \ge \max(3\sigma_c, 1)` and, with ``accuracy``,
         :math:`(\sigma_s\sqrt d + \sigma_c)/\tilde N_i \le 1/2`.
         """
         n_features = self.sums.shape[1]
         floor = max(ACCEPT_COUNT_STDS * self.sigma_count, 1.0)
+        if not accuracy:
+            return self.counts >= floor
         error = self.sigma_sum * math.sqrt(n_features) + self.sigma_count
         return (self.counts >= floor) & (error <= ACCEPT_RELATIVE_ERROR * self.counts)
 
-    def means(self):
+    def means(self, accuracy=True):
         """Noisy sums divided by the noisy counts (where accepted; 0 elsewhere)."""
-        divisor = np.where(self.accepted(), self.counts, np.inf)[:, None]
+        divisor = np.where(self.accepted(accuracy), self.counts, np.inf)[:, None]
         return self.sums / divisor
 
-    def shrunk_means(self):
+    def shrunk_means(self, accuracy=True):
         r""":meth:`means` shrunk towards 0 by :func:`james_stein` (per-coordinate noise :math:`\sigma_s/\tilde N_i`)."""
-        accepted = self.accepted()
+        accepted = self.accepted(accuracy)
         noise = self.sigma_sum / np.where(accepted, self.counts, np.inf)
-        return james_stein(self.means(), noise)
+        return james_stein(self.means(accuracy), noise)
 
 
 def james_stein(vectors, noise_sd):
@@ -284,8 +303,9 @@ def lloyd_step(X, centers, *, data_radius, rho, neighbouring, rng, label, sq_nor
     sums, counts = cell_sums(X, labels, len(centers))
     noisy = noisy_cell_sums(sums / data_radius, counts, rho=rho, neighbouring=neighbouring,
                             rng=rng, label=label)
-    accepted = noisy.accepted()
-    moved = _project_onto_ball(data_radius * noisy.shrunk_means(), 0.0, data_radius)
+    accepted = noisy.accepted(accuracy=False)
+    moved = _project_onto_ball(data_radius * noisy.shrunk_means(accuracy=False), 0.0,
+                               data_radius)
     return np.where(accepted[:, None], moved, centers), ~accepted, noisy
 
 
@@ -320,6 +340,12 @@ GRID_SHARES = {"pca": 0.10, "counts": 0.12, "sums": 0.38, "lloyd": 0.40}
 #: (g = 2 ... 16), and a DP-PCA to 3 of 4 standardized features picks a random subspace when
 #: the variances are equal (issue #15's pipeline: ARI 0.2-0.3 in 5 of 6 seeds).
 GRID_MAX_UNPROJECTED_DIM = 4
+#: Radius (relative to Lambda) of the ball about the data ball's centre holding the centres
+#: found without a heavy cell: the best data-independent guess; the DP-Lloyd steps then split
+#: the data along random directions through it. Lambda / 4 (before issue #16) put them about
+#: Lambda / 4 from the data in high dimension: breast_cancer at epsilon = 0.5 (no heavy
+#: cell) cost 2.50 x KMeans, one centre 1.47 x.
+GRID_FILLER_RADIUS = 1e-3
 #: Grid resolutions tried (cells per axis), coarsest first (spec §9.6 step 3).
 GRID_LEVELS = (2, 4, 8, 16, 32, 64)
 #: Largest tolerated noise of a coreset point relative to Lambda (tau_acc of step 4).
@@ -520,7 +546,8 @@ class GridInitializer:
             projected, X.shape[1], shares, data_radius, neighbouring, rng)
         points, weights, sum_event = self._coreset(
             X, row_leaves, weights, shares["sums"], data_radius, neighbouring, rng)
-        centers = self._cluster_coreset(points, weights, n_clusters, data_radius, rng)
+        centers = self._cluster_coreset(points, weights, n_clusters, data_radius, rng,
+                                        directions=basis)
         centers, lloyd_events, fallbacks = self._lloyd(
             X, centers, shares["lloyd"], data_radius, neighbouring, rng)
         info = {"grid_level": level, "n_heavy_cells": len(points),
@@ -633,15 +660,23 @@ class GridInitializer:
                             event.scale / weights)
         return _project_onto_ball(data_radius * means, 0.0, data_radius), weights, event
 
-    def _cluster_coreset(self, points, weights, n_clusters, data_radius, rng):
-        """Step 5: weighted k-means++ on the coreset (post-processing)."""
+    def _cluster_coreset(self, points, weights, n_clusters, data_radius, rng, directions=None):
+        """Step 5: weighted k-means++ on the coreset (post-processing).
+
+        Missing centres (fewer leaves than k) are :func:`filler_centers` along the
+        released principal ``directions`` (columns; the coordinate axes when ``None``).
+        """
         n_fit = min(n_clusters, len(points))
-        filler = random_ball_points(rng, n_clusters - n_fit, points.shape[1], data_radius / 4.0)
+        if directions is None:
+            directions = np.eye(points.shape[1])
+        filler = filler_centers(n_clusters - n_fit, directions, GRID_FILLER_RADIUS * data_radius,
+                                rng)
         if n_fit < n_clusters:
             warn_user(
                 f"GridInitializer: only {len(points)} heavy grid cells for n_clusters={n_clusters}"
-                f"; {n_clusters - n_fit} initial centres are random points. There is too little "
-                "data for this epsilon (or data_radius is much too large).", UserWarning)
+                f"; {n_clusters - n_fit} initial centres are placed near the centre of the data "
+                "ball. There is too little data for this epsilon (or data_radius is much too "
+                "large).", UserWarning)
         if n_fit == 0:
             return filler
         model = KMeans(n_clusters=n_fit, n_init=self.n_restarts, max_iter=100,
