@@ -287,7 +287,9 @@ def lloyd_step(X, centers, *, data_radius, rho, neighbouring, rng, label, sq_nor
     r"""One DP-Lloyd step on full Voronoi cells (spec §9.5 ``lloyd_step``; thesis footnote 13).
 
     Sums of :math:`x/\Lambda` and counts per Voronoi cell of ``centers`` go
-    through :func:`noisy_cell_sums`; an accepted cell moves to
+    through :func:`noisy_cell_sums`; a cell whose noisy count is credible
+    (:math:`\tilde N_i \ge \max(3\sigma_c, 1)`; no accuracy rule: the
+    shrinkage takes care of noisy means) moves to
     :math:`\Pi_{B(0,\Lambda)}(\Lambda\,\mathrm{JS}(\tilde S_i/\tilde N_i))`
     (:meth:`NoisyCells.shrunk_means`), the others keep their centre.
     :math:`\rho`-zCDP.
@@ -497,9 +499,11 @@ class GridInitializer:
        :math:`\sigma_s/\tilde w_c` (post-processing; in high dimension it
        keeps a noise-dominated point near the centre of the data ball).
     5. Weighted k-means on the coreset (k-means++, ``n_restarts`` restarts,
-       at most 100 Lloyd iterations; post-processing). With fewer than k heavy
-       cells, the missing centres are uniform points of
-       :math:`B(0, \Lambda/4)` and a warning says so.
+       at most 100 Lloyd iterations; post-processing). With fewer than k
+       leaves, the missing centres are :func:`filler_centers`:
+       :math:`\pm 10^{-3}\Lambda` times the principal directions of step 1
+       (the coordinate axes without projection), near the centre of the data
+       ball, and a warning says so.
     6. ``n_lloyd_steps`` DP-Lloyd steps (:func:`lloyd_step`, whose means are
        shrunk the same way), splitting the 0.40 share evenly.
 
