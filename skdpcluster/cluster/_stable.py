@@ -570,7 +570,11 @@ def core_step(data, centers, *, radius_factor, rho, neighbouring, rng, label, ma
     cores: L2 sensitivities 2 and :math:`\sqrt 2` under replace-one, 1 and 1
     under add/remove). An accepted centre moves to
     :math:`\Pi_{B(0,\Lambda)}(c_i + r_i\,\mathrm{clip}_1(\tilde S_i/\tilde N_i))`;
-    the others keep their value (spec §11, A9).
+    the others keep their value (spec §11, A9). The shift
+    :math:`\tilde S_i/\tilde N_i` is first shrunk towards 0 by
+    :meth:`~skdpcluster.cluster._stable_init.NoisyCells.shrunk_means`
+    (James-Stein, post-processing), which changes nothing where the noise
+    is small and keeps :math:`c_i` where it dominates.
 
     Returns
     -------
@@ -582,7 +586,7 @@ def core_step(data, centers, *, radius_factor, rho, neighbouring, rng, label, ma
     noisy = noisy_cell_sums(sums, counts, rho=rho, neighbouring=neighbouring, rng=rng,
                             label=label)
     accepted = noisy.accepted() & (radii > 0)
-    shift = _project_onto_ball(noisy.means(), 0.0, 1.0) * radii[:, None]
+    shift = _project_onto_ball(noisy.shrunk_means(), 0.0, 1.0) * radii[:, None]
     moved = _project_onto_ball(centers + shift, 0.0, data.radius)
     return np.where(accepted[:, None], moved, centers), ~accepted, noisy
 
@@ -764,7 +768,9 @@ class PrivateStableKMeans(_PrivateStableBase):
        the acceptance rule :math:`\tilde N_i \ge \max(3\sigma_c, 1)`,
        :math:`(\sigma_s\sqrt d + \sigma_c)/\tilde N_i \le 1/2` (spec §11, A3),
        else :math:`c_i` stays. Centring at :math:`c_i` makes the noise scale
-       with :math:`r_i` rather than :math:`\Lambda`.
+       with :math:`r_i` rather than :math:`\Lambda`. The noisy shift is
+       shrunk towards 0 first (James-Stein, post-processing; it matters only
+       where the noise is comparable to the shift).
     3. Optionally (``final_lloyd_step``) one noisy Lloyd step on full Voronoi
        cells, the extra step of the thesis' footnote 13 behind the
        Wasserstein guarantee of Theorem 4.6.

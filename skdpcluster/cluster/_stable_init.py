@@ -153,6 +153,23 @@ def random_ball_points(rng, n_points, n_features, radius):
     return directions * radius * rng.random((n_points, 1)) ** (1.0 / n_features)
 
 
+def filler_centers(n_points, directions, radius, rng):
+    r"""Centres for missing clusters: :math:`\pm` ``radius`` times the given unit directions.
+
+    The points :math:`+r v_1, -r v_1, +r v_2, \dots` (``directions`` columns
+    :math:`v_j`, in that order), then uniform points of :math:`B(0, r)` when
+    more are needed. Close to the centre of the data ball, the best guess
+    without data; along the top principal directions of a released second
+    moment, the DP-Lloyd steps that follow split the rows along them (a
+    2-means split along the first principal direction when k = 2). Only
+    released or public values.
+    """
+    signed = np.stack([directions.T, -directions.T], axis=1).reshape(-1, directions.shape[0])
+    chosen = radius * signed[:n_points]
+    extra = random_ball_points(rng, n_points - len(chosen), directions.shape[0], radius)
+    return np.vstack([chosen, extra])
+
+
 @dataclass(frozen=True)
 class NoisyCells:
     """Noisy per-cell sums and counts and the noise scales they carry."""
@@ -163,21 +180,64 @@ class NoisyCells:
     sigma_count: float
     events: list
 
-    def accepted(self):
+    def accepted(self, accuracy=True):
         r"""Cells whose noisy mean is trusted (spec §9.5, post-processing of the release).
 
-        :math:`\tilde N_i \ge \max(3\sigma_c, 1)` and
+        :math:`\tilde N_i \ge \max(3\sigma_c, 1)` and, with ``accuracy``,
         :math:`(\sigma_s\sqrt d + \sigma_c)/\tilde N_i \le 1/2`.
         """
         n_features = self.sums.shape[1]
         floor = max(ACCEPT_COUNT_STDS * self.sigma_count, 1.0)
+        if not accuracy:
+            return self.counts >= floor
         error = self.sigma_sum * math.sqrt(n_features) + self.sigma_count
         return (self.counts >= floor) & (error <= ACCEPT_RELATIVE_ERROR * self.counts)
 
-    def means(self):
+    def means(self, accuracy=True):
         """Noisy sums divided by the noisy counts (where accepted; 0 elsewhere)."""
-        divisor = np.where(self.accepted(), self.counts, np.inf)[:, None]
+        divisor = np.where(self.accepted(accuracy), self.counts, np.inf)[:, None]
         return self.sums / divisor
+
+    def shrunk_means(self, accuracy=True):
+        r""":meth:`means` shrunk towards 0 by :func:`james_stein` (per-coordinate noise :math:`\sigma_s/\tilde N_i`)."""
+        accepted = self.accepted(accuracy)
+        noise = self.sigma_sum / np.where(accepted, self.counts, np.inf)
+        return james_stein(self.means(accuracy), noise)
+
+
+def james_stein(vectors, noise_sd):
+    r"""Positive-part James-Stein shrinkage of noisy vectors towards 0 (post-processing).
+
+    A row :math:`m_i = \mu_i + N(0, s_i^2 I_d)` becomes
+    :math:`\max(0, 1 - (d - 2)s_i^2/\|m_i\|^2)\,m_i`, whose expected squared
+    error is below that of :math:`m_i` whatever :math:`\mu_i` for
+    :math:`d \ge 3` (James & Stein 1961; the positive part, Baranchik 1964).
+    A noisy mean of a cell costs its rows :math:`\|\tilde c - \mu\|^2` each
+    on top of their cost to the true mean, so in high dimension, where the
+    noise :math:`s_i\sqrt d` exceeds the spread of the means, the
+    shrunk centres keep k-means near the one-centre solution instead of far
+    above it (issue #16: standardized digits, d = 64). Rows are returned
+    unchanged for d < 3; it uses only released values and public scales.
+
+    Parameters
+    ----------
+    vectors : ndarray of shape (n_vectors, n_features)
+    noise_sd : ndarray of shape (n_vectors,)
+        Per-coordinate standard deviation of each row's noise (0 or inf allowed).
+
+    Returns
+    -------
+    ndarray of shape (n_vectors, n_features)
+    """
+    n_features = vectors.shape[1]
+    if n_features < 3:
+        return vectors
+    sq_norms = np.einsum("ij,ij->i", vectors, vectors)
+    noise = np.nan_to_num(np.asarray(noise_sd, dtype=float), posinf=0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        factor = 1.0 - (n_features - 2) * noise**2 / sq_norms
+    factor = np.where(sq_norms > 0, np.clip(factor, 0.0, 1.0), 0.0)
+    return vectors * factor[:, None]
 
 
 def noisy_cell_sums(sums, counts, *, rho, neighbouring, rng, label):
@@ -227,9 +287,12 @@ def lloyd_step(X, centers, *, data_radius, rho, neighbouring, rng, label, sq_nor
     r"""One DP-Lloyd step on full Voronoi cells (spec §9.5 ``lloyd_step``; thesis footnote 13).
 
     Sums of :math:`x/\Lambda` and counts per Voronoi cell of ``centers`` go
-    through :func:`noisy_cell_sums`; an accepted cell moves to
-    :math:`\Pi_{B(0,\Lambda)}(\Lambda\tilde S_i/\tilde N_i)`, the others keep
-    their centre. :math:`\rho`-zCDP.
+    through :func:`noisy_cell_sums`; a cell whose noisy count is credible
+    (:math:`\tilde N_i \ge \max(3\sigma_c, 1)`; no accuracy rule: the
+    shrinkage takes care of noisy means) moves to
+    :math:`\Pi_{B(0,\Lambda)}(\Lambda\,\mathrm{JS}(\tilde S_i/\tilde N_i))`
+    (:meth:`NoisyCells.shrunk_means`), the others keep their centre.
+    :math:`\rho`-zCDP.
 
     Returns
     -------
@@ -242,8 +305,9 @@ def lloyd_step(X, centers, *, data_radius, rho, neighbouring, rng, label, sq_nor
     sums, counts = cell_sums(X, labels, len(centers))
     noisy = noisy_cell_sums(sums / data_radius, counts, rho=rho, neighbouring=neighbouring,
                             rng=rng, label=label)
-    accepted = noisy.accepted()
-    moved = _project_onto_ball(data_radius * noisy.means(), 0.0, data_radius)
+    accepted = noisy.accepted(accuracy=False)
+    moved = _project_onto_ball(data_radius * noisy.shrunk_means(accuracy=False), 0.0,
+                               data_radius)
     return np.where(accepted[:, None], moved, centers), ~accepted, noisy
 
 
@@ -274,12 +338,121 @@ class PublicCenters:
 
 #: Shares of the initializer budget (spec §9.4): DP-PCA, grid counts, coreset sums, DP-Lloyd.
 GRID_SHARES = {"pca": 0.10, "counts": 0.12, "sums": 0.38, "lloyd": 0.40}
+#: Up to this many dimensions the grid is not projected: (3g/2)^4 <= 2^18 keeps four levels
+#: (g = 2 ... 16), and a DP-PCA to 3 of 4 standardized features picks a random subspace when
+#: the variances are equal (issue #15's pipeline: ARI 0.2-0.3 in 5 of 6 seeds).
+GRID_MAX_UNPROJECTED_DIM = 4
+#: Radius (relative to Lambda) of the ball about the data ball's centre holding the centres
+#: found without a heavy cell: the best data-independent guess; the DP-Lloyd steps then split
+#: the data along random directions through it. Lambda / 4 (before issue #16) put them about
+#: Lambda / 4 from the data in high dimension: breast_cancer at epsilon = 0.5 (no heavy
+#: cell) cost 2.50 x KMeans, one centre 1.47 x.
+GRID_FILLER_RADIUS = 1e-3
 #: Grid resolutions tried (cells per axis), coarsest first (spec §9.6 step 3).
 GRID_LEVELS = (2, 4, 8, 16, 32, 64)
-#: Heavy cells must hold this share of the noisy total at the chosen level.
-GRID_MASS_SHARE = 0.8
 #: Largest tolerated noise of a coreset point relative to Lambda (tau_acc of step 4).
 GRID_CORESET_ERROR = 0.3
+
+
+@dataclass(frozen=True)
+class MultiresolutionLeaves:
+    """The leaves of :func:`multiresolution_leaves`: a partition decided by released counts.
+
+    Attributes
+    ----------
+    node_ids : list of ndarray
+        Per level, the node id of every grid cell (``-1``: not a node).
+    leaf_of_node : ndarray
+        Leaf index of every node (``-1``: dropped, too light).
+    weights : ndarray
+        Noisy weight of every leaf.
+    finest_level : int
+        Cells per axis of the finest level holding a leaf (0 when there is none).
+    """
+
+    node_ids: list
+    leaf_of_node: np.ndarray
+    weights: np.ndarray
+    finest_level: int
+
+    def row_leaves(self, cells):
+        """Leaf of every row (``-1``: dropped), from its grid cell at every level.
+
+        A row belongs to the deepest node on its chain of cells, so the leaves
+        are disjoint and each row is in at most one.
+        """
+        deepest = np.full(len(cells[0]), -1, dtype=np.intp)
+        if not len(self.leaf_of_node):
+            return deepest
+        in_chain = np.ones(len(cells[0]), dtype=bool)
+        for node_ids, row_cells in zip(self.node_ids, cells):
+            node = node_ids[row_cells]
+            in_chain &= node >= 0
+            deepest = np.where(in_chain, node, deepest)
+        return np.where(deepest >= 0, self.leaf_of_node[np.maximum(deepest, 0)], -1)
+
+
+def shifted_cells_per_axis(g):
+    """Cells per axis of the shifted grid of level ``g``: ``[-Lambda - s, 2 Lambda - s)`` in cells of ``2 Lambda / g``."""
+    return g + g // 2
+
+
+def multiresolution_leaves(levels, n_dims, noisy_counts, thresholds):
+    r"""A private quadtree-like partition from the noisy counts of nested dense grids.
+
+    Post-processing of released counts only (no data): the *nodes* are the
+    heavy cells (:math:`\tilde n_c > \tau_g`) of the coarsest level and,
+    at every finer level, the heavy cells whose parent is a node. Every
+    node is a *leaf* holding the rows of its cell that lie in no child node,
+    with the noisy weight :math:`\tilde n_c - \sum_{\text{child nodes}}
+    \tilde n_{c'}`; leaves of weight at most their level's :math:`\tau_g`
+    are dropped with their rows. Dense regions are refined to the finest
+    level at which they stay heavy, so a small cluster keeps its own leaves
+    where a single level would merge it (coarse) or drop it (fine).
+
+    Parameters
+    ----------
+    levels : sequence of int
+        Cells per axis, each level twice the previous one.
+    n_dims : int
+        Dimension of the grids.
+    noisy_counts : list of ndarray
+        Per level, the noisy count of every cell (index :math:`\sum_j a_j g^j`).
+    thresholds : list of float
+        Per level, the heavy-cell threshold :math:`\tau_g`.
+
+    Returns
+    -------
+    MultiresolutionLeaves
+    """
+    node_ids, node_counts, node_parents, node_thresholds = [], [], [], []
+    parent_ids = None
+    for g, noisy, threshold in zip(levels, noisy_counts, thresholds):
+        is_node = noisy > threshold
+        if parent_ids is not None:
+            axes = np.unravel_index(np.arange(noisy.size), (g,) * n_dims, order="F")
+            parent_cell = np.ravel_multi_index([a // 2 for a in axes], (g // 2,) * n_dims,
+                                               order="F")
+            parents = parent_ids[parent_cell]
+            is_node &= parents >= 0
+        ids = np.full(noisy.size, -1, dtype=np.intp)
+        cells = np.flatnonzero(is_node)
+        ids[cells] = len(node_counts) + np.arange(len(cells))
+        node_counts.extend(noisy[cells])
+        node_parents.extend(parents[cells] if parent_ids is not None else [-1] * len(cells))
+        node_thresholds.extend([threshold] * len(cells))
+        node_ids.append(ids)
+        parent_ids = ids
+    node_counts = np.asarray(node_counts, dtype=float)
+    node_parents = np.asarray(node_parents, dtype=np.intp)
+    has_parent = node_parents >= 0
+    weights = node_counts - np.bincount(node_parents[has_parent], weights=node_counts[has_parent],
+                                        minlength=len(node_counts))
+    kept = weights > np.asarray(node_thresholds, dtype=float)
+    leaf_of_node = np.where(kept, np.cumsum(kept) - 1, -1)
+    finest = max((g for g, ids in zip(levels, node_ids)
+                  if np.any(kept[ids[ids >= 0]])), default=0)
+    return MultiresolutionLeaves(node_ids, leaf_of_node, weights[kept], finest)
 
 
 class GridInitializer:
@@ -291,41 +464,66 @@ class GridInitializer:
     split 0.10 / 0.12 / 0.38 / 0.40 between the four stages (the PCA share
     goes to the sums when no projection is needed):
 
-    1. :math:`p = \min(d, \text{projection\_dim})`; if :math:`p < d`,
+    1. :math:`p = \min(d, \text{projection\_dim})` (by default d up to
+       d = 4, else 3); if :math:`p < d`,
        Analyze-Gauss DP-PCA (Dwork, Talwar, Thakurta & Zhang 2014): the upper
        triangle of :math:`\sum_x (x/\Lambda)(x/\Lambda)^\top` plus Gaussian
        noise (sensitivity :math:`\sqrt 2` replace-one, 1 add/remove), and
        :math:`V` the top-p eigenvectors of the noisy matrix.
-    2. For every level :math:`g \in \{2, 4, \dots, 64\}` with
-       :math:`g^p \le` ``max_grid_cells``: noisy counts of the dense grid of
-       :math:`g^p` cells over :math:`[-\Lambda, \Lambda]^p` in the projected
-       coordinates :math:`y = xV`.
-    3. Heavy cells :math:`H_g = \{c : \tilde n_c > \tau_g\}`,
-       :math:`\tau_g = \max(\sigma_c(\sqrt{2\log g^p} + 2), \sigma_s\sqrt d/0.3)`;
-       the finest level with :math:`|H_g| \ge k` and
-       :math:`\sum_{H_g}\tilde n_c \ge 0.8\,\hat n` (:math:`\hat n` the noisy
-       total of the coarsest level), else the level with the most heavy mass.
-    4. Noisy sums of :math:`x/\Lambda` over the heavy cells of that level
-       (disjoint cells: one Gaussian mechanism); coreset points
-       :math:`\Pi_{B(0,\Lambda)}(\Lambda\tilde S_c/\tilde n_c)` with weights
-       :math:`\tilde n_c`.
+    2. A shift :math:`s` uniform in :math:`[0, \Lambda)^p` (public
+       randomness, drawn before any release) and, for every level
+       :math:`g \in \{2, 4, \dots, 64\}` with :math:`(3g/2)^p \le`
+       ``max_grid_cells``: noisy counts of the dense grid of cells of width
+       :math:`2\Lambda/g` with origin :math:`-\Lambda - s` (:math:`3g/2` cells
+       per axis, so that it still covers the ball; each cell of level g is
+       the union of :math:`2^p` cells of level 2g) in the projected
+       coordinates :math:`y = xV`. The shift keeps clusters centred on the
+       data's centre from straddling the same cell boundaries at every level.
+    3. Heavy cells :math:`\tilde n_c > \tau_g`,
+       :math:`\tau_g = \max(\sigma_c(\sqrt{2\log(\text{cells})} + 2), \sigma_s\sqrt d/0.3)`,
+       refined top-down into a multi-resolution partition
+       (:func:`multiresolution_leaves`, post-processing of the counts): the
+       nodes are the heavy cells of the coarsest level and the heavy cells
+       of finer levels whose parent is a node; each node is a leaf of the rows
+       of its cell in no child node, with weight
+       :math:`\tilde n_c - \sum_{\text{child nodes}}\tilde n_{c'}`, kept when
+       above :math:`\tau_g`. Dense regions get fine cells and a small cluster
+       keeps its own leaves (the single level of earlier versions, the finest
+       one holding 80% of the mass, dropped clusters of a few percent at
+       n = 10^4: issue #16).
+    4. Noisy sums of :math:`x/\Lambda` over the leaves (disjoint, each row in
+       at most one: one Gaussian mechanism); coreset points
+       :math:`\Pi_{B(0,\Lambda)}(\Lambda\,\mathrm{JS}(\tilde S_c/\tilde w_c))` with
+       weights :math:`\tilde w_c`, where JS is the James-Stein shrinkage of
+       :func:`james_stein` with the public noise scale
+       :math:`\sigma_s/\tilde w_c` (post-processing; in high dimension it
+       keeps a noise-dominated point near the centre of the data ball).
     5. Weighted k-means on the coreset (k-means++, ``n_restarts`` restarts,
-       at most 100 Lloyd iterations; post-processing). With fewer than k heavy
-       cells, the missing centres are uniform points of
-       :math:`B(0, \Lambda/4)` and a warning says so.
-    6. ``n_lloyd_steps`` DP-Lloyd steps (:func:`lloyd_step`), splitting the
-       0.40 share evenly.
+       at most 100 Lloyd iterations; post-processing). With fewer than k
+       leaves, the missing centres are :func:`filler_centers`:
+       :math:`\pm 10^{-3}\Lambda` times the principal directions of step 1
+       (the coordinate axes without projection), near the centre of the data
+       ball, and a warning says so.
+    6. ``n_lloyd_steps`` DP-Lloyd steps (:func:`lloyd_step`, whose means are
+       shrunk the same way), splitting the 0.40 share evenly.
 
     Every release is a Gaussian mechanism calibrated as
     :math:`\sigma = \Delta/\sqrt{2\rho}`, so the whole initializer is
     :math:`\rho_A`-zCDP under the given neighbouring relation (adaptive
     composition, Bun & Steinke 2016, Lemma 2.3). The exact number of rows is
-    never used: the total is a noisy count.
+    never used: the total is a noisy count. The shift is data-independent
+    and the partition of steps 3-4 a function of released counts only, so
+    the leaves' sums have the sensitivity of disjoint cells whatever the
+    shift and the counts (adaptive composition).
 
     Parameters
     ----------
-    projection_dim : int, default=3
-        Dimension p of the grid.
+    projection_dim : int or None, default=None
+        Dimension p of the grid. ``None`` chooses it from the public number
+        of features d: no projection up to d = 4
+        (:data:`GRID_MAX_UNPROJECTED_DIM`), else p = 3. (A projection to 3 of 4
+        standardized features, whose variances are all 1, is a random
+        subspace: issue #15.)
     n_lloyd_steps : int, default=2
         DP-Lloyd steps after the coreset.
     max_grid_cells : int, default=2**18
@@ -337,7 +535,7 @@ class GridInitializer:
     privacy_model = "zcdp"
     can_fail = False
 
-    def __init__(self, projection_dim=3, n_lloyd_steps=2, max_grid_cells=2**18, n_restarts=10):
+    def __init__(self, projection_dim=None, n_lloyd_steps=2, max_grid_cells=2**18, n_restarts=10):
         self.projection_dim = projection_dim
         self.n_lloyd_steps = n_lloyd_steps
         self.max_grid_cells = max_grid_cells
@@ -348,12 +546,12 @@ class GridInitializer:
         shares = self._shares(X.shape[1], budget["rho"])
         basis, events = self._projection(X, shares["pca"], data_radius, neighbouring, rng)
         projected = X if basis is None else X @ basis
-        level, heavy, noisy_counts, count_events = self._heavy_cells(
-            projected, n_clusters, X.shape[1], shares, data_radius, neighbouring, rng)
+        row_leaves, weights, level, count_events = self._heavy_cells(
+            projected, X.shape[1], shares, data_radius, neighbouring, rng)
         points, weights, sum_event = self._coreset(
-            X, projected, level, heavy, noisy_counts, shares["sums"], data_radius, neighbouring,
-            rng)
-        centers = self._cluster_coreset(points, weights, n_clusters, data_radius, rng)
+            X, row_leaves, weights, shares["sums"], data_radius, neighbouring, rng)
+        centers = self._cluster_coreset(points, weights, n_clusters, data_radius, rng,
+                                        directions=basis)
         centers, lloyd_events, fallbacks = self._lloyd(
             X, centers, shares["lloyd"], data_radius, neighbouring, rng)
         info = {"grid_level": level, "n_heavy_cells": len(points),
@@ -361,9 +559,15 @@ class GridInitializer:
         return centers, events + count_events + [sum_event] + lloyd_events, info
 
     # -- budget ---------------------------------------------------------------------
+    def _dimension(self, n_features):
+        """p of step 1, from public values only (``projection_dim=None``: see the parameter)."""
+        if self.projection_dim is None:
+            return n_features if n_features <= GRID_MAX_UNPROJECTED_DIM else 3
+        return min(self.projection_dim, n_features)
+
     def _shares(self, n_features, rho):
         shares = {name: share * rho for name, share in GRID_SHARES.items()}
-        if min(self.projection_dim, n_features) >= n_features:
+        if self._dimension(n_features) >= n_features:
             shares["sums"] += shares.pop("pca")
             shares["pca"] = 0.0
         return shares
@@ -378,7 +582,7 @@ class GridInitializer:
     def _projection(self, X, rho, data_radius, neighbouring, rng):
         """Step 1: Analyze-Gauss DP-PCA; ``None`` when no projection is needed."""
         n_features = X.shape[1]
-        p = min(self.projection_dim, n_features)
+        p = self._dimension(n_features)
         if p >= n_features:
             return None, []
         upper = np.triu_indices(n_features)
@@ -394,66 +598,89 @@ class GridInitializer:
         return vectors[:, ::-1][:, :p], [event]
 
     def _levels(self, p):
-        return [g for g in GRID_LEVELS if g**p <= self.max_grid_cells] or [GRID_LEVELS[0]]
+        """Cells per axis of every level (``g``, then its shifted grid has ``3g/2`` cells)."""
+        return ([g for g in GRID_LEVELS if shifted_cells_per_axis(g) ** p <= self.max_grid_cells]
+                or [GRID_LEVELS[0]])
 
     @staticmethod
-    def _cell_index(projected, g, data_radius):
-        width = 2.0 * data_radius / g
-        axes = np.clip(np.floor((projected + data_radius) / width), 0, g - 1).astype(np.int64)
-        return axes @ (g ** np.arange(projected.shape[1], dtype=np.int64))
+    def _grid_shift(n_dims, data_radius, rng):
+        """Uniform shift of the nested grids in ``[0, Lambda)^p``: public randomness (step 2)."""
+        return rng.uniform(0.0, data_radius, size=n_dims)
 
-    def _heavy_cells(self, projected, n_clusters, n_features, shares, data_radius,
-                     neighbouring, rng):
-        """Steps 2-3: noisy counts per level; the chosen level, its heavy cells and counts."""
+    @staticmethod
+    def _cell_index(projected, g, data_radius, shift=None):
+        """Cell of every row in the grid of width ``2 Lambda / g`` over ``[-Lambda, Lambda]^p``.
+
+        With a ``shift`` (public, in ``[0, Lambda)^p``), the grid origin moves to
+        ``-Lambda - shift`` and it has :func:`shifted_cells_per_axis` cells per axis,
+        so that every level still covers the ball and each cell of level ``g`` is the
+        union of ``2^p`` cells of level ``2g``.
+        """
+        width = 2.0 * data_radius / g
+        if shift is None:
+            cells, offset = g, data_radius
+        else:
+            cells, offset = shifted_cells_per_axis(g), data_radius + shift
+        axes = np.clip(np.floor((projected + offset) / width), 0, cells - 1).astype(np.int64)
+        return axes @ (cells ** np.arange(projected.shape[1], dtype=np.int64))
+
+    def _heavy_cells(self, projected, n_features, shares, data_radius, neighbouring, rng):
+        """Steps 2-3: noisy counts per level, and the leaves of the multi-resolution partition.
+
+        Returns the per-row leaf (``-1``: dropped), the leaves' noisy weights, the finest
+        level holding a leaf, and the count events.
+        """
         levels = self._levels(projected.shape[1])
         sigma_counts, sigma_sums = self._noise_scales(n_features, shares, len(levels),
                                                       neighbouring)
         accuracy_floor = sigma_sums * math.sqrt(n_features) / GRID_CORESET_ERROR
-        found, events = [], []
+        shift = self._grid_shift(projected.shape[1], data_radius, rng)
+        cells, noisy_counts, thresholds, events = [], [], [], []
         for g in levels:
-            counts = np.bincount(self._cell_index(projected, g, data_radius),
-                                 minlength=g ** projected.shape[1]).astype(float)
+            cells.append(self._cell_index(projected, g, data_radius, shift))
+            counts = np.bincount(cells[-1], minlength=shifted_cells_per_axis(g)
+                                 ** projected.shape[1]).astype(float)
             noisy, event = zcdp_gaussian_mechanism(
                 counts, sensitivity=SUM_COUNT_SENSITIVITY[neighbouring][1],
                 rho=shares["counts"] / len(levels), rng=rng,
                 label=f"stable/grid_init/counts_g{g}", neighbouring=neighbouring,
             )
-            threshold = max(sigma_counts * (math.sqrt(2.0 * math.log(counts.size)) + 2.0),
-                            accuracy_floor)
-            heavy = np.flatnonzero(noisy > threshold)
-            found.append((g, heavy, noisy, float(np.sum(noisy[heavy]))))
+            thresholds.append(max(sigma_counts * (math.sqrt(2.0 * math.log(counts.size)) + 2.0),
+                                  accuracy_floor))
+            noisy_counts.append(noisy)
             events.append(event)
-        total = float(np.sum(found[0][2]))
-        admissible = [entry for entry in found
-                      if len(entry[1]) >= n_clusters and entry[3] >= GRID_MASS_SHARE * total]
-        level, heavy, noisy, _ = admissible[-1] if admissible else max(found, key=lambda e: e[3])
-        return level, heavy, noisy, events
+        leaves = multiresolution_leaves([shifted_cells_per_axis(g) for g in levels],
+                                        projected.shape[1], noisy_counts, thresholds)
+        return leaves.row_leaves(cells), leaves.weights, leaves.finest_level, events
 
-    def _coreset(self, X, projected, g, heavy, noisy_counts, rho, data_radius, neighbouring,
-                 rng):
-        """Step 4: noisy sums of the heavy cells; coreset points and weights."""
-        index = self._cell_index(projected, g, data_radius)
-        position = np.full(noisy_counts.size, len(heavy), dtype=np.intp)
-        position[heavy] = np.arange(len(heavy))
-        sums, _ = cell_sums(X, position[index], len(heavy))
+    def _coreset(self, X, row_leaves, weights, rho, data_radius, neighbouring, rng):
+        """Step 4: noisy sums over the leaves (disjoint); coreset points and weights."""
+        sums, _ = cell_sums(X, np.where(row_leaves < 0, len(weights), row_leaves), len(weights))
         noisy, event = zcdp_gaussian_mechanism(
-            sums / data_radius, sensitivity=SUM_COUNT_SENSITIVITY[neighbouring][0], rho=rho, rng=rng,
-            label=f"stable/grid_init/cell_sums_g{g}", neighbouring=neighbouring,
+            sums / data_radius, sensitivity=SUM_COUNT_SENSITIVITY[neighbouring][0], rho=rho,
+            rng=rng, label="stable/grid_init/cell_sums", neighbouring=neighbouring,
         )
-        weights = noisy_counts[heavy]
-        points = _project_onto_ball(data_radius * np.reshape(noisy, sums.shape)
-                                    / weights[:, None], 0.0, data_radius)
-        return points, weights, event
+        means = james_stein(np.reshape(noisy, sums.shape) / weights[:, None],
+                            event.scale / weights)
+        return _project_onto_ball(data_radius * means, 0.0, data_radius), weights, event
 
-    def _cluster_coreset(self, points, weights, n_clusters, data_radius, rng):
-        """Step 5: weighted k-means++ on the coreset (post-processing)."""
+    def _cluster_coreset(self, points, weights, n_clusters, data_radius, rng, directions=None):
+        """Step 5: weighted k-means++ on the coreset (post-processing).
+
+        Missing centres (fewer leaves than k) are :func:`filler_centers` along the
+        released principal ``directions`` (columns; the coordinate axes when ``None``).
+        """
         n_fit = min(n_clusters, len(points))
-        filler = random_ball_points(rng, n_clusters - n_fit, points.shape[1], data_radius / 4.0)
+        if directions is None:
+            directions = np.eye(points.shape[1])
+        filler = filler_centers(n_clusters - n_fit, directions, GRID_FILLER_RADIUS * data_radius,
+                                rng)
         if n_fit < n_clusters:
             warn_user(
                 f"GridInitializer: only {len(points)} heavy grid cells for n_clusters={n_clusters}"
-                f"; {n_clusters - n_fit} initial centres are random points. There is too little "
-                "data for this epsilon (or data_radius is much too large).", UserWarning)
+                f"; {n_clusters - n_fit} initial centres are placed near the centre of the data "
+                "ball. There is too little data for this epsilon (or data_radius is much too "
+                "large).", UserWarning)
         if n_fit == 0:
             return filler
         model = KMeans(n_clusters=n_fit, n_init=self.n_restarts, max_iter=100,
