@@ -42,14 +42,14 @@ __all__ = ["ENV_VAR", "VENV_DIR", "ensure_venv", "locate", "run_google_clusterin
 
 ENV_VAR = "SKDP_GOOGLE_CLUSTERING"
 VENV_DIR = Path(__file__).resolve().parent / ".venv-google"
-#: What the environment holds (``learning/requirements.txt`` at google/differential-privacy@b5b0286).
+#: What the environment holds (``learning/requirements.txt`` at b5b0286).
 REQUIREMENTS = ("numpy<2", "scipy>=1.7,<1.14", "scikit-learn>=1.5,<1.6", "absl-py>=1.0",
                 "dp-accounting>=0.4")
 _CHUNK_ROWS = 65536
 
 
 def locate(path=None):
-    """The ``learning`` folder holding the ``clustering`` package, or ``None`` with the reason printed.
+    """The ``learning`` folder holding the ``clustering`` package, or ``None`` (reason printed).
 
     Parameters
     ----------

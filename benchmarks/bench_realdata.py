@@ -79,7 +79,7 @@ DEFAULT = "stable_kmeans"
 
 @dataclass(frozen=True)
 class Dataset:
-    """Rows, labels, k, the public ball and (for the unbalanced mixture) the smallest cluster's mean."""
+    """Rows, labels, k, the public ball and (unbalanced mixture) the smallest cluster's mean."""
 
     X: np.ndarray
     y: np.ndarray
@@ -127,7 +127,7 @@ def datasets(quick):
 
 
 def _bounded(cls, **extra):
-    """A fit function: ``cls`` with the public ball, a fresh accountant, the seed; returns centres."""
+    """A fit function: ``cls`` with the public ball, a fresh accountant and the seed."""
     def fit(X, k, epsilon, data, seed):
         size = {"n_components" if cls is PrivateGaussianMixture else "n_clusters": k}
         est = cls(**size, epsilon=epsilon, delta=DELTA, data_radius=data.radius,
@@ -173,7 +173,7 @@ def _score(X, y, centers, reference_cost, smallest_mean):
 
 
 def our_rows(name, data, epsilon, seeds, reference_cost, methods=METHODS):
-    """One row per (method, seed) of the library's estimators; a failed fit is a row with its error."""
+    """One row per (method, seed) of the library's estimators; a failed fit keeps its error."""
     rows = []
     base = {"dataset": name, "n": data.X.shape[0], "d": data.X.shape[1], "k": data.k,
             "epsilon": epsilon}
@@ -205,7 +205,7 @@ def _anchor_rows(method, results, base, data, reference_cost):
 
 
 def anchor_rows(name, data, epsilon, seeds, reference_cost, learning):
-    """diffprivlib's and (when ``learning`` is a folder) Google's runs; left out with a message on failure."""
+    """diffprivlib's and (when ``learning`` is a folder) Google's runs; a failure is printed."""
     from benchmarks._diffprivlib import run_diffprivlib_kmeans
     from benchmarks._google import run_google_clustering
 
@@ -258,7 +258,7 @@ def summarize(rows):
 
 
 def headline(summary):
-    """Per (dataset, epsilon): the default's, the best of ours, diffprivlib's and Google's cost ratio."""
+    """Per (dataset, epsilon): cost ratio of the default, the best of ours, diffprivlib, Google."""
     anchors = ("diffprivlib", "google_lsh")
     out = []
     for key in dict.fromkeys((r["dataset"], r["epsilon"]) for r in summary):
@@ -272,11 +272,14 @@ def headline(summary):
         for anchor in anchors:
             row[anchor] = cell[anchor]["cost_ratio"] if anchor in cell else math.nan
             row[f"{anchor}_ari"] = cell[anchor]["ari"] if anchor in cell else math.nan
-        if not math.isnan(cell[DEFAULT]["small_err"]):
-            row["small_err_default"] = cell[DEFAULT]["small_err"]
-            row["small_err_best"] = min(r["small_err"] for r in ours)
+        row["small_err_default"] = cell[DEFAULT]["small_err"]
+        row["small_err_best"] = min((r["small_err"] for r in ours), key=_nan_last)
         out.append(row)
     return out
+
+
+def _nan_last(value):
+    return (math.isnan(value), value)
 
 
 def plot(summary):
