@@ -56,6 +56,54 @@ def test_budget_split_is_the_documented_share():
     assert radius_only.cost == pytest.approx((0.2, 0.0))
 
 
+def test_a_pure_centre_reserves_no_delta():
+    # d = 4: basic composition gives each coordinate more than zCDP, so the whole bound is
+    # pure epsilon-DP and leaves all of delta to the fit; d = 64: zCDP, which uses the delta.
+    assert B.plan_bounds(20_000, 4, 1.0, 1e-6)[0].cost == pytest.approx((0.1, 0.0))
+    assert B.plan_bounds(10**5, 64, 1.0, 1e-6)[0].cost == pytest.approx((0.1, 1e-7))
+
+
+def test_the_fit_keeps_the_delta_a_pure_bound_does_not_use(blobs):
+    est = PrivateStableKMeans(4, accountant=BudgetAccountant(), random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        est.fit(blobs[0])
+    assert [e.delta for e in est.privacy_ledger_[:2]] == [0.0, 0.0]
+    assert est.privacy_spent_["delta"] == pytest.approx(1e-6)  # 9e-7 when the bound held 10%
+
+
+@pytest.mark.parametrize("n, epsilon, expected", [
+    (10**5, 0.05, 0.99),  # many rows: the 0.99 quantile
+    (1_797, 0.1, 0.901),  # load_digits with the whole 10% share on the radius
+    (178, 0.1, 0.5),  # load_wine: the median
+])
+def test_radius_quantile_is_lowered_for_few_rows(n, epsilon, expected):
+    assert B.radius_quantile(n, epsilon) == pytest.approx(expected, abs=1e-3)
+
+
+@pytest.mark.parametrize("epsilon", [0.01, 0.1, 1.0])
+def test_radius_target_is_monotone_and_1_lipschitz_in_n(epsilon):
+    # The add/remove half of the proof: t(n) = q(n) n moves by at most 1, in the direction of n.
+    n = np.arange(1, 20_001)
+    target = np.array([B.radius_quantile(m, epsilon) for m in n]) * n
+    steps = np.diff(target)
+    assert np.all(steps >= 0) and np.all(steps <= 1 + 1e-9)
+
+
+def test_few_rows_do_not_overshoot_the_radius():
+    # load_digits-sized data (n = 1800, d = 64, pixels in [0, 16]) with the whole 10% share
+    # of epsilon = 1 on the radius: the 0.99 target sits (1 - q) n eps / 2 = 0.9 nat above the
+    # radii beyond every row, so it overshot by 1.5x or more in about half of the draws.
+    X = np.random.default_rng(13).uniform(0, 16, size=(1_800, 64))
+    budget = B.BoundsBudget.of_fit(1.0, 1e-6, estimate_center=False)
+    largest = np.linalg.norm(X, axis=1).max()
+    radii = np.array([B.private_bounds(X, budget=budget, center=np.zeros(64),
+                                       rng=np.random.default_rng(seed))[0][1]
+                      for seed in range(200)])
+    assert np.mean(radii > 1.5 * largest) <= 0.1
+    assert np.mean(radii < 0.5 * largest) <= 0.01  # and it does not fall short instead
+
+
 def test_bound_contains_the_quantile_and_is_tight(blobs):
     X, _ = blobs
     (center, radius), events = B.private_bounds(X, budget=BUDGET, rng=np.random.default_rng(0))
@@ -180,6 +228,29 @@ def test_center_median_empirical_privacy_loss(monkeypatch, mutant):
     grid = B.radius_grid()
     bound, counts = _loss_lower_bound(
         lambda values, rng: B._private_median(values, grid, 1.0, rng)[0], split=8000.0)
+    assert (bound > 1.0) == mutant, (bound, counts)
+
+
+@pytest.mark.parametrize("mutant", [False, True])
+def test_radius_add_remove_empirical_privacy_loss(monkeypatch, mutant):
+    # Add/remove with the quantile lowered for n = 400 at epsilon = 1: the target t(n) = q(n) n
+    # is 382.2 for X_a and 381.2 for X_b (X_a without one of its rows at 1e4). X_a: 381 values
+    # at 0.45, 2 at ``split``, 17 at 1e4, so the count is 381 on [0.5, split) (score rises by
+    # 1) and 383 on [split, 1e4) (score falls by 1); split = 10 puts about 5% of the mass of
+    # the 1/R base measure on the falling region. Loss of [split, 1e4): about 0.9, about 1.8
+    # for the mutant. Through _private_radius itself (the distances to the centre 0).
+    if mutant:
+        _halved_sensitivity(monkeypatch)
+    split, n_draws = 10.0, 20_000
+    a = np.r_[np.full(381, 0.45), split, split, np.full(17, 1e4)][:, None]
+    counts = []
+    for seed, X in zip((22, 23), (a, a[:-1])):
+        rng = np.random.default_rng(seed)
+        released = np.array([B._private_radius(X, np.zeros(1), 1.0, 0.99, "add_remove", rng)[0]
+                             for _ in range(n_draws)]) / B.RADIUS_SAFETY
+        regions = np.searchsorted([_REGIONS_BELOW, split], released, side="right")
+        counts.append(np.bincount(regions, minlength=3))
+    bound = epsilon_lower_bound(counts[0], n_draws, counts[1], n_draws)
     assert (bound > 1.0) == mutant, (bound, counts)
 
 
