@@ -49,6 +49,7 @@ Usage::
     SKDP_GOOGLE_CLUSTERING=/path/to/differential-privacy \
         python -m benchmarks --only realdata --quick   # 3 seeds, outliers at n = 2e4
     python -m benchmarks --only realdata --full        # 10 seeds, outliers at n = 1e5
+    python -m benchmarks.bench_realdata --full --seeds 5 --datasets wine digits
 """
 
 import argparse
@@ -290,12 +291,12 @@ def plot(summary):
                    title=f"{dataset}: median cost ratio", logx=True, logy=True)
 
 
-def run(quick, methods=METHODS, names=None):
-    """Run the protocol; write the CSVs and plots; return the headline rows."""
+def run(quick, methods=METHODS, names=None, n_seeds=None):
+    """Run the protocol (``n_seeds`` in place of 3 or 10); write CSVs and plots; return the headline."""
     from benchmarks._google import locate
 
     learning = locate()
-    seeds = list(range(3 if quick else 10))
+    seeds = list(range(n_seeds or (3 if quick else 10)))
     rows = []
     for name, load in datasets(quick).items():
         if names is not None and name not in names:
@@ -323,8 +324,9 @@ def main(argv=None):
     size.add_argument("--quick", action="store_true", help="3 seeds (the default)")
     size.add_argument("--full", action="store_true", help="10 seeds, outliers at n = 1e5")
     parser.add_argument("--datasets", nargs="+", help="only these data sets")
+    parser.add_argument("--seeds", type=int, help="seeds per cell, in place of 3 or 10")
     args = parser.parse_args(argv)
-    print_table(run(quick=not args.full, names=args.datasets))
+    print_table(run(quick=not args.full, names=args.datasets, n_seeds=args.seeds))
 
 
 if __name__ == "__main__":
