@@ -292,7 +292,7 @@ def plot(summary):
 
 
 def run(quick, methods=METHODS, names=None, n_seeds=None):
-    """Run the protocol (``n_seeds`` in place of 3 or 10); write CSVs and plots; return the headline."""
+    """Run the protocol (``n_seeds`` in place of 3 or 10); write CSVs and plots; return headline."""
     from benchmarks._google import locate
 
     learning = locate()
