@@ -185,7 +185,7 @@ def test_fresh_budget_is_exactly_the_target():
 
 def test_fresh_releases_use_the_derived_noise(fitted):
     gm, _ = fitted
-    budget = _FreshBudget.for_target(0.9, 0.9e-6)  # the rest after the private bound's 10%
+    budget = _FreshBudget.for_target(0.9, 1e-6)  # the rest after the pure private bound's 10%
     events = gm.privacy_ledger_[-1].details["fresh_part"]["details"]["events"]
     counts = [e for e in events if e["label"].startswith("gaussian_mixture/counts")]
     learners = [e for e in events if e["mechanism"] == "private_gaussian_estimate"]
@@ -318,8 +318,9 @@ def test_failure_is_reported_not_garbage():
     assert gm.status_ == "failure" and not gm.converged_
     assert gm.means_ is None and gm.covariances_ is None and gm.weights_ is None
     assert np.all(gm.labels_ == -1)
-    # The whole fit is priced either way: the private bound (pure epsilon, 10%) and the rest.
-    assert acc.total() == pytest.approx((1.0, 0.9e-6))
+    # The whole fit is priced either way: the private bound (pure epsilon, 10%) and the rest
+    # (which keeps all of delta).
+    assert acc.total() == pytest.approx((1.0, 1e-6))
     assert gm.privacy_ledger_[-1].details["fresh_part"]["details"]["released"] is False
     for method in (gm.predict, gm.predict_proba, gm.score_samples):
         with pytest.raises(NotFittedError, match="failed"):
@@ -347,7 +348,7 @@ def test_on_failure_raise_charges_and_keeps_previous_state(small):
         ({"samples_per_tuple": 100, "fallback_share": 0.0}, N_TUPLES * 30, InsufficientDataError,
          "fresh rows"),
         ({"n_tuples": 100, "fallback_share": 0.0}, N_TUPLES * 30, InsufficientDataError,
-         "at least 162 tuples"),
+         "at least 161 tuples"),  # at (0.9, 1e-6): the pure private bound leaves all delta
         ({"n_tuples": 100, "tuple_method": "noisy_centers", "fallback_share": 0.0}, N_TUPLES * 30,
          InsufficientDataError, "at least 1963"),
         ({"epsilon": 0}, N_TUPLES * 30, ValueError, "epsilon"),
