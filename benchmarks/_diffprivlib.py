@@ -43,8 +43,8 @@ def _venv_python(folder):
     return folder / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
 
-def ensure_venv(folder=VENV_DIR, *, quiet=True):
-    """Create (once) the environment with diffprivlib and scikit-learn<1.9; return its Python.
+def ensure_venv(folder=VENV_DIR, *, quiet=True, requirements=REQUIREMENTS):
+    """Create (once) the environment with ``requirements`` (diffprivlib's by default); return its Python.
 
     The environment is built in a temporary sibling folder and renamed into
     place when complete, so an interrupted build is never mistaken for a
@@ -52,17 +52,17 @@ def ensure_venv(folder=VENV_DIR, *, quiet=True):
     """
     folder = Path(folder)
     marker = folder / _MARKER
-    if marker.exists() and json.loads(marker.read_text()) == list(REQUIREMENTS):
+    if marker.exists() and json.loads(marker.read_text()) == list(requirements):
         return _venv_python(folder)
     building = folder.with_name(f"{folder.name}.building-{os.getpid()}")
     shutil.rmtree(building, ignore_errors=True)
     venv.EnvBuilder(with_pip=True, clear=True).create(building)
     (building / ".gitignore").write_text("*\n")
     command = [str(_venv_python(building)), "-m", "pip", "install", "--disable-pip-version-check",
-               *(["--quiet"] if quiet else []), *REQUIREMENTS]
-    print(f"  creating {folder.name}: pip install {' '.join(REQUIREMENTS)} (once)", flush=True)
+               *(["--quiet"] if quiet else []), *requirements]
+    print(f"  creating {folder.name}: pip install {' '.join(requirements)} (once)", flush=True)
     subprocess.run(command, check=True)
-    (building / _MARKER).write_text(json.dumps(list(REQUIREMENTS)))
+    (building / _MARKER).write_text(json.dumps(list(requirements)))
     shutil.rmtree(folder, ignore_errors=True)
     building.rename(folder)
     return _venv_python(folder)

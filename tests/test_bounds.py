@@ -56,14 +56,63 @@ def test_budget_split_is_the_documented_share():
     assert radius_only.cost == pytest.approx((0.2, 0.0))
 
 
+def test_a_pure_centre_reserves_no_delta():
+    # d = 4: basic composition gives each coordinate more than zCDP, so the whole bound is
+    # pure epsilon-DP and leaves all of delta to the fit; d = 64: zCDP, which uses the delta.
+    assert B.plan_bounds(20_000, 4, 1.0, 1e-6)[0].cost == pytest.approx((0.1, 0.0))
+    assert B.plan_bounds(10**5, 64, 1.0, 1e-6)[0].cost == pytest.approx((0.1, 1e-7))
+
+
+def test_the_fit_keeps_the_delta_a_pure_bound_does_not_use(blobs):
+    est = PrivateStableKMeans(4, accountant=BudgetAccountant(), random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        est.fit(blobs[0])
+    assert [e.delta for e in est.privacy_ledger_[:2]] == [0.0, 0.0]
+    assert est.privacy_spent_["delta"] == pytest.approx(1e-6)  # 9e-7 when the bound held 10%
+
+
+@pytest.mark.parametrize("n, epsilon, expected", [
+    (10**5, 0.05, 0.99),  # many rows: the 0.99 quantile
+    (1_797, 0.1, 0.876),  # load_digits with the whole 10% share on the radius
+    (178, 0.1, 0.5),  # load_wine: the median
+])
+def test_radius_quantile_is_lowered_for_few_rows(n, epsilon, expected):
+    assert B.radius_quantile(n, epsilon) == pytest.approx(expected, abs=1e-3)
+
+
+@pytest.mark.parametrize("epsilon", [0.01, 0.1, 1.0])
+def test_radius_target_is_monotone_and_1_lipschitz_in_n(epsilon):
+    # The add/remove half of the proof: t(n) = q(n) n moves by at most 1, in the direction of n.
+    n = np.arange(1, 20_001)
+    target = np.array([B.radius_quantile(m, epsilon) for m in n]) * n
+    steps = np.diff(target)
+    assert np.all(steps >= 0) and np.all(steps <= 1 + 1e-9)
+
+
+def test_few_rows_do_not_overshoot_the_radius():
+    # load_digits-sized data (n = 1800, d = 64, pixels in [0, 16]) with the whole 10% share
+    # of epsilon = 1 on the radius: the 0.99 target sits (1 - q) n eps / 2 = 0.9 nat above the
+    # radii beyond every row, so it overshot by 1.5x or more in about half of the draws.
+    X = np.random.default_rng(13).uniform(0, 16, size=(1_800, 64))
+    budget = B.BoundsBudget.of_fit(1.0, 1e-6, estimate_center=False)
+    largest = np.linalg.norm(X, axis=1).max()
+    radii = np.array([B.private_bounds(X, budget=budget, center=np.zeros(64),
+                                       rng=np.random.default_rng(seed))[0][1]
+                      for seed in range(200)])
+    assert np.mean(radii > 1.5 * largest) <= 0.1
+    assert np.mean(radii < 0.5 * largest) <= 0.01  # and it does not fall short instead
+
+
 def test_bound_contains_the_quantile_and_is_tight(blobs):
     X, _ = blobs
     (center, radius), events = B.private_bounds(X, budget=BUDGET, rng=np.random.default_rng(0))
     distances = np.linalg.norm(X - center, axis=1)
     # Centre: a coordinate-wise median up to the grid's 1% relative resolution and the rank error.
     assert np.all(np.abs(center - np.median(X, axis=0)) <= 0.01 * np.abs(np.median(X, axis=0)) + 1.0)
-    # Radius: safety * a grid value within a factor 1.1 of a quantile near 0.99 (rank error
-    # (2 / 0.05) log(364 / 0.05) = 356 rows of 20 000, so between the 0.97 and the 1.0 quantile).
+    # Radius: safety * a grid value within a factor 1.01 of a quantile near 0.99 (rank error
+    # (2 / 0.05) log(3473 / 0.05) = 446 rows of 20 000 about the 0.978 quantile, so between
+    # the 0.97 and the 1.0 quantile).
     assert np.quantile(distances, 0.97) <= radius <= B.RADIUS_SAFETY * 1.1 * distances.max()
     assert np.mean(distances > radius) <= 0.01
     _assert_within(_ledger_sum(events), BUDGET.cost, epsilon_exact=True)
@@ -105,13 +154,22 @@ def test_invalid_parameters_raise_before_randomness(blobs, params, match):
 
 
 def test_one_point_gives_a_radius_at_the_grid_resolution_with_a_warning():
+    # Every radius above the gap d between the released centre and the point scores the same
+    # (n - q n rows short of nothing), so the 1/R base measure gives P(radius > t d) ~ 1/t:
+    # at the grids' resolution (2% of |c|, about 3.7 d here) in about 3 draws of 4, never
+    # below d. One seed cannot say that; 20 do.
     X = np.full((5_000, 3), 7.0)
-    with pytest.warns(UserWarning, match="at the resolution of the grids"):
-        (center, radius), events = B.private_bounds(X, budget=BUDGET, rng=np.random.default_rng(5))
-    # The centre is within the grid's 1% of 7; the radius covers that gap and little more.
-    assert np.all(np.abs(center - 7.0) <= 0.1)
-    assert np.linalg.norm(center - 7.0) <= radius <= 0.02 * B.RADIUS_SAFETY * np.linalg.norm(center)
-    _assert_within(_ledger_sum(events), BUDGET.cost, epsilon_exact=True)
+    warned = 0
+    for seed in range(20):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            (center, radius), events = B.private_bounds(X, budget=BUDGET,
+                                                        rng=np.random.default_rng(seed))
+        warned += any("at the resolution of the grids" in str(w.message) for w in caught)
+        assert np.all(np.abs(center - 7.0) <= 0.1)  # within the centre grid's 1% of 7
+        assert np.linalg.norm(center - 7.0) <= radius
+        _assert_within(_ledger_sum(events), BUDGET.cost, epsilon_exact=True)
+    assert warned >= 10
 
 
 def test_a_few_huge_outliers_do_not_move_the_bound(blobs):
@@ -146,9 +204,12 @@ def test_too_few_rows_warns_from_public_values():
 # region has little mass (the normaliser then moves by almost e^{eps/2} as well). The
 # split puts about 2% of the mass in the falling region: 8000 for the centre's uniform
 # weights, 36 for the radius's 1/R base measure. True loss of the event [split, 1e4):
-# about 0.95 at epsilon = 1, about 1.9 for the mutant. Both run on the radius grid (364
-# public candidates; the centre's kernel is the same function on any public grid).
+# about 0.95 at epsilon = 1, about 1.9 for the mutant. Both run on a geometric grid of ratio
+# 1.1 over the radius grid's range (364 public candidates, 10 times fewer than the radius
+# grid's, so the default suite stays fast): the kernels are the same functions on any
+# public grid, and the split's share of the mass does not depend on the ratio.
 _REGIONS_BELOW = 0.5
+_TEST_GRID = B.radius_grid(ratio=1.1)
 
 
 def _neighbours(split):
@@ -177,9 +238,35 @@ def _loss_lower_bound(draw, split, n_draws=20_000):
 def test_center_median_empirical_privacy_loss(monkeypatch, mutant):
     if mutant:
         _halved_sensitivity(monkeypatch)
-    grid = B.radius_grid()
+    grid = _TEST_GRID
     bound, counts = _loss_lower_bound(
         lambda values, rng: B._private_median(values, grid, 1.0, rng)[0], split=8000.0)
+    assert (bound > 1.0) == mutant, (bound, counts)
+
+
+@pytest.mark.slow  # 40 000 draws on the 3 473-point production grid: minutes on 2 cores
+@pytest.mark.parametrize("mutant", [False, True])
+def test_radius_add_remove_empirical_privacy_loss(monkeypatch, mutant):
+    # Add/remove with the quantile lowered for n = 400 at epsilon = 1: the target t(n) = q(n) n
+    # is t_a = 377.7 for X_a and t_a - 1 for X_b (X_a without one of its rows at 1e4). X_a:
+    # k = floor(t_a - 1) values at 0.45, 2 at ``split``, the rest at 1e4, so the count is
+    # k <= t_a - 1 on [0.5, split) (the score rises by 1) and k + 2 >= t_a on [split, 1e4) (it
+    # falls by 1); split = 10 puts about 5% of the mass of the 1/R base measure on the falling
+    # region. Loss of [split, 1e4): about 0.9, about 1.8 for the mutant. Through
+    # _private_radius itself (the distances to the centre 0).
+    if mutant:
+        _halved_sensitivity(monkeypatch)
+    split, n_draws = 10.0, 20_000
+    below = math.floor(B.radius_quantile(400, 1.0) * 400 - 1.0)
+    a = np.r_[np.full(below, 0.45), split, split, np.full(398 - below, 1e4)][:, None]
+    counts = []
+    for seed, X in zip((22, 23), (a, a[:-1])):
+        rng = np.random.default_rng(seed)
+        released = np.array([B._private_radius(X, np.zeros(1), 1.0, 0.99, "add_remove", rng)[0]
+                             for _ in range(n_draws)]) / B.RADIUS_SAFETY
+        regions = np.searchsorted([_REGIONS_BELOW, split], released, side="right")
+        counts.append(np.bincount(regions, minlength=3))
+    bound = epsilon_lower_bound(counts[0], n_draws, counts[1], n_draws)
     assert (bound > 1.0) == mutant, (bound, counts)
 
 
@@ -188,7 +275,7 @@ def test_radius_quantile_empirical_privacy_loss(monkeypatch, mutant):
     if mutant:
         _halved_sensitivity(monkeypatch)
 
-    grid = B.radius_grid()
+    grid = _TEST_GRID
     base_measure = -np.log(grid)  # as in B._private_radius: the distances are the values here
 
     def draw(distances, rng):

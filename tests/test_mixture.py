@@ -156,8 +156,9 @@ def test_recovers_means_and_weights_within_the_spec_bounds(easy, fitted):
 
 def test_privacy_spent_matches_ledger_and_accountant(fitted):
     gm, acc = fitted
-    # The default fit first releases its bound on 10% of the budget (skdpcluster.bounds),
-    # then fits the mixture on the remaining (0.9, 9e-7).
+    # The default fit first releases its bound on 10% of epsilon (skdpcluster.bounds), pure
+    # epsilon-DP in this low dimension (its delta is left to the fit), then fits the mixture on
+    # the remaining (0.9, 1e-6).
     assert gm.privacy_spent_["proven"] is True
     assert gm.privacy_spent_["epsilon"] == pytest.approx(1.0)
     assert gm.privacy_spent_["delta"] <= 1e-6
@@ -168,8 +169,9 @@ def test_privacy_spent_matches_ledger_and_accountant(fitted):
     assert acc.total() == pytest.approx(tuple(spent)) and len(acc.ledger) == 1
     event = gm.privacy_ledger_[-1]
     tuple_part, fresh_part = event.details["tuple_part"], event.details["fresh_part"]
-    assert tuple_part["epsilon"] <= 0.9 * (1 + 1e-12) and tuple_part["delta"] <= 9e-7 * (1 + 1e-12)
-    assert (fresh_part["epsilon"], fresh_part["delta"]) == pytest.approx((0.9, 9e-7))
+    assert [e.delta for e in gm.privacy_ledger_[:2]] == [0.0, 0.0]
+    assert tuple_part["epsilon"] <= 0.9 * (1 + 1e-12) and tuple_part["delta"] <= 1e-6 * (1 + 1e-12)
+    assert (fresh_part["epsilon"], fresh_part["delta"]) == pytest.approx((0.9, 1e-6))
     json.loads(acc.to_json())  # the nested details stay serialisable
 
 
@@ -183,7 +185,7 @@ def test_fresh_budget_is_exactly_the_target():
 
 def test_fresh_releases_use_the_derived_noise(fitted):
     gm, _ = fitted
-    budget = _FreshBudget.for_target(0.9, 0.9e-6)  # the rest after the private bound's 10%
+    budget = _FreshBudget.for_target(0.9, 1e-6)  # the rest after the pure private bound's 10%
     events = gm.privacy_ledger_[-1].details["fresh_part"]["details"]["events"]
     counts = [e for e in events if e["label"].startswith("gaussian_mixture/counts")]
     learners = [e for e in events if e["mechanism"] == "private_gaussian_estimate"]
@@ -316,8 +318,9 @@ def test_failure_is_reported_not_garbage():
     assert gm.status_ == "failure" and not gm.converged_
     assert gm.means_ is None and gm.covariances_ is None and gm.weights_ is None
     assert np.all(gm.labels_ == -1)
-    # The whole fit is priced either way: the private bound (pure epsilon, 10%) and the rest.
-    assert acc.total() == pytest.approx((1.0, 0.9e-6))
+    # The whole fit is priced either way: the private bound (pure epsilon, 10%) and the rest
+    # (which keeps all of delta).
+    assert acc.total() == pytest.approx((1.0, 1e-6))
     assert gm.privacy_ledger_[-1].details["fresh_part"]["details"]["released"] is False
     for method in (gm.predict, gm.predict_proba, gm.score_samples):
         with pytest.raises(NotFittedError, match="failed"):
@@ -345,7 +348,7 @@ def test_on_failure_raise_charges_and_keeps_previous_state(small):
         ({"samples_per_tuple": 100, "fallback_share": 0.0}, N_TUPLES * 30, InsufficientDataError,
          "fresh rows"),
         ({"n_tuples": 100, "fallback_share": 0.0}, N_TUPLES * 30, InsufficientDataError,
-         "at least 162 tuples"),
+         "at least 161 tuples"),  # at (0.9, 1e-6): the pure private bound leaves all delta
         ({"n_tuples": 100, "tuple_method": "noisy_centers", "fallback_share": 0.0}, N_TUPLES * 30,
          InsufficientDataError, "at least 1963"),
         ({"epsilon": 0}, N_TUPLES * 30, ValueError, "epsilon"),
