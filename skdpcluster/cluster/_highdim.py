@@ -46,6 +46,7 @@ from skdpcluster.cluster._stable_init import nearest_centers
 from skdpcluster.mechanisms import exponential_mechanism
 from skdpcluster.utils import check_random_state
 from skdpcluster.utils._compat import Interval, StrOptions
+from skdpcluster.utils._progress import phase
 
 __all__ = [
     "HighDimBudget",
@@ -341,7 +342,9 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
         count_rng, select_rng, *trial_rngs = rng.spawn(2 + budget.n_trials)
         n_noisy, count_event = private_count(len(X), epsilon=budget.count, rng=count_rng)
         settings = self._settings(max(n_noisy, 2.0), X.shape[1], data.radius, budget)
+        phase("trials (candidates, local swap, recovery, refinement)", trials=budget.n_trials)
         trials = [self._trial(data, settings, budget, trial_rng) for trial_rng in trial_rngs]
+        phase("selection")
         chosen, select_events = self._select_trial(data, trials, budget.select, select_rng)
         events = [count_event.with_label("highdim/n_samples")]
         for trial in trials:

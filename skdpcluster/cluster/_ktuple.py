@@ -31,6 +31,7 @@ from skdpcluster.ktuple.noisy_centers import _check_modes as check_noisy_centers
 from skdpcluster.ktuple.noisy_centers import default_separation, private_k_noisy_centers
 from skdpcluster.ktuple.partition import _outer_ell, compute_m_eps1
 from skdpcluster.utils._compat import HasMethods, Interval, StrOptions, fit_context
+from skdpcluster.utils._progress import phase
 
 __all__ = ["KTupleClusterer"]
 
@@ -531,6 +532,7 @@ class KTupleClusterer(_BasePrivateClusterer):
             result = main._fit_tuple_path(X, main_plan, main_rng)
             if result.success:
                 return self._with_unused_share(result, plan)
+        phase("fallback")
         centers, fallback_events, fallback_status, proven = run_fallback(
             plan.values["fallback"], X, fallback_rng)
         events = ([] if main is None else list(result.events)) + fallback_events
@@ -554,6 +556,7 @@ class KTupleClusterer(_BasePrivateClusterer):
 
     def _fit_tuple_path(self, X, plan, rng):
         tuple_rng, noise_rng = rng.spawn(2)
+        phase("tuple generation", blocks=plan.attributes["n_tuples_"])
         tuples = generate_tuples(
             X, self._base_estimator(), self.n_clusters, plan.attributes["n_tuples_"],
             rng=tuple_rng, n_jobs=self.n_jobs,
@@ -712,11 +715,13 @@ def _locate_then_refine_on_rows(tuples, X, center, radius, budget, rng):
     from skdpcluster.cluster._stable_init import cell_sums, nearest_centers, noisy_cell_sums
 
     locate_rng, rows_rng = rng.spawn(2)
+    phase("location (private grid width and histogram)")
     location = locate(tuples, data_radius=radius, budget=budget, rng=locate_rng)
     events = location.events + unspent_events(location.events, budget)
     rho_step = budget.rho_rows / (1 + LOCATED_CORE_STEPS)
     if location.centers is None:
         return None, events + [_unused_rows_event(budget.rho_rows)], location.public
+    phase("refinement on the rows", steps=1 + LOCATED_CORE_STEPS)
     data = _ClippedData.from_rows(X, center, radius)
     labels, _ = nearest_centers(location.to_location_space(data.X), location.centers)
     sums, counts = cell_sums(data.X, labels, len(location.centers))

@@ -43,6 +43,7 @@ from skdpcluster.mechanisms import (
     zcdp_to_dp,
 )
 from skdpcluster.utils._compat import HasMethods, Interval, StrOptions
+from skdpcluster.utils._progress import phase
 from skdpcluster.utils._warnings import warn_user
 
 __all__ = ["PrivateStableKMeans", "PrivateStableKMedian"]
@@ -367,10 +368,13 @@ class _PrivateStableBase(_BasePrivateClusterer):
         values = plan.values
         data = _ClippedData.from_rows(X, values["center"], values["radius"])
         init_rng, refine_rng, select_rng = rng.spawn(3)
+        phase("initializer", initializer=type(values["initializer"]).__name__)
         start = self._initial_centers(data, values["initializer"], values["budget"], init_rng)
         refine_budget = values["budget"].rho_refine + start["rho_extra"]
+        phase("refinement")
         candidates, refine_events, diagnostics = self._refine(
             data, start["centers"], refine_budget, values["budget"], refine_rng)
+        phase("selection")
         chosen, select_events = self._select(data, candidates, start["centers"],
                                              values["budget"].rho_select, select_rng)
         zcdp_events = start["zcdp_events"] + refine_events + select_events

@@ -38,6 +38,7 @@ from skdpcluster.exceptions import InsufficientDataError, PrivacyLeakWarning
 from skdpcluster.mechanisms import PrivacyEvent, analytic_gaussian_sigma, zcdp_gaussian_mechanism
 from skdpcluster.utils import check_random_state
 from skdpcluster.utils._compat import Interval, StrOptions
+from skdpcluster.utils._progress import phase
 from skdpcluster.utils._warnings import warn_user
 
 __all__ = ["PrivateGaussianMixture"]
@@ -759,6 +760,8 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         found, status = self._find_centers(tuple_rows, plan, tuple_rng, ktuple_rng, fallback_rng)
         attributes, fresh_events = self._empty_release(), []
         if found.success:
+            phase("refinement and Gaussian learner on the fresh rows",
+                  rows=plan.attributes["n_fresh_"])
             attributes, fresh_events = self._fit_fresh(fresh, found.centers, plan.values["budget"],
                                                        fresh_rng)
         attributes.update(tuple_centers_=found.centers, converged_=bool(found.success),
@@ -777,6 +780,7 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         clusterer, fallback = plan.values["clusterer"], plan.values["fallback"]
         events, found = [], None
         if clusterer is not None:
+            phase("tuple generation", blocks=plan.attributes["n_tuples_"])
             tuples = generate_tuples(
                 tuple_rows, clusterer._base_estimator(), self.n_components,
                 plan.attributes["n_tuples_"], rng=tuple_rng,
@@ -790,6 +794,7 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
                     events.append(unused_share_event(fallback, "PrivateGaussianMixture"))
                 found.events, found.attributes = events, {"fallback_info_": None}
                 return found, None
+        phase("fallback")
         centers, fallback_events, stable_status, proven = run_fallback(fallback, tuple_rows,
                                                                        fallback_rng)
         info = {"reason": plan.values["fallback_reason"], "share": plan.values["fallback_share"],
