@@ -591,6 +591,7 @@ class KTupleClusterer(_BasePrivateClusterer):
         center, radius = plan.values["center"], plan.values["data_radius"]
         budget = plan_located_budget(self.epsilon, self.delta, on_rows=rows is not None)
         if rows is None:
+            phase("location and averages of the tuples")
             result = locate_and_average(tuples - center, data_radius=radius, budget=budget,
                                         rng=rng)
             centers, events, public = result.centers, result.events, result.public
