@@ -10,7 +10,7 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import pairwise_distances_argmin
 from sklearn.utils.validation import validate_data
 
-from skdpcluster._tuples import generate_tuples
+from skdpcluster.ktuple._tuples import generate_tuples
 from skdpcluster.accountant import BudgetAccountant
 from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _BasePrivateClusterer, _restore_on_error
 from skdpcluster.exceptions import InsufficientDataError

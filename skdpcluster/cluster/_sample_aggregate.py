@@ -10,7 +10,7 @@ from numbers import Integral
 
 from sklearn.cluster import KMeans
 
-from skdpcluster._tuples import generate_tuples
+from skdpcluster.ktuple._tuples import generate_tuples
 from skdpcluster.averaging import _project_onto_ball
 from skdpcluster.cluster._stable import PrivateStableKMeans, _store_parameters
 from skdpcluster.cluster._stable_init import GridInitializer
@@ -62,7 +62,7 @@ class SampleAggregateInitializer:
 
     1. The rows are cut into ``n_chunks`` disjoint chunks by a public random
        permutation of the positions
-       (:func:`~skdpcluster._tuples.generate_tuples`); a replaced row changes
+       (:func:`~skdpcluster.ktuple._tuples.generate_tuples`); a replaced row changes
        exactly one chunk.
     2. Non-private k-means on every chunk: T·k points :math:`\tilde C`
        (projected onto :math:`B(0, \Lambda)`, a per-chunk post-processing).

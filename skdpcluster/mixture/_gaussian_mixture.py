@@ -21,7 +21,7 @@ from sklearn.exceptions import NotFittedError
 from sklearn.metrics import pairwise_distances_argmin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from skdpcluster._tuples import generate_tuples
+from skdpcluster.ktuple._tuples import generate_tuples
 from skdpcluster.averaging import private_gaussian_estimate
 from skdpcluster.cluster._base import (
     PrivateFit,
