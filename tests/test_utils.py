@@ -128,3 +128,36 @@ def test_progress_messages_refuse_anything_but_counts_and_names(bad):
             phase("test", value=bad)
         with pytest.raises(TypeError, match="public counts"):
             advance(bad, 10, "blocks")
+
+
+# -- shared parameter texts of the estimators' docstrings ----------------------------
+
+
+def test_shared_params_fill_placeholder_lines_only():
+    from skdpcluster.utils._docstrings import fill_shared_params
+
+    doc = "Title.\n\n    Parameters\n    ----------\n    {delta}\n    x : float\n        B(\\mathrm{data\\_center}) {delta} {unknown}\n        {private_bound}\n    {unknown}\n"
+    filled = fill_shared_params(doc)
+    assert "    delta : float, default=1e-6\n        Privacy parameter of the whole fit" in filled
+    assert "        ``None`` (the default) releases a centre" in filled
+    assert "B(\\mathrm{data\\_center}) {delta} {unknown}" in filled  # not a placeholder line
+    assert "    {unknown}\n" in filled
+
+
+@pytest.mark.parametrize("name", ["PrivateStableKMeans", "PrivateStableKMedian", "KTupleClusterer",
+                                  "PrivateHighDimKMeans", "PrivateHighDimKMedian",
+                                  "PrivateGaussianMixture"])
+def test_every_parameter_is_documented_once_and_no_placeholder_is_left(name):
+    import inspect
+    import re
+
+    import skdpcluster
+
+    estimator = getattr(skdpcluster, name)
+    doc = inspect.getdoc(estimator)
+    assert not re.search(r"^\s*\{\w+\}\s*$", doc, re.MULTILINE)
+    section = doc.split("\nParameters\n----------\n")[1].split("\nAttributes\n")[0]
+    documented = [name.strip() for line in section.splitlines()
+                  if re.match(r"^\w[\w, ]* : ", line) for name in line.split(" : ")[0].split(",")]
+    expected = list(inspect.signature(estimator).parameters)
+    assert sorted(documented) == sorted(expected)

@@ -31,6 +31,7 @@ from skdpcluster.ktuple.noisy_centers import _check_modes as check_noisy_centers
 from skdpcluster.ktuple.noisy_centers import default_separation, private_k_noisy_centers
 from skdpcluster.ktuple.partition import _outer_ell, compute_m_eps1
 from skdpcluster.utils._compat import HasMethods, Interval, StrOptions, fit_context
+from skdpcluster.utils._docstrings import shared_params
 from skdpcluster.utils._progress import phase
 
 __all__ = ["KTupleClusterer"]
@@ -47,6 +48,7 @@ LOCATED_ROWS_PER_CLUSTER = 5
 LOCATED_CORE_STEPS, LOCATED_CORE_RADIUS_FACTOR = 2, 1.0 / 3.0
 
 
+@shared_params
 class KTupleClusterer(_BasePrivateClusterer):
     r"""Differentially private k-tuple clustering (Cohen et al., ICML 2021).
 
@@ -96,10 +98,8 @@ class KTupleClusterer(_BasePrivateClusterer):
         the data. ``benchmarks/bench_ktuple_practical.py``: with the public
         radius, ``"located"`` passes where ``"noisy_centers"`` fails (k = 4,
         d = 4, means 10·e_i apart, n = 10^4).
-    epsilon : float, default=1.0
-        Privacy parameter of the whole fit.
-    delta : float, default=1e-6
-        Privacy parameter of the whole fit, in (0, 1).
+    {epsilon}
+    {delta}
     beta : float, default=0.05
         Failure probability of the private test on well-separated data.
     base_estimator : estimator, default=None
@@ -121,13 +121,11 @@ class KTupleClusterer(_BasePrivateClusterer):
     data_radius : float, default=None
         Public bound Lambda on ``||x - data_center||``, used by
         ``"located"`` and ``"averages"`` (rows outside are projected onto the
-        ball). ``None`` (the default) releases a centre and a radius privately
-        on 10% of (epsilon, delta) (:mod:`skdpcluster.bounds`), stored in
-        ``data_center_`` and ``data_radius_``; ``"data"`` computes the exact
-        bound from the data (not private: a
-        :class:`~skdpcluster.exceptions.PrivacyLeakWarning`, the bound is used
-        but not stored, ``data_radius_`` is ``nan``, and
-        ``privacy_spent_["proven"]`` is False). :meth:`fit_tuples` keeps the
+        ball).
+        {private_bound}
+        With ``"data"`` the exact bound is used but not stored
+        (``data_radius_`` is ``nan``) and ``privacy_spent_["proven"]`` is
+        False. :meth:`fit_tuples` keeps the
         exact bound of the tuples for ``None`` (with the warning). At most 1e100.
     data_center : array-like of shape (n_features,), default=None
         Public centre of the data ball; ``None`` means the origin.
@@ -174,15 +172,11 @@ class KTupleClusterer(_BasePrivateClusterer):
         :class:`NotSeparatedWarning`; ``"raise"`` raises
         :class:`NotSeparatedError` and leaves the previous fitted state.
         Either way the budget is charged.
-    accountant : BudgetAccountant, default=None
-        Charged with what every fit spends; ``None`` uses the default one.
-    random_state : None, int or numpy.random.Generator, default=None
-        ``None`` draws fresh OS entropy; an int or Generator makes the fit
-        reproducible.
+    {accountant}
+    {random_state}
     n_jobs : int, default=None
         Parallel jobs for the blocks (joblib; any backend, including Dask).
-    verbose : int, default=0
-        Print the public plan when > 0.
+    {verbose}
 
     Attributes
     ----------
