@@ -36,6 +36,7 @@ from skdpcluster.cluster._federated_init import (
     price_events,
 )
 from skdpcluster.utils._compat import HasMethods, Interval, StrOptions, fit_context
+from skdpcluster.utils._docstrings import shared_params
 from skdpcluster.utils._progress import phase
 from skdpcluster.utils._warnings import warn_user
 
@@ -62,6 +63,7 @@ def _canonical(centers):
     return centers[np.lexsort(centers.T[::-1])]
 
 
+@shared_params
 class FederatedPrivateKMeans(_BasePrivateClusterer):
     r"""FedDP-KMeans: differentially private federated k-means with server-side data.
 
@@ -209,8 +211,7 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         reproducible.
     n_jobs : int, default=None
         joblib workers (threads) over the shards.
-    verbose : int, default=0
-        Print the public plan when > 0.
+    {verbose}
 
     Attributes
     ----------

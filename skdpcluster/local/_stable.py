@@ -23,6 +23,7 @@ from skdpcluster.cluster._stable_init import (
 from skdpcluster.local._ldp import AverageRound, BallRegions, CostRound, GridRegions, simulate_round
 from skdpcluster.mechanisms import PrivacyEvent
 from skdpcluster.utils._compat import Interval
+from skdpcluster.utils._docstrings import shared_params
 from skdpcluster.utils._progress import phase
 
 __all__ = ["LocalPrivateStableKMeans"]
@@ -62,6 +63,7 @@ def _per_user_guarantee(round_events):
     return max(c[0] for c in costs), max(c[1] for c in costs)
 
 
+@shared_params
 class LocalPrivateStableKMeans(_BasePrivateClusterer):
     r"""LDP-Stable-k-Means (Shechner 2021, Section 6): stable k-means in the local model.
 
@@ -148,7 +150,7 @@ class LocalPrivateStableKMeans(_BasePrivateClusterer):
         Charged (epsilon, delta) once per fit; ``None`` uses the default.
     random_state : None, int or numpy.random.Generator, default=None
         Simulates the users' and the public randomness.
-    verbose : int, default=0
+    {verbose}
 
     Attributes
     ----------
