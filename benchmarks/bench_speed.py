@@ -70,7 +70,7 @@ from sklearn.cluster import KMeans
 
 from benchmarks._common import measure, plot_lines, print_table, write_csv
 from skdpcluster import BudgetAccountant, KTupleClusterer
-from skdpcluster._tuples import generate_tuples
+from skdpcluster.ktuple._tuples import generate_tuples
 from skdpcluster.datasets import make_separated_mixture
 from skdpcluster.exceptions import NotSeparatedWarning
 

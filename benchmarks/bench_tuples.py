@@ -32,7 +32,7 @@ import sklearn
 from sklearn.cluster import KMeans
 
 from benchmarks._common import RESULTS, print_table, spread, write_csv
-from skdpcluster._tuples import generate_tuples, sort_tuple_rows
+from skdpcluster.ktuple._tuples import generate_tuples, sort_tuple_rows
 from skdpcluster.datasets import make_separated_mixture
 
 COLUMNS = [

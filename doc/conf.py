@@ -10,11 +10,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 project = "skdpcluster"
 author = "skdpcluster developers"
 release = _version("skdpcluster")
-extensions = ["sphinx.ext.autodoc", "sphinx.ext.napoleon", "sphinx.ext.mathjax"]
+extensions = [
+    "sphinx.ext.autodoc",
+    "sphinx.ext.napoleon",
+    "sphinx.ext.mathjax",
+    "sphinx_gallery.gen_gallery",
+]
 napoleon_google_docstring = False
 napoleon_numpy_docstring = True
 autodoc_member_order = "bysource"
 exclude_patterns = ["_build", "_expected_failures.rst"]
+
+# The example gallery: every examples/plot_*.py is executed and its figures shown
+# (needs matplotlib). ``sphinx-build -D plot_gallery=0`` builds the pages without
+# running the scripts, as the fast docs test does; the slow test runs them.
+sphinx_gallery_conf = {
+    "examples_dirs": "../examples",
+    "gallery_dirs": "auto_examples",
+    "filename_pattern": r"/plot_",
+    "abort_on_example_error": True,
+    "download_all_examples": False,
+    "write_computation_times": False,
+}
 html_theme = "alabaster"
 nitpicky = False
 

@@ -343,7 +343,8 @@ def _zcdp_releases(function, points, monkeypatch, replay=None, **kwargs):
         releases.append((np.asarray(value, dtype=float), sensitivity, rho, noisy))
         return noisy, None
 
-    monkeypatch.setattr(A, "zcdp_gaussian_mechanism", mechanism)
+    for module in (A.one_median, A.gaussian):  # the primitives that draw zCDP noise
+        monkeypatch.setattr(module, "zcdp_gaussian_mechanism", mechanism)
     event = function(points, rng=np.random.default_rng(0), **kwargs)[-1]
     return releases, event
 

@@ -1,13 +1,16 @@
 """The documentation builds without a single warning (``sphinx-build -W``) and documents every public name."""
 
 import importlib
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-DOC = Path(__file__).resolve().parent.parent / "doc"
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "doc"
+EXAMPLES = ROOT / "examples"
 
 #: The package and every public subpackage or module whose ``__all__`` the API reference must cover.
 PUBLIC_MODULES = [
@@ -42,15 +45,21 @@ def _documented_names(build_dir):
     }
 
 
-def test_docs_build_without_warnings_and_cover_every_public_name(tmp_path):
+def _build(source, target, *options):
+    """Run ``sphinx-build -W`` from the repository root; fail with its last messages."""
     pytest.importorskip("sphinx")
-    if not DOC.is_dir():
+    pytest.importorskip("sphinx_gallery")
+    if not source.is_dir():
         pytest.skip("doc/ is not beside the tests (installed package)")
     result = subprocess.run(
-        [sys.executable, "-m", "sphinx", "-W", "-q", "-b", "html", str(DOC), str(tmp_path)],
-        capture_output=True, text=True, timeout=600,
+        [sys.executable, "-m", "sphinx", "-W", "-q", *options, "-b", "html", str(source), str(target)],
+        capture_output=True, text=True, timeout=1200, cwd=ROOT,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_docs_build_without_warnings_and_cover_every_public_name(tmp_path):
+    _build(DOC, tmp_path, "-D", "plot_gallery=0")  # the gallery's pages, scripts not run
     documented = _documented_names(tmp_path)
     missing = sorted(
         f"{module}.{name}"
@@ -59,3 +68,27 @@ def test_docs_build_without_warnings_and_cover_every_public_name(tmp_path):
         if not name.startswith("__") and name not in documented
     )
     assert not missing, f"public names missing from doc/api.rst: {missing}"
+
+
+@pytest.mark.slow
+def test_gallery_runs_every_example_and_shows_its_figure(tmp_path):
+    """The full build executes every examples/plot_*.py and its figure appears in the HTML.
+
+    Built from a copy of the sources, so images cached by an earlier build of
+    ``doc/`` cannot stand in for a run.
+    """
+    pytest.importorskip("matplotlib")
+    source = tmp_path / "src"
+    shutil.copytree(DOC, source / "doc", ignore=shutil.ignore_patterns("_build", "auto_examples"))
+    shutil.copytree(EXAMPLES, source / "examples")
+    shutil.copytree(ROOT / "benchmarks", source / "benchmarks",
+                    ignore=shutil.ignore_patterns("results", ".venv-*"))
+    shutil.copy(ROOT / "README.rst", source / "README.rst")
+    _build(source / "doc", tmp_path / "html")
+    scripts = sorted(EXAMPLES.glob("plot_*.py"))
+    assert len(scripts) >= 6
+    for script in scripts:
+        page = (tmp_path / "html" / "auto_examples" / f"{script.stem}.html").read_text()
+        image = f"sphx_glr_{script.stem}_001.png"
+        assert image in page, f"{script.name}: no figure in its page"
+        assert (tmp_path / "html" / "_images" / image).stat().st_size > 10_000

@@ -23,7 +23,7 @@ from skdpcluster import (
     PrivateHighDimKMeans,
     PrivateStableKMeans,
 )
-from skdpcluster._tuples import generate_tuples
+from skdpcluster.ktuple._tuples import generate_tuples
 from skdpcluster.cluster._stable_init import GridInitializer
 from skdpcluster.datasets import make_separated_mixture
 from skdpcluster.exceptions import (

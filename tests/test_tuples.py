@@ -5,8 +5,8 @@ from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.cluster import KMeans
 from sklearn.mixture import GaussianMixture
 
-from skdpcluster import _tuples
-from skdpcluster._tuples import generate_tuples, sort_tuple_rows
+from skdpcluster.ktuple import _tuples
+from skdpcluster.ktuple._tuples import generate_tuples, sort_tuple_rows
 from skdpcluster.datasets import make_separated_mixture
 
 

@@ -46,3 +46,118 @@ def test_probability_range():
     with pytest.raises(ValueError, match="beta"):
         check_probability(1.0, "beta")
     assert check_probability(1.0, "beta", closed_right=True) == 1.0
+
+
+# -- progress of long fits (verbose) -------------------------------------------------
+
+#: A value no public count or time of these fits can print.
+DISTINCTIVE = 4242.4242
+
+
+def _distinctive_data():
+    """A separated mixture moved by DISTINCTIVE, with one row exactly at it (a data value)."""
+    from skdpcluster.datasets import make_separated_mixture
+
+    X, _ = make_separated_mixture(20_000, n_clusters=4, n_features=2, separation=10,
+                                  random_state=0)
+    X = X + DISTINCTIVE
+    X[0] = DISTINCTIVE
+    return X
+
+
+@pytest.mark.parametrize("estimator, phases", [
+    ("ktuple", ["bound estimation", "tuple generation", "blocks (100%)", "location",
+                "refinement on the rows"]),
+    ("ktuple_paper", ["tuple generation", "private test", "aggregation"]),
+    ("stable", ["bound estimation", "initializer", "refinement", "selection"]),
+])
+def test_verbose_fit_reports_its_phases_and_no_data_value(estimator, phases, capsys):
+    import warnings
+
+    from skdpcluster import BudgetAccountant, KTupleClusterer, PrivateStableKMeans
+
+    make = {
+        "ktuple": lambda: KTupleClusterer(4, n_tuples=1000),
+        "ktuple_paper": lambda: KTupleClusterer(4, method="noisy_centers"),
+        "stable": lambda: PrivateStableKMeans(4),
+    }[estimator]
+    X = _distinctive_data()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # utility and separation warnings are not the point
+        make().set_params(verbose=1, accountant=BudgetAccountant(), random_state=0).fit(X)
+    captured = capsys.readouterr()
+    report = captured.err
+    for name in ["fit started", *phases, "fit done in"]:
+        assert name in report, report
+    everything = captured.out + captured.err
+    for text in ("4242", "4,242", "4.24e+03", "4.2e+03"):
+        assert text not in everything
+
+
+def test_quiet_fit_reports_nothing(capsys):
+    from skdpcluster import BudgetAccountant, PrivateStableKMeans
+
+    PrivateStableKMeans(4, data_radius=20.0, accountant=BudgetAccountant(),
+                        random_state=0).fit(_distinctive_data() - DISTINCTIVE)
+    captured = capsys.readouterr()
+    assert captured.err == "" and captured.out == ""
+
+
+def test_progress_goes_to_the_skdpcluster_logger_when_logging_shows_it(caplog, capsys):
+    import logging
+
+    from skdpcluster import BudgetAccountant, PrivateStableKMeans
+
+    with caplog.at_level(logging.INFO, logger="skdpcluster"):
+        PrivateStableKMeans(4, data_radius=20.0, verbose=1, accountant=BudgetAccountant(),
+                            random_state=0).fit(_distinctive_data() - DISTINCTIVE)
+    messages = [r.getMessage() for r in caplog.records if r.name == "skdpcluster"]
+    assert any("selection: done in" in m for m in messages)
+    assert "[PrivateStableKMeans] fit started" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", [1.5, np.float64(DISTINCTIVE), np.zeros(2), True])
+def test_progress_messages_refuse_anything_but_counts_and_names(bad):
+    from skdpcluster.utils._progress import advance, fit_progress, phase
+
+    class Verbose:
+        verbose = 1
+
+    with fit_progress(Verbose()):
+        with pytest.raises(TypeError, match="public counts"):
+            phase("test", value=bad)
+        with pytest.raises(TypeError, match="public counts"):
+            advance(bad, 10, "blocks")
+
+
+# -- shared parameter texts of the estimators' docstrings ----------------------------
+
+
+def test_shared_params_fill_placeholder_lines_only():
+    from skdpcluster.utils._docstrings import fill_shared_params
+
+    doc = "Title.\n\n    Parameters\n    ----------\n    {delta}\n    x : float\n        B(\\mathrm{data\\_center}) {delta} {unknown}\n        {private_bound}\n    {unknown}\n"
+    filled = fill_shared_params(doc)
+    assert "    delta : float, default=1e-6\n        Privacy parameter of the whole fit" in filled
+    assert "        ``None`` (the default) releases a centre" in filled
+    assert "B(\\mathrm{data\\_center}) {delta} {unknown}" in filled  # not a placeholder line
+    assert "    {unknown}\n" in filled
+
+
+@pytest.mark.parametrize("name", ["PrivateStableKMeans", "PrivateStableKMedian", "KTupleClusterer",
+                                  "PrivateHighDimKMeans", "PrivateHighDimKMedian",
+                                  "PrivateGaussianMixture"])
+def test_every_parameter_is_documented_once_and_no_placeholder_is_left(name):
+    import inspect
+    import re
+
+    import skdpcluster
+
+    estimator = getattr(skdpcluster, name)
+    doc = inspect.getdoc(estimator)
+    assert not re.search(r"^\s*\{\w+\}\s*$", doc, re.MULTILINE)
+    section = doc.split("\nParameters\n----------\n")[1].split("\nAttributes\n")[0]
+    documented = [name.strip() for line in section.splitlines()
+                  if re.match(r"^\w[\w, ]* : ", line) for name in line.split(" : ")[0].split(",")]
+    expected = list(inspect.signature(estimator).parameters)
+    assert sorted(documented) == sorted(expected)

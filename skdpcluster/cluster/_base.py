@@ -43,6 +43,7 @@ from skdpcluster.exceptions import (
 from skdpcluster.mechanisms import PrivacyEvent
 from skdpcluster.utils import check_random_state
 from skdpcluster.utils._compat import Interval, StrOptions, fit_context
+from skdpcluster.utils._progress import fit_progress, phase
 from skdpcluster.utils._warnings import warn_user
 
 __all__ = ["PrivateFit", "PrivateFitPlan"]
@@ -233,7 +234,8 @@ class _PrivateFitMixin:
         noise_key = noise_fingerprint(type(self).__name__, self.random_state)
         accountant.check(*plan.cost, noise_key=noise_key)
         rng = check_random_state(self.random_state)
-        result = self._run_private_step(private_step or self._fit_private, data, plan, rng)
+        with fit_progress(self):
+            result = self._run_private_step(private_step or self._fit_private, data, plan, rng)
         spent = result.spent()
         if not (spent[0] <= plan.cost[0] * (1 + 1e-9) and spent[1] <= plan.cost[1] * (1 + 1e-9)):
             raise RuntimeError(
@@ -474,6 +476,7 @@ class _PrivateFitMixin:
         """Release the bound, then run the fit on the rest of the budget with it as public."""
         bounds_rng, fit_rng = rng.spawn(2)
         inner, budget = plan.values["inner"], plan.values["bounds_budget"]
+        phase("bound estimation")
         (center, radius), events = private_bounds(
             self._bounds_rows(data), budget=budget, rng=bounds_rng, center=plan.values["center"],
             neighbouring=getattr(self, "neighbouring", "replace_one"),

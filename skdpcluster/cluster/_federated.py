@@ -36,6 +36,8 @@ from skdpcluster.cluster._federated_init import (
     price_events,
 )
 from skdpcluster.utils._compat import HasMethods, Interval, StrOptions, fit_context
+from skdpcluster.utils._docstrings import shared_params
+from skdpcluster.utils._progress import phase
 from skdpcluster.utils._warnings import warn_user
 
 __all__ = ["FederatedPrivateKMeans"]
@@ -61,6 +63,7 @@ def _canonical(centers):
     return centers[np.lexsort(centers.T[::-1])]
 
 
+@shared_params
 class FederatedPrivateKMeans(_BasePrivateClusterer):
     r"""FedDP-KMeans: differentially private federated k-means with server-side data.
 
@@ -208,8 +211,7 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         reproducible.
     n_jobs : int, default=None
         joblib workers (threads) over the shards.
-    verbose : int, default=0
-        Print the public plan when > 0.
+    {verbose}
 
     Attributes
     ----------
@@ -536,8 +538,10 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
                   "neighbouring": self.neighbouring}
         with FederatedExecutor(build_shards(rows, data.client_ids), self.executor,
                                self.n_jobs) as executor:
+            phase("initialisation", init=values["init"])
             initial, events, info = self._initial_centers(executor, server, values, common,
                                                           data.X.shape[1], init_rng)
+            phase("FedDP-Lloyds", rounds=values["n_lloyd"])
             centers, lloyd_events, lloyd_low = federated_lloyd(
                 executor, initial, n_iter=values["n_lloyd"], rng=lloyd_rng, **common)
         centers = _canonical(centers + center)

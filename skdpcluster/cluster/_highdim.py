@@ -46,6 +46,8 @@ from skdpcluster.cluster._stable_init import nearest_centers
 from skdpcluster.mechanisms import exponential_mechanism
 from skdpcluster.utils import check_random_state
 from skdpcluster.utils._compat import Interval, StrOptions
+from skdpcluster.utils._docstrings import shared_params
+from skdpcluster.utils._progress import phase
 
 __all__ = [
     "HighDimBudget",
@@ -341,7 +343,9 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
         count_rng, select_rng, *trial_rngs = rng.spawn(2 + budget.n_trials)
         n_noisy, count_event = private_count(len(X), epsilon=budget.count, rng=count_rng)
         settings = self._settings(max(n_noisy, 2.0), X.shape[1], data.radius, budget)
+        phase("trials (candidates, local swap, recovery, refinement)", trials=budget.n_trials)
         trials = [self._trial(data, settings, budget, trial_rng) for trial_rng in trial_rngs]
+        phase("selection")
         chosen, select_events = self._select_trial(data, trials, budget.select, select_rng)
         events = [count_event.with_label("highdim/n_samples")]
         for trial in trials:
@@ -605,28 +609,20 @@ _SHARED_PARAMETERS = r"""
     data_radius : float, "data" or None, default=None
         Public bound :math:`\Lambda`: rows are projected onto
         :math:`B(\mathrm{data\_center}, \Lambda)` (a per-row map).
-        ``None`` (the default) releases a centre and a radius privately on 10%
-        of (epsilon, delta) (:mod:`skdpcluster.bounds`), stored in
-        ``data_center_`` and ``data_radius_``; ``"data"`` computes the exact
-        bound from the data (not private, with a
-        :class:`~skdpcluster.exceptions.PrivacyLeakWarning`). The error of the noisy means grows linearly with
-        it: give a tight public bound.
+        {private_bound}
+        The error of the noisy means grows linearly with it: give a tight
+        public bound.
         With ``"data"`` the exact bound is used but not stored (``data_radius_``
         and ``settings_["proj_radius"]`` are ``nan``) and ``privacy_spent_["proven"]`` is False.
     data_center : array-like of shape (n_features,), default=None
         Public centre of that ball; ``None`` means the origin.
-    accountant : BudgetAccountant, default=None
-        Charged once per fit with ``privacy_spent_``; ``None`` uses the
-        default one.
-    random_state : None, int or numpy.random.Generator, default=None
-        ``None`` draws fresh OS entropy; an int or a Generator makes the fit
-        reproducible.
+    {accountant}
+    {random_state}
     n_jobs : int, default=None
         Unused: the fit is vectorised NumPy in one process. Present so that
         the estimator can replace the library's other estimators in a
         pipeline or a search.
-    verbose : int, default=0
-        Print the public plan when > 0.
+    {verbose}
 """
 
 _SHARED_ATTRIBUTES = r"""
@@ -716,6 +712,7 @@ _ALGORITHM = r"""
 """
 
 
+@shared_params
 class PrivateHighDimKMeans(_PrivateHighDimBase):
     __doc__ = r"""Private k-means in high dimensions (Balcan et al. 2017, Algorithm 4).
 
@@ -735,8 +732,7 @@ class PrivateHighDimKMeans(_PrivateHighDimBase):
 
     Parameters
     ----------
-    n_clusters : int, default=8
-        Number of clusters k (>= 1).
+    {n_clusters}
 """ + _SHARED_PARAMETERS + r"""
     recovery : {"mean", "sparse"}, default="mean"
         Recovery of the centres in the original space: noisy means, or the
@@ -822,6 +818,7 @@ class PrivateHighDimKMeans(_PrivateHighDimBase):
         _store_parameters(self, locals())
 
 
+@shared_params
 class PrivateHighDimKMedian(_PrivateHighDimBase):
     __doc__ = r"""Private k-median in high dimensions (Balcan et al. 2017, Section 6.2).
 
@@ -840,8 +837,7 @@ class PrivateHighDimKMedian(_PrivateHighDimBase):
 
     Parameters
     ----------
-    n_clusters : int, default=8
-        Number of clusters k (>= 1).
+    {n_clusters}
 """ + _SHARED_PARAMETERS + r"""
     recovery : {"mean", "one_median"}, default="mean"
         Recovery of the centres in the original space (and of each

@@ -10,7 +10,7 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import pairwise_distances_argmin
 from sklearn.utils.validation import validate_data
 
-from skdpcluster._tuples import generate_tuples
+from skdpcluster.ktuple._tuples import generate_tuples
 from skdpcluster.accountant import BudgetAccountant
 from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _BasePrivateClusterer, _restore_on_error
 from skdpcluster.exceptions import InsufficientDataError
@@ -30,6 +30,8 @@ from skdpcluster.ktuple.noisy_centers import _check_modes as check_noisy_centers
 from skdpcluster.ktuple.noisy_centers import default_separation, private_k_noisy_centers
 from skdpcluster.ktuple.partition import _outer_ell, compute_m_eps1
 from skdpcluster.utils._compat import HasMethods, Interval, StrOptions, fit_context
+from skdpcluster.utils._docstrings import shared_params
+from skdpcluster.utils._progress import phase
 
 __all__ = ["KTupleClusterer"]
 
@@ -52,6 +54,7 @@ COST_SHARE = 0.05
 _COST_KEYS = ("clipped_cost", "mean_clipped_cost", "cost_clip", "cost_noise_scale")
 
 
+@shared_params
 class KTupleClusterer(_BasePrivateClusterer):
     r"""Differentially private k-tuple clustering (Cohen et al., ICML 2021).
 
@@ -103,10 +106,8 @@ class KTupleClusterer(_BasePrivateClusterer):
         the data. ``benchmarks/bench_ktuple_practical.py``: with the public
         radius, ``"located"`` passes where ``"noisy_centers"`` fails (k = 4,
         d = 4, means 10·e_i apart, n = 10^4).
-    epsilon : float, default=1.0
-        Privacy parameter of the whole fit.
-    delta : float, default=1e-6
-        Privacy parameter of the whole fit, in (0, 1).
+    {epsilon}
+    {delta}
     beta : float, default=0.05
         Failure probability of the private test on well-separated data.
     base_estimator : estimator, default=None
@@ -128,13 +129,11 @@ class KTupleClusterer(_BasePrivateClusterer):
     data_radius : float, default=None
         Public bound Lambda on ``||x - data_center||``, used by
         ``"located"`` and ``"averages"`` (rows outside are projected onto the
-        ball). ``None`` (the default) releases a centre and a radius privately
-        on 10% of (epsilon, delta) (:mod:`skdpcluster.bounds`), stored in
-        ``data_center_`` and ``data_radius_``; ``"data"`` computes the exact
-        bound from the data (not private: a
-        :class:`~skdpcluster.exceptions.PrivacyLeakWarning`, the bound is used
-        but not stored, ``data_radius_`` is ``nan``, and
-        ``privacy_spent_["proven"]`` is False). :meth:`fit_tuples` keeps the
+        ball).
+        {private_bound}
+        With ``"data"`` the exact bound is used but not stored
+        (``data_radius_`` is ``nan``) and ``privacy_spent_["proven"]`` is
+        False. :meth:`fit_tuples` keeps the
         exact bound of the tuples for ``None`` (with the warning). At most 1e100.
     data_center : array-like of shape (n_features,), default=None
         Public centre of the data ball; ``None`` means the origin.
@@ -190,15 +189,11 @@ class KTupleClusterer(_BasePrivateClusterer):
         :class:`NotSeparatedWarning`; ``"raise"`` raises
         :class:`NotSeparatedError` and leaves the previous fitted state.
         Either way the budget is charged.
-    accountant : BudgetAccountant, default=None
-        Charged with what every fit spends; ``None`` uses the default one.
-    random_state : None, int or numpy.random.Generator, default=None
-        ``None`` draws fresh OS entropy; an int or Generator makes the fit
-        reproducible.
+    {accountant}
+    {random_state}
     n_jobs : int, default=None
         Parallel jobs for the blocks (joblib; any backend, including Dask).
-    verbose : int, default=0
-        Print the public plan when > 0.
+    {verbose}
 
     Attributes
     ----------
@@ -651,6 +646,7 @@ class KTupleClusterer(_BasePrivateClusterer):
             result = main._fit_tuple_path(X, main_plan, main_rng)
             if result.success:
                 return self._with_unused_share(result, plan)
+        phase("fallback")
         centers, fallback_events, fallback_status, proven = run_fallback(
             plan.values["fallback"], X, fallback_rng)
         events = ([] if main is None else list(result.events)) + fallback_events
@@ -674,6 +670,7 @@ class KTupleClusterer(_BasePrivateClusterer):
 
     def _fit_tuple_path(self, X, plan, rng):
         tuple_rng, noise_rng = rng.spawn(2)
+        phase("tuple generation", blocks=plan.attributes["n_tuples_"])
         tuples = generate_tuples(
             X, self._base_estimator(), self.n_clusters, plan.attributes["n_tuples_"],
             rng=tuple_rng, n_jobs=self.n_jobs,
@@ -715,6 +712,7 @@ class KTupleClusterer(_BasePrivateClusterer):
         center, radius = plan.values["center"], plan.values["data_radius"]
         budget = plan_located_budget(self.epsilon, self.delta, on_rows=rows is not None)
         if rows is None:
+            phase("location and averages of the tuples")
             stage_two = None
             if fallback_rows is not None:
                 data = _ClippedData.from_rows(fallback_rows, center, radius)

@@ -10,11 +10,12 @@ from numbers import Integral
 
 from sklearn.cluster import KMeans
 
-from skdpcluster._tuples import generate_tuples
+from skdpcluster.ktuple._tuples import generate_tuples
 from skdpcluster.averaging import _project_onto_ball
 from skdpcluster.cluster._stable import PrivateStableKMeans, _store_parameters
 from skdpcluster.cluster._stable_init import GridInitializer
 from skdpcluster.utils._compat import HasMethods, Interval, StrOptions
+from skdpcluster.utils._docstrings import shared_params
 
 __all__ = ["SampleAggregateStableKMeans"]
 
@@ -62,7 +63,7 @@ class SampleAggregateInitializer:
 
     1. The rows are cut into ``n_chunks`` disjoint chunks by a public random
        permutation of the positions
-       (:func:`~skdpcluster._tuples.generate_tuples`); a replaced row changes
+       (:func:`~skdpcluster.ktuple._tuples.generate_tuples`); a replaced row changes
        exactly one chunk.
     2. Non-private k-means on every chunk: T·k points :math:`\tilde C`
        (projected onto :math:`B(0, \Lambda)`, a per-chunk post-processing).
@@ -118,6 +119,7 @@ class SampleAggregateInitializer:
         return centers, events, {**info, "n_chunks": n_chunks}
 
 
+@shared_params
 class SampleAggregateStableKMeans(PrivateStableKMeans):
     r"""SampleAggregate-k-Means (Shechner 2021, Section 7), practical version; experimental.
 
@@ -190,7 +192,7 @@ class SampleAggregateStableKMeans(PrivateStableKMeans):
     random_state : None, int or numpy.random.Generator, default=None
     n_jobs : int, default=None
         joblib workers of the chunk fits; the result does not depend on it.
-    verbose : int, default=0
+    {verbose}
 
     Attributes
     ----------

@@ -43,6 +43,8 @@ from skdpcluster.mechanisms import (
     zcdp_to_dp,
 )
 from skdpcluster.utils._compat import HasMethods, Interval, StrOptions
+from skdpcluster.utils._docstrings import shared_params
+from skdpcluster.utils._progress import phase
 from skdpcluster.utils._warnings import warn_user
 
 __all__ = ["PrivateStableKMeans", "PrivateStableKMedian"]
@@ -367,10 +369,13 @@ class _PrivateStableBase(_BasePrivateClusterer):
         values = plan.values
         data = _ClippedData.from_rows(X, values["center"], values["radius"])
         init_rng, refine_rng, select_rng = rng.spawn(3)
+        phase("initializer", initializer=type(values["initializer"]).__name__)
         start = self._initial_centers(data, values["initializer"], values["budget"], init_rng)
         refine_budget = values["budget"].rho_refine + start["rho_extra"]
+        phase("refinement")
         candidates, refine_events, diagnostics = self._refine(
             data, start["centers"], refine_budget, values["budget"], refine_rng)
+        phase("selection")
         chosen, select_events = self._select(data, candidates, start["centers"],
                                              values["budget"].rho_select, select_rng)
         zcdp_events = start["zcdp_events"] + refine_events + select_events
@@ -592,10 +597,8 @@ def core_step(data, centers, *, radius_factor, rho, neighbouring, rng, label, ma
 
 
 _SHARED_DOC = r"""
-    epsilon : float, default=1.0
-        Privacy parameter of the **whole** fit (spec §11, A36), > 0.
-    delta : float, default=1e-6
-        Privacy parameter of the whole fit, in (0, 1).
+    {epsilon}
+    {delta}
     initializer : {"grid", "ktuple"}, array-like, KTupleClusterer or object, default="grid"
         The private algorithm A that gives the initial centres B:
 
@@ -670,27 +673,21 @@ _SHARED_DOC = r"""
     data_radius : float, "data" or None, default=None
         Public bound :math:`\Lambda`: rows are projected onto
         :math:`B(\mathrm{data\_center}, \Lambda)` (a per-row map, so
-        neighbours stay neighbours). ``None`` (the default) releases a centre and a radius privately on 10%
-        of (epsilon, delta) (:mod:`skdpcluster.bounds`), stored in
-        ``data_center_`` and ``data_radius_``; ``"data"`` computes the exact
-        bound from the data (not private, with a
-        :class:`~skdpcluster.exceptions.PrivacyLeakWarning`).
+        neighbours stay neighbours).
+        {private_bound}
         With ``"data"`` the exact bound is used but not stored (``data_radius_``
         is ``nan``) and ``privacy_spent_["proven"]`` is False. At most 1e100. A loose bound mostly hurts the
         initializer: the core steps' noise scales with the core radius.
     data_center : array-like of shape (n_features,), default=None
         Public centre of the data ball; ``None`` means the origin when
         ``data_radius`` is given, and a private centre when ``data_radius=None``.
-    accountant : BudgetAccountant, default=None
-        Charged once per fit with ``privacy_spent_``; ``None`` uses the
-        default one.
+    {accountant}
     random_state : None, int or numpy.random.Generator, default=None
         ``None`` draws fresh OS entropy; an int or a Generator makes the fit
         reproducible (noise and the non-private k-means of the coreset).
     n_jobs : int, default=None
         Parallel jobs of the ``"ktuple"`` initializer's blocks.
-    verbose : int, default=0
-        Print the public plan when > 0.
+    {verbose}
 """
 
 _SHARED_ATTRIBUTES = r"""
@@ -746,6 +743,7 @@ _SHARED_ATTRIBUTES = r"""
 """
 
 
+@shared_params
 class PrivateStableKMeans(_PrivateStableBase):
     __doc__ = r"""Private-Stable-k-Means (Shechner 2021, Section 4; Shechner, Sheffet & Stemmer 2020).
 
@@ -811,8 +809,7 @@ class PrivateStableKMeans(_PrivateStableBase):
 
     Parameters
     ----------
-    n_clusters : int, default=8
-        Number of clusters k (>= 1).
+    {n_clusters}
     {shared}
     budget_split : dict, default=None
         Fractions of the budget, summing to 1, among ``"init"``,
@@ -934,6 +931,7 @@ class PrivateStableKMeans(_PrivateStableBase):
 # ---------------------------------------------------------------------------
 
 
+@shared_params
 class PrivateStableKMedian(_PrivateStableBase):
     __doc__ = r"""Private-Stable-k-median (Shechner 2021, Section 5): private 1-medians of the cells of B.
 
@@ -973,8 +971,7 @@ class PrivateStableKMedian(_PrivateStableBase):
 
     Parameters
     ----------
-    n_clusters : int, default=8
-        Number of clusters k (>= 1).
+    {n_clusters}
     {shared}
     budget_split : dict, default=None
         Fractions summing to 1 among ``"init"``, ``"fallback"`` (fallible

@@ -20,6 +20,7 @@ from skdpcluster.ktuple.partition import (
     private_test_partition,
 )
 from skdpcluster.mechanisms import PrivacyEvent
+from skdpcluster.utils._progress import phase
 from skdpcluster.utils._validation import check_epsilon_delta, check_probability
 
 __all__ = [
@@ -108,9 +109,11 @@ def check_tuple_parameters(tuples, epsilon, delta, beta, separation, accounting)
 def run_partition_test(tuples, *, epsilon, delta, beta, separation, accounting, rng):
     """PrivateTestPartition at ``(eps/2, delta/4, beta/2)`` plus the public diagnostics."""
     n = tuples.shape[0]
+    phase("private test (PrivateTestPartition)", tuples=n)
     test = private_test_partition(
         tuples, epsilon=epsilon / 2, delta=delta / 4, beta=beta / 2, separation=separation, rng=rng
     )
+    phase("aggregation")
     public = {
         "n_tuples": n,
         "m": test.m,

@@ -59,6 +59,7 @@ from skdpcluster.mechanisms import (
     zcdp_rho_for_dp,
     zcdp_to_dp,
 )
+from skdpcluster.utils._progress import phase
 from skdpcluster.utils._validation import check_epsilon_delta
 
 __all__ = [
@@ -831,12 +832,15 @@ def refine_on_rows(tuples, X, *, center, data_radius, budget, rng, if_not_locate
     )
 
     locate_rng, rows_rng = rng.spawn(2)
+    phase("location (private grid width and histogram)")
     location = locate(tuples, data_radius=data_radius, budget=budget, rng=locate_rng)
     events = location.events + unspent_events(location.events, budget)
     rho_step = budget.rho_rows / (1 + CORE_STEPS)
     if location.centers is None:
         return (*_rows_stage_two(if_not_located, budget.rho_rows, rows_rng, events),
                 location.public)
+
+    phase("refinement on the rows", steps=1 + CORE_STEPS)
 
     def nearest_located(chunk):
         return nearest_centers(location.to_location_space(chunk.X), location.centers)[0]
@@ -947,7 +951,7 @@ def _core_step_on_rows(X, centers, *, center, data_radius, max_radius, rho, rng,
     noisy = noisy_cell_sums((sums - counts[:, None] * centers) / scale, counts, rho=rho,
                             neighbouring="replace_one", rng=rng, label=label)
     accepted = noisy.accepted() & (radii > 0)
-    shift = _project_onto_ball(noisy.means(), 0.0, 1.0) * radii[:, None]
+    shift = _project_onto_ball(noisy.shrunk_means(), 0.0, 1.0) * radii[:, None]
     moved = _project_onto_ball(centers + shift, 0.0, data_radius)
     return np.where(accepted[:, None], moved, centers), noisy.events
 

@@ -23,6 +23,8 @@ from skdpcluster.cluster._stable_init import (
 from skdpcluster.local._ldp import AverageRound, BallRegions, CostRound, GridRegions, simulate_round
 from skdpcluster.mechanisms import PrivacyEvent
 from skdpcluster.utils._compat import Interval
+from skdpcluster.utils._docstrings import shared_params
+from skdpcluster.utils._progress import phase
 
 __all__ = ["LocalPrivateStableKMeans"]
 
@@ -61,6 +63,7 @@ def _per_user_guarantee(round_events):
     return max(c[0] for c in costs), max(c[1] for c in costs)
 
 
+@shared_params
 class LocalPrivateStableKMeans(_BasePrivateClusterer):
     r"""LDP-Stable-k-Means (Shechner 2021, Section 6): stable k-means in the local model.
 
@@ -147,7 +150,7 @@ class LocalPrivateStableKMeans(_BasePrivateClusterer):
         Charged (epsilon, delta) once per fit; ``None`` uses the default.
     random_state : None, int or numpy.random.Generator, default=None
         Simulates the users' and the public randomness.
-    verbose : int, default=0
+    {verbose}
 
     Attributes
     ----------
@@ -278,10 +281,13 @@ class LocalPrivateStableKMeans(_BasePrivateClusterer):
         users = split_users(len(X), values["groups"], public_rng)
         common = {"epsilon": float(self.epsilon), "delta": float(self.delta),
                   "data_center": values["center"], "data_radius": values["radius"]}
+        phase("round 1: init", users=len(users["init"]))
         initial, init_events = self._init_round(X[users["init"]], common, public_rng,
                                                 round_rngs[0])
+        phase("round 2: core", users=len(users["core"]))
         core, fallback, core_events = self._core_round(X[users["core"]], initial, common,
                                                        round_rngs[1])
+        phase("round 3: select", users=len(users["select"]))
         chosen, select_events = self._select_round(X[users["select"]], initial, core, common,
                                                    round_rngs[2])
         round_events = {"init": init_events, "core": core_events, "select": select_events}

@@ -21,7 +21,7 @@ from sklearn.exceptions import NotFittedError
 from sklearn.metrics import pairwise_distances_argmin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from skdpcluster._tuples import generate_tuples
+from skdpcluster.ktuple._tuples import generate_tuples
 from skdpcluster.averaging import private_gaussian_estimate
 from skdpcluster.cluster._base import (
     PrivateFit,
@@ -39,6 +39,8 @@ from skdpcluster.exceptions import InsufficientDataError, PrivacyLeakWarning
 from skdpcluster.mechanisms import PrivacyEvent, analytic_gaussian_sigma, zcdp_gaussian_mechanism
 from skdpcluster.utils import check_random_state
 from skdpcluster.utils._compat import Interval, StrOptions
+from skdpcluster.utils._docstrings import shared_params
+from skdpcluster.utils._progress import phase
 from skdpcluster.utils._warnings import warn_user
 
 __all__ = ["PrivateGaussianMixture"]
@@ -303,6 +305,7 @@ def _sigma_constraint():
     return [None, StrOptions({"auto"}), Interval(Real, 0, None, closed="neither")]
 
 
+@shared_params
 class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
     r"""Differentially private Gaussian mixture of separated components (Cohen et al. 2021, §6).
 
@@ -388,10 +391,8 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         full covariance per component; ``"diag"`` keeps its diagonal,
         ``"spherical"`` its mean variance and ``"tied"`` the weighted average of
         the k matrices (post-processing, no extra privacy cost).
-    epsilon : float, default=1.0
-        Privacy parameter of the whole fit.
-    delta : float, default=1e-6
-        Privacy parameter of the whole fit, in (0, 1).
+    {epsilon}
+    {delta}
     beta : float, default=0.05
         Failure probability of the private k-tuple test on well-separated data.
     base_estimator : estimator, default=None
@@ -418,13 +419,11 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         :math:`(10/\varepsilon)\,k\log(k/\delta)\sqrt{\log(k/\beta)}`.
     data_radius : float, default=None
         Public bound Lambda on ``||x - data_center||``, used by ``"located"``
-        and ``"averages"`` (so by the default ``"auto"``). ``None`` (the
-        default) releases a centre and a radius privately on 10% of (epsilon,
-        delta) (:mod:`skdpcluster.bounds`), stored in ``data_center_`` and
-        ``data_radius_``; ``"data"`` computes the exact bound from the data
-        (not private: a :class:`~skdpcluster.exceptions.PrivacyLeakWarning`,
-        the bound is used but not stored, ``data_radius_`` is ``nan``, and
-        ``privacy_spent_["proven"]`` is False). At most 1e100.
+        and ``"averages"`` (so by the default ``"auto"``).
+        {private_bound}
+        With ``"data"`` the exact bound is used but not stored
+        (``data_radius_`` is ``nan``) and ``privacy_spent_["proven"]`` is
+        False. At most 1e100.
     data_center : array-like of shape (n_features,), default=None
         Public centre of the data ball; ``None`` means the origin.
     r_min : float, default=None
@@ -470,15 +469,13 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         :class:`~skdpcluster.exceptions.NotSeparatedWarning`; ``"raise"``
         raises :class:`~skdpcluster.exceptions.NotSeparatedError` and keeps the
         previous fitted state. Either way the whole budget is charged.
-    accountant : BudgetAccountant, default=None
-        Charged with what every fit spends; ``None`` uses the default one.
+    {accountant}
     random_state : None, int or numpy.random.Generator, default=None
         ``None`` draws fresh OS entropy; an int or Generator makes the fit
         (and :meth:`sample`) reproducible.
     n_jobs : int, default=None
         Parallel jobs for the blocks (joblib; any backend, including Dask).
-    verbose : int, default=0
-        Print the public plan when > 0.
+    {verbose}
 
     Attributes
     ----------
@@ -812,6 +809,8 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
                                                fallback_rng)
         attributes, fresh_events = self._empty_release(), []
         if found.success:
+            phase("refinement and Gaussian learner on the fresh rows",
+                  rows=plan.attributes["n_fresh_"])
             attributes, fresh_events = self._fit_fresh(fresh, found.centers, plan.values["budget"],
                                                        fresh_rng, radii)
         attributes.update(tuple_centers_=found.centers, converged_=bool(found.success),
@@ -831,6 +830,7 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         events, found = [], None
         released_signals = {"quality_": dict(_NO_TEST), "located_info_": None}
         if clusterer is not None:
+            phase("tuple generation", blocks=plan.attributes["n_tuples_"])
             tuples = generate_tuples(
                 tuple_rows, clusterer._base_estimator(), self.n_components,
                 plan.attributes["n_tuples_"], rng=tuple_rng,
@@ -850,6 +850,7 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
                 found.events = events
                 found.attributes = {"fallback_info_": info, **released_signals}
                 return found, found.status
+        phase("fallback")
         centers, fallback_events, stable_status, proven = run_fallback(fallback, tuple_rows,
                                                                        fallback_rng)
         info = {"reason": plan.values["fallback_reason"], "share": plan.values["fallback_share"],

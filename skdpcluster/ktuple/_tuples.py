@@ -44,6 +44,7 @@ from sklearn.cluster import KMeans
 from threadpoolctl import threadpool_limits
 
 from skdpcluster.utils import spawn_generators
+from skdpcluster.utils._progress import advance
 
 __all__ = ["generate_tuples", "replace_bad_tuples", "sort_tuple_rows"]
 
@@ -304,7 +305,11 @@ def _solve_in_chunks(solver, X, blocks, draws, n_jobs):
         )
         for start, stop in bounds
     )
-    return np.concatenate(Parallel(n_jobs=n_jobs)(tasks)).astype(np.float64, copy=False)
+    chunks = []
+    for (_, stop), chunk in zip(bounds, Parallel(n_jobs=n_jobs, return_as="generator")(tasks)):
+        chunks.append(chunk)
+        advance(int(stop), n_blocks, "blocks")
+    return np.concatenate(chunks).astype(np.float64, copy=False)
 
 
 # The scikit-learn path: one fit per block -------------------------------------

@@ -1,0 +1,252 @@
+"""A CoinPress-style private learner of one Gaussian under zCDP (Biswas, Dong, Kamath & Ullman,
+NeurIPS 2020; ``spec/cohen_ktuple.md`` §9.6)."""
+
+import math
+
+import numpy as np
+
+from skdpcluster.averaging._common import (
+    _check_generator,
+    _check_points,
+    _check_positive_int,
+    _check_real,
+    _project_onto_ball,
+    _split_evenly,
+)
+from skdpcluster.mechanisms import (
+    PrivacyEvent,
+    zcdp_gaussian_mechanism,
+)
+
+# Confidence of each CoinPress step; it sets the clipping radii and the
+# shrinking of the confidence sets, so it affects utility only, never privacy.
+_COINPRESS_BETA = 0.01
+
+# Weights tried when combining two lower bounds on the whitened covariance.
+_LOWER_BOUND_WEIGHTS = np.linspace(0.0, 1.0, 101)
+
+# ---------------------------------------------------------------------------
+# Single Gaussian, CoinPress-style (cohen_ktuple.md §9.6)
+# ---------------------------------------------------------------------------
+
+
+def _chi_radius(n_dim, log_inverse_probability):
+    r"""Radius exceeded by :math:`\|N(0, I_d)\|` with probability at most :math:`e^{-x}`.
+
+    Laurent & Massart (2000), Lemma 1:
+    :math:`\Pr[\chi^2_d \ge d + 2\sqrt{dx} + 2x] \le e^{-x}`.
+    """
+    x = log_inverse_probability
+    return math.sqrt(n_dim + 2.0 * math.sqrt(n_dim * x) + 2.0 * x)
+
+
+def _clip_rows(vectors, radius):
+    """Rows projected onto the ball B(0, radius)."""
+    return _project_onto_ball(vectors, 0.0, radius)
+
+
+def _coinpress_mean(scaled, n_public, radius, rho_steps, rng):
+    r"""CoinPress mean steps (MVM, iterated as MVMRec; Biswas et al. 2020), add/remove version.
+
+    ``scaled`` has covariance at most the identity and mean in
+    :math:`B(0, r)`. Each step clips to :math:`B(c_t, r_t + \gamma_1)`,
+    releases :math:`c_t + \sum (\mathrm{clip}(y) - c_t)/n` with sensitivity
+    :math:`(r_t + \gamma_1)/n`, then shrinks the ball to
+    :math:`r_{t+1} = \gamma_2\sqrt{1/n + s_t^2}`, :math:`s_t` the noise sd.
+    Radii depend only on public values.
+    """
+    n_dim = scaled.shape[1]
+    clip_margin = _chi_radius(n_dim, math.log(n_public / _COINPRESS_BETA))
+    shrink = _chi_radius(n_dim, math.log(1.0 / _COINPRESS_BETA))
+    centre = np.zeros(n_dim)
+    for rho_step in rho_steps:
+        clip_radius = radius + clip_margin
+        offsets = _clip_rows(scaled - centre, clip_radius)
+        sensitivity = clip_radius / n_public
+        centre, _ = zcdp_gaussian_mechanism(
+            centre + offsets.sum(axis=0) / n_public, sensitivity=sensitivity, rho=rho_step,
+            rng=rng, neighbouring="add_remove",
+        )
+        noise_sd = sensitivity / math.sqrt(2.0 * rho_step)
+        radius = shrink * math.sqrt(1.0 / n_public + noise_sd**2)
+    return centre
+
+
+def _symmetric_from_upper(upper_values, n_dim):
+    matrix = np.zeros((n_dim, n_dim))
+    matrix[np.triu_indices(n_dim)] = upper_values
+    return matrix + np.triu(matrix, 1).T
+
+
+def _refine_whitening(estimate, transform, ratio, noise_norm, sampling):
+    r"""CoinPress covariance update: a new whitening with a smaller condition bound.
+
+    Invariant (with high probability): :math:`I \preceq K \preceq u I` for
+    :math:`K = T\Sigma T^\top`. If :math:`\|E\| \le \psi` and the sampling
+    error is multiplicative, :math:`(1-\delta)^2 K - \psi I \preceq Z \preceq
+    (1+\delta)^2 K + \psi I`, then :math:`K \preceq U = (Z + \psi I)/(1-\delta)^2`
+    (eigenvalues raised to at least 1) and both :math:`(Z - \psi I)/(1+\delta)^2`
+    and :math:`I` are below :math:`K`. With :math:`T' = U^{-1/2} T`, every
+    convex combination of the two lower bounds bounds :math:`T'\Sigma T'^\top`
+    from below by :math:`l I`; rescaling by :math:`1/\sqrt{l}` restores the
+    invariant with :math:`u' = 1/l`. The update is kept only if
+    :math:`u' < u`. Post-processing only: it affects utility, not privacy.
+    """
+    if sampling >= 1.0:
+        return transform, ratio
+    eigenvalues, eigenvectors = np.linalg.eigh(estimate)
+    upper = np.maximum((eigenvalues + noise_norm) / (1.0 - sampling) ** 2, 1.0)
+    from_estimate = (eigenvalues - noise_norm) / ((1.0 + sampling) ** 2 * upper)
+    from_invariant = 1.0 / upper
+    weights = _LOWER_BOUND_WEIGHTS[:, None]
+    lower = np.max(np.min(weights * from_estimate + (1.0 - weights) * from_invariant, axis=1))
+    if not 1.0 / lower < ratio:
+        return transform, ratio
+    inverse_sqrt = (eigenvectors / np.sqrt(upper * lower)) @ eigenvectors.T
+    return inverse_sqrt @ transform, 1.0 / lower
+
+
+def _coinpress_covariance(centred, n_public, sigma_min, sigma_max, rho_steps, rng):
+    r"""CoinPress covariance steps (MVC, iterated as MVCRec; Biswas et al. 2020), add/remove.
+
+    Each step whitens with :math:`T`, clips to norm :math:`\sqrt{u}\gamma`,
+    releases the upper triangle of :math:`\sum w w^\top / n` with L2
+    sensitivity :math:`u\gamma^2/n` (one added point adds :math:`ww^\top/n`,
+    whose upper triangle has norm at most :math:`\|w\|^2/n`), and refines
+    :math:`T`. The symmetric noise has spectral norm at most
+    :math:`2 s(\sqrt d + \sqrt{\log(2/\beta)})` with probability
+    :math:`1-\beta` (Sudakov-Fernique comparison with :math:`2s\langle g, v\rangle`
+    and Gaussian concentration). Returns the last estimate in the original
+    coordinates, :math:`T^{-1} Z T^{-\top}`.
+    """
+    n_dim = centred.shape[1]
+    clip_norm = _chi_radius(n_dim, math.log(n_public / _COINPRESS_BETA))
+    log_two_over_beta = math.log(2.0 / _COINPRESS_BETA)
+    sampling = math.sqrt(n_dim / n_public) + math.sqrt(2.0 * log_two_over_beta / n_public)
+    spectral_factor = 2.0 * (math.sqrt(n_dim) + math.sqrt(log_two_over_beta))
+    transform, ratio = np.eye(n_dim) / sigma_min, (sigma_max / sigma_min) ** 2
+    for rho_step in rho_steps:
+        whitened = _clip_rows(centred @ transform.T, math.sqrt(ratio) * clip_norm)
+        sensitivity = ratio * clip_norm**2 / n_public
+        noisy_upper, _ = zcdp_gaussian_mechanism(
+            (whitened.T @ whitened / n_public)[np.triu_indices(n_dim)], sensitivity=sensitivity,
+            rho=rho_step, rng=rng, neighbouring="add_remove",
+        )
+        estimate, used_transform = _symmetric_from_upper(noisy_upper, n_dim), transform
+        noise_norm = spectral_factor * sensitivity / math.sqrt(2.0 * rho_step)
+        transform, ratio = _refine_whitening(estimate, transform, ratio, noise_norm, sampling)
+    unwhiten = np.linalg.inv(used_transform)
+    return unwhiten @ estimate @ unwhiten.T
+
+
+def _project_spectrum(matrix, low, high):
+    """Symmetrise and clip the eigenvalues into [low, high]."""
+    eigenvalues, eigenvectors = np.linalg.eigh((matrix + matrix.T) / 2.0)
+    projected = (eigenvectors * np.clip(eigenvalues, low, high)) @ eigenvectors.T
+    return (projected + projected.T) / 2.0
+
+
+def private_gaussian_estimate(
+    points,
+    *,
+    n_public,
+    center,
+    radius,
+    sigma_min,
+    sigma_max,
+    rho,
+    rng,
+    n_iter_mean=3,
+    n_iter_cov=3,
+):
+    r"""Private mean and covariance of one Gaussian, CoinPress-style (Biswas et al. 2020).
+
+    The single-Gaussian learner G of ``spec/cohen_ktuple.md`` §9.6, private
+    under add/remove of one point with a public or already noisy count
+    (§11, item 34), for data from :math:`N(\mu, \Sigma)` with public bounds
+    :math:`\|\mu - c\| \le R` and :math:`\sigma_{\min}^2 I \preceq \Sigma
+    \preceq \sigma_{\max}^2 I` (§9.1). Two stages, each :math:`\rho/2`, split
+    evenly over its steps:
+
+    1. **Mean** (``n_iter_mean`` steps of CoinPress' MVM): in the coordinates
+       :math:`y = (x - c)/\sigma_{\max}`, clip to the current ball widened by
+       :math:`\gamma_1 = \sqrt{d + 2\sqrt{d\log(n/\beta)} + 2\log(n/\beta)}`,
+       release the centred clipped sum divided by ``n_public`` plus Gaussian
+       noise, and shrink the ball. The result is projected onto
+       :math:`B(c, R)`.
+    2. **Covariance** (``n_iter_cov`` steps of CoinPress' MVC) of
+       :math:`x - \hat\mu`: whiten with the current :math:`T`
+       (:math:`T_0 = I/\sigma_{\min}`, condition bound
+       :math:`u_0 = \sigma_{\max}^2/\sigma_{\min}^2`), clip to norm
+       :math:`\sqrt{u}\gamma_1`, release the upper triangle of the second
+       moment divided by ``n_public`` with noise, and tighten :math:`T` and
+       :math:`u`. Pairing differences, as in the paper, would not survive the
+       removal of one point, hence the centring at the private mean.
+
+    The released covariance is symmetrised and its eigenvalues are clipped
+    to :math:`[\sigma_{\min}^2, \sigma_{\max}^2]`, so it is always symmetric
+    positive definite, even when noise dominates (tiny ``n_public`` or
+    ``rho``). Each step's confidence is :math:`\beta = 0.01`; it sets radii
+    only.
+
+    **Privacy.** Every release is a Gaussian mechanism whose sensitivity is a
+    function of public values and of earlier releases (clipping radii
+    :math:`(r_t + \gamma_1)/n` and :math:`u\gamma^2/n` under add/remove), with
+    :math:`\sigma = \Delta/\sqrt{2\rho_t}`, so it is :math:`\rho_t`-zCDP (Bun
+    & Steinke 2016, Proposition 1.6) and the whole call is
+    :math:`\sum_t \rho_t \le \rho`-zCDP by adaptive composition; the
+    projections are post-processing. Under replace-one it is
+    :math:`4\rho`-zCDP (group privacy of size 2, Bun & Steinke 2016,
+    Proposition 1.9). Convert with :func:`~skdpcluster.mechanisms.zcdp_to_dp`.
+
+    Parameters
+    ----------
+    points : array-like of shape (n_points, n_features)
+    n_public : float
+        Public or noisy count, >= 1; every sum is divided by it.
+    center : array-like of shape (n_features,)
+        Public centre :math:`c` of the ball containing the mean.
+    radius : float
+        Public radius :math:`R > 0` of that ball.
+    sigma_min, sigma_max : float
+        Public bounds on the standard deviations,
+        ``0 < sigma_min <= sigma_max``.
+    rho : float
+        Total zCDP budget, > 0.
+    rng : numpy.random.Generator
+    n_iter_mean, n_iter_cov : int, default=3
+        Number of steps of each stage.
+
+    Returns
+    -------
+    mean : ndarray of shape (n_features,)
+    covariance : ndarray of shape (n_features, n_features)
+        Symmetric, eigenvalues in ``[sigma_min**2, sigma_max**2]``.
+    event : PrivacyEvent
+        ``"private_gaussian_estimate"`` with ``rho`` the total spent and
+        ``epsilon = delta = 0``.
+    """
+    points, center = _check_points(points, center)
+    n_public = _check_real(n_public, "n_public", low=1.0, low_inclusive=True)
+    radius = _check_real(radius, "radius")
+    sigma_min = _check_real(sigma_min, "sigma_min")
+    sigma_max = _check_real(sigma_max, "sigma_max", low=sigma_min, low_inclusive=True)
+    rho = _check_real(rho, "rho")
+    n_iter_mean = _check_positive_int(n_iter_mean, "n_iter_mean")
+    n_iter_cov = _check_positive_int(n_iter_cov, "n_iter_cov")
+    rng = _check_generator(rng)
+    rho_mean = [_split_evenly(rho / 2.0, n_iter_mean)] * n_iter_mean
+    rho_cov = [_split_evenly(rho / 2.0, n_iter_cov)] * n_iter_cov
+    scaled_mean = _coinpress_mean(
+        (points - center) / sigma_max, n_public, radius / sigma_max, rho_mean, rng
+    )
+    mean = _project_onto_ball(center + sigma_max * scaled_mean, center, radius)
+    covariance = _coinpress_covariance(points - mean, n_public, sigma_min, sigma_max, rho_cov, rng)
+    event = PrivacyEvent(
+        "private_gaussian_estimate", 0.0, 0.0, rho=math.fsum(rho_mean + rho_cov),
+        neighbouring="add_remove",
+        details={"composition": "zcdp", "rho_mean_per_step": rho_mean[0],
+                 "rho_cov_per_step": rho_cov[0], "n_iter_mean": n_iter_mean,
+                 "n_iter_cov": n_iter_cov, "n_public": n_public, "beta_per_step": _COINPRESS_BETA},
+    )
+    return mean, _project_spectrum(covariance, sigma_min**2, sigma_max**2), event
