@@ -31,7 +31,8 @@ reported, so the machine cancels out (``DESIGN.md``, "Speed and scale").
   :func:`tracemalloc` (:func:`benchmarks._common.measure`: NumPy and
   Python allocations, the input array not counted).
 * Slope: least-squares slope of log time (and log peak memory) against
-  log n, per estimator and for scikit-learn.
+  log n, per estimator and for scikit-learn, and the slope of the private
+  time between the two largest sizes (``slope_time_top``).
 
 Outputs: ``scaling.csv`` (one row per estimator and n, with the machine's
 load average; rewritten after every row), ``scaling_slopes.csv`` and
@@ -157,7 +158,12 @@ def _measured(rows):
 
 
 def slopes(rows):
-    """Per estimator (and scikit-learn): log-log slopes of time and peak memory in n."""
+    """Per estimator (and scikit-learn): log-log slopes of time and peak memory in n.
+
+    ``slope_time`` is the least-squares slope over every size, ``slope_time_top``
+    the slope between the two largest: fixed costs flatten the first, and a
+    cost that grows faster than n shows in the second.
+    """
     out = []
     rows = _measured(rows)
     for name in dict.fromkeys(row["estimator"] for row in rows):
@@ -165,6 +171,7 @@ def slopes(rows):
         out.append({
             "estimator": name, "n_max": max(row["n_samples"] for row in mine),
             "slope_time": growth_exponent(mine, "private_s"),
+            "slope_time_top": growth_exponent(mine[-2:], "private_s"),
             "slope_kmeans_time": growth_exponent(mine, "kmeans_s"),
             "slope_memory": growth_exponent(mine, "private_mib"),
             "max_time_ratio": max(row["time_ratio"] for row in mine),

@@ -141,3 +141,4 @@ def test_scaling_predicts_a_cell_linearly_and_leaves_skipped_cells_out_of_the_sl
     rows.append(scaling._skipped("stable_kmeans", 30_000, predicted=100.0, left=10.0))
     (summary,) = scaling.slopes(rows)
     assert summary["n_max"] == 3000 and math.isfinite(summary["slope_time"])
+    assert summary["slope_time_top"] == pytest.approx(summary["slope_time"])  # two sizes: one line
