@@ -22,6 +22,7 @@ from skdpcluster import (
     PrivateStableKMedian,
 )
 from skdpcluster.cluster import _highdim_candidates
+from skdpcluster.cluster._federated_init import clip_rows
 from skdpcluster.datasets import make_separated_mixture
 
 #: estimator -> (sha256 of cluster_centers_.tobytes(), of labels_ as int64), first 16 hex digits
@@ -99,3 +100,19 @@ def test_distances_are_built_and_argmin_taken_by_blocks(small_blocks):
     nearest, peak = _peak_bytes(distances.nearest, slots)
     assert np.array_equal(nearest, distances.rows(slots).argmin(axis=0))
     assert peak <= 8 * N_ROWS + 4 * 4 * 5000  # the labels and a few blocks, never k x n floats
+
+
+def test_projection_maps_the_raw_rows_block_by_block(small_blocks):
+    # The high-dim fit projects the raw rows through the clipping map block by block, so the
+    # clipped copy of the data (made later, for the recovery) is not stored at this peak.
+    center, radius = np.full(10, 0.5), 12.0
+
+    def clip(rows):
+        return clip_rows(rows, center, radius)
+
+    Y, peak = _peak_bytes(_highdim_candidates.project_rows, small_blocks, N_COMPONENTS, 8.0,
+                          np.random.default_rng(1), row_map=clip)
+    expected = _highdim_candidates.project_rows(clip(small_blocks), N_COMPONENTS, 8.0,
+                                                np.random.default_rng(1))
+    assert np.array_equal(Y, expected)
+    assert peak <= 1.1 * Y.nbytes + 3 * 8 * 5000  # Y and a few blocks, never the clipped copy

@@ -195,10 +195,22 @@ def _level_epsilon_and_gamma(profile, eps_candidates, n_shifts, n_levels, p, n, 
 
 @dataclass(frozen=True)
 class _Data:
-    """Rows centred at ``data_center`` and made to satisfy the public bounds (per-row maps)."""
+    """Rows centred at ``data_center`` and made to satisfy the public bounds (per-row maps).
 
-    X: np.ndarray
+    ``row_map`` is that per-row map of the raw rows ``raw``; the mapped copy
+    :attr:`X` is made on first use, after the first trial's partition
+    (which projects the raw rows block by block), so the two are never
+    stored together at that partition's memory peak.
+    """
+
+    raw: np.ndarray
+    row_map: object
     radius: float
+
+    @cached_property
+    def X(self):
+        """The mapped rows (one copy of the data)."""
+        return self.row_map(self.raw)
 
     @cached_property
     def sq_norms(self):
@@ -334,11 +346,13 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
     # -- private part -------------------------------------------------------------------
     def _prepare(self, X, center, radius):
         if self.recovery == "sparse":
-            rows = sparsify_rows(X - center, self.sparsity, float(self.coord_bound))
-            rows = _project_onto_ball(rows, 0.0, radius)
+            def row_map(rows):
+                rows = sparsify_rows(rows - center, self.sparsity, float(self.coord_bound))
+                return _project_onto_ball(rows, 0.0, radius)
         else:
-            rows = clip_rows(X, center, radius)  # one copy of X, clipped in place
-        return _Data(rows, radius)
+            def row_map(rows):
+                return clip_rows(rows, center, radius)  # one copy of the rows, clipped in place
+        return _Data(X, row_map, radius)
 
     def _fit_private(self, X, plan, rng):
         center, budget = plan.values["center"], plan.values["budget"]
@@ -405,7 +419,8 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
         recovery passes over ``data``.
         """
         project_rng, candidate_rng, swap_rng, sample_rng = rngs
-        Y = project_rows(data.X, settings.proj_dim, settings.proj_radius, project_rng)
+        Y = project_rows(data.raw, settings.proj_dim, settings.proj_radius, project_rng,
+                         row_map=data.row_map)
         candidates, events, info = private_candidates(
             Y, radius=settings.proj_radius, n_shifts=settings.n_shifts,
             n_levels=settings.n_levels, level_epsilon=settings.level_epsilon,

@@ -74,7 +74,7 @@ def merge_repeats(events):
 # ---------------------------------------------------------------------------
 
 
-def project_rows(X, n_components, clip_radius, rng):
+def project_rows(X, n_components, clip_radius, rng, row_map=None):
     r"""Gaussian random projection :math:`y_i = G x_i/\sqrt p`, clipped to :math:`B(0, \Lambda_p)`.
 
     :math:`G \sim N(0, 1)^{p\times d}` is drawn from ``rng`` independently of
@@ -84,14 +84,24 @@ def project_rows(X, n_components, clip_radius, rng):
     neighbouring data sets stay neighbours. With ``n_components >= d`` the
     rows are returned unprojected (and clipped).
 
+    ``row_map`` (a per-row map, such as the clipping to the public bound)
+    is applied to ``X`` block by block first, so its full-size output is
+    never stored here.
+
     Returns
     -------
     Y : ndarray of shape (n_samples, min(n_components, n_features))
     """
     if n_components >= X.shape[1]:
-        return _clip_in_place(np.array(X, dtype=float), clip_radius)
+        return _clip_in_place(np.array(X, dtype=float) if row_map is None else row_map(X),
+                              clip_radius)
     matrix = rng.standard_normal((X.shape[1], n_components)) / math.sqrt(n_components)
-    return _clip_in_place(X @ matrix, clip_radius)
+    if row_map is None:
+        return _clip_in_place(X @ matrix, clip_radius)
+    Y = np.empty((len(X), n_components))
+    for batch in gen_batches(len(X), max(1, CHUNK_ELEMENTS // max(X.shape[1], 1))):
+        Y[batch] = row_map(X[batch]) @ matrix
+    return _clip_in_place(Y, clip_radius)
 
 
 def _clip_in_place(Y, radius):
