@@ -55,7 +55,6 @@ import statistics
 import time
 import warnings
 
-import numpy as np
 from sklearn.cluster import KMeans
 
 from benchmarks._common import measure, plot_lines, print_table, write_csv
