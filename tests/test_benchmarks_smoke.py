@@ -130,3 +130,15 @@ def test_scaling_row_reports_ratios_and_the_slopes():
     assert rows[0]["time_ratio"] == pytest.approx(rows[0]["private_s"] / rows[0]["kmeans_s"])
     (summary,) = scaling.slopes(rows)
     assert summary["estimator"] == "stable_kmeans" and math.isfinite(summary["slope_time"])
+
+
+def test_scaling_predicts_a_cell_linearly_and_leaves_skipped_cells_out_of_the_slopes():
+    previous = {"n_samples": 1000, "private_s": 2.0, "kmeans_s": 1.0}
+    # (2 + 1) s per pair of fits x 10 (n ten times larger) x (repeat + 1) fits x 1.25
+    assert scaling.predicted_seconds(previous, 10_000, repeat=3) == pytest.approx(150.0)
+    X = scaling.make_data(3000, n_clusters=2, n_features=2)
+    rows = [scaling.compare("stable_kmeans", X[:n], n_clusters=2, repeat=1) for n in (1500, 3000)]
+    rows.append(scaling._skipped("stable_kmeans", 30_000, predicted=100.0, left=10.0))
+    (summary,) = scaling.slopes(rows)
+    assert summary["n_max"] == 3000 and math.isfinite(summary["slope_time"])
+    assert summary["slope_time_top"] == pytest.approx(summary["slope_time"])  # two sizes: one line

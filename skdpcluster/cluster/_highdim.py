@@ -18,6 +18,7 @@ spend a remaining budget on it after a failed easy-instance test.
 
 import math
 from dataclasses import asdict, dataclass, replace
+from functools import cached_property
 from numbers import Integral, Real
 
 import numpy as np
@@ -196,11 +197,27 @@ def _level_epsilon_and_gamma(profile, eps_candidates, n_shifts, n_levels, p, n, 
 
 @dataclass(frozen=True)
 class _Data:
-    """Rows centred at ``data_center`` and made to satisfy the public bounds (per-row maps)."""
+    """Rows centred at ``data_center`` and made to satisfy the public bounds (per-row maps).
 
-    X: np.ndarray
-    sq_norms: np.ndarray
+    ``row_map`` is that per-row map of the raw rows ``raw``; the mapped copy
+    :attr:`X` is made on first use, after the first trial's partition
+    (which projects the raw rows block by block), so the two are never
+    stored together at that partition's memory peak.
+    """
+
+    raw: np.ndarray
+    row_map: object
     radius: float
+
+    @cached_property
+    def X(self):
+        """The mapped rows (one copy of the data)."""
+        return self.row_map(self.raw)
+
+    @cached_property
+    def sq_norms(self):
+        """Squared row norms, computed on first use (after the first trial's partition peak)."""
+        return np.einsum("ij,ij->i", self.X, self.X)
 
 
 def _store_parameters(estimator, parameters):
@@ -331,11 +348,13 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
     # -- private part -------------------------------------------------------------------
     def _prepare(self, X, center, radius):
         if self.recovery == "sparse":
-            rows = sparsify_rows(X - center, self.sparsity, float(self.coord_bound))
-            rows = _project_onto_ball(rows, 0.0, radius)
+            def row_map(rows):
+                rows = sparsify_rows(rows - center, self.sparsity, float(self.coord_bound))
+                return _project_onto_ball(rows, 0.0, radius)
         else:
-            rows = clip_rows(X, center, radius)  # one copy of X, clipped in place
-        return _Data(rows, np.einsum("ij,ij->i", rows, rows), radius)
+            def row_map(rows):
+                return clip_rows(rows, center, radius)  # one copy of the rows, clipped in place
+        return _Data(X, row_map, radius)
 
     def _fit_private(self, X, plan, rng):
         center, budget = plan.values["center"], plan.values["budget"]
@@ -388,7 +407,24 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
     def _trial(self, data, settings, budget, rng):
         """One trial of Algorithm 4: project, candidates, local swap, recovery and refinement."""
         project_rng, candidate_rng, swap_rng, mean_rng, sample_rng = rng.spawn(5)
-        Y = project_rows(data.X, settings.proj_dim, settings.proj_radius, project_rng)
+        labels, events, info = self._partition(
+            data, settings, budget, (project_rng, candidate_rng, swap_rng, sample_rng))
+        centers, mean_events = self._recover_and_refine(
+            data, labels, _reclaim(budget, events["candidates"]), mean_rng)
+        return {"centers": centers,
+                "events": events["candidates"] + events["swap"] + mean_events, **info}
+
+    def _partition(self, data, settings, budget, rngs):
+        """The trial's partition of the rows: projection, candidates and local swap (Algs. 1-3).
+
+        ``rngs``: the generators of the projection, the candidates, the swaps
+        and the swap sample. The projected rows and their distances to the
+        candidates live in this call only, so they are freed before the
+        recovery passes over ``data``.
+        """
+        project_rng, candidate_rng, swap_rng, sample_rng = rngs
+        Y = project_rows(data.raw, settings.proj_dim, settings.proj_radius, project_rng,
+                         row_map=data.row_map)
         candidates, events, info = private_candidates(
             Y, radius=settings.proj_radius, n_shifts=settings.n_shifts,
             n_levels=settings.n_levels, level_epsilon=settings.level_epsilon,
@@ -399,16 +435,14 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
                                     settings.proj_radius, candidate_rng)
         candidates, start = initial_slots(candidates, self.n_clusters, settings.init, swap_rng)
         distances = DistanceRows(Y, candidates.centers, self._POWER)
+        del Y  # the float32 distances replace it: one fewer n x p array at the peak
         slots, swap_events, _ = private_local_swap(
             swap_sample(distances, settings.n_samples, sample_rng), start,
             n_iter=settings.n_swap_iter, epsilon=budget.swap,
             sensitivity=(2.0 * settings.proj_radius) ** self._POWER,
             neighbouring=self.neighbouring, rng=swap_rng)
-        labels = distances.rows(slots).argmin(axis=0)
-        centers, mean_events = self._recover_and_refine(
-            data, labels, _reclaim(budget, events), mean_rng)
-        return {"centers": centers, "events": events + swap_events + mean_events,
-                "n_candidates": len(candidates.centers), "max_depth": info["max_depth"]}
+        return (distances.nearest(slots), {"candidates": events, "swap": swap_events},
+                {"n_candidates": len(candidates.centers), "max_depth": info["max_depth"]})
 
     def _recover(self, data, labels, budget, rng, label):
         common = {"epsilon": budget.mean_step, "neighbouring": self.neighbouring, "rng": rng,

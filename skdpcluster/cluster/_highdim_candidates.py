@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 from sklearn.cluster import KMeans
+from sklearn.utils import gen_batches
 from threadpoolctl import threadpool_limits
 
 from skdpcluster.averaging import _project_onto_ball
@@ -73,7 +74,7 @@ def merge_repeats(events):
 # ---------------------------------------------------------------------------
 
 
-def project_rows(X, n_components, clip_radius, rng):
+def project_rows(X, n_components, clip_radius, rng, row_map=None):
     r"""Gaussian random projection :math:`y_i = G x_i/\sqrt p`, clipped to :math:`B(0, \Lambda_p)`.
 
     :math:`G \sim N(0, 1)^{p\times d}` is drawn from ``rng`` independently of
@@ -83,14 +84,36 @@ def project_rows(X, n_components, clip_radius, rng):
     neighbouring data sets stay neighbours. With ``n_components >= d`` the
     rows are returned unprojected (and clipped).
 
+    ``row_map`` (a per-row map, such as the clipping to the public bound)
+    is applied to ``X`` block by block first, so its full-size output is
+    never stored here.
+
     Returns
     -------
     Y : ndarray of shape (n_samples, min(n_components, n_features))
     """
     if n_components >= X.shape[1]:
-        return _project_onto_ball(X, 0.0, clip_radius)
+        return _clip_in_place(np.array(X, dtype=float) if row_map is None else row_map(X),
+                              clip_radius)
     matrix = rng.standard_normal((X.shape[1], n_components)) / math.sqrt(n_components)
-    return _project_onto_ball(X @ matrix, 0.0, clip_radius)
+    if row_map is None:
+        return _clip_in_place(X @ matrix, clip_radius)
+    Y = np.empty((len(X), n_components))
+    for batch in gen_batches(len(X), max(1, CHUNK_ELEMENTS // max(X.shape[1], 1))):
+        Y[batch] = row_map(X[batch]) @ matrix
+    return _clip_in_place(Y, clip_radius)
+
+
+def _clip_in_place(Y, radius):
+    """Rows of ``Y`` projected onto B(0, ``radius``) in place, block by block; returns ``Y``.
+
+    The arithmetic of :func:`~skdpcluster.averaging._project_onto_ball`
+    (the same values) without its temporaries of the size of ``Y``.
+    """
+    for batch in gen_batches(len(Y), max(1, CHUNK_ELEMENTS // max(Y.shape[1], 1))):
+        norms = np.linalg.norm(Y[batch], axis=-1, keepdims=True)
+        Y[batch] *= radius / np.maximum(norms, radius)
+    return Y
 
 
 # ---------------------------------------------------------------------------
@@ -155,17 +178,52 @@ def _sample_empty_children(parents, occupied, n_pick, rng):
     return np.array(list(chosen.values()), dtype=np.int64)
 
 
+class _CubeCoords:
+    """Integer coordinates of the depth-``depth`` cubes holding the points ``Y[rows]``, on request.
+
+    Indexing computes :math:`\lfloor (y - o)/w \rfloor` (clipped to the
+    grid) for the requested points only, so no array of all the points'
+    coordinates (p int64 per point) is ever stored; the functions below read
+    it block by block, as they would an array.
+    """
+
+    def __init__(self, Y, rows, grid, depth):
+        self.Y, self.rows, self.depth = Y, rows, depth
+        self.origin, self.width = grid[0], grid[1] / 2**depth
+        self.shape = (len(rows), Y.shape[1])
+
+    def __len__(self):
+        return self.shape[0]
+
+    def __getitem__(self, index):
+        block = self.Y[self.rows[index]]  # a copy, transformed in place
+        block -= self.origin
+        block /= self.width
+        np.floor(block, out=block)
+        return np.clip(block, 0, 2**self.depth - 1, out=block).astype(np.int64)
+
+
+def _packed_keys(coords, weights, mask=-1):
+    """``(coords & mask) @ weights`` (int64), block by block of :data:`CHUNK_ELEMENTS` values."""
+    keys = np.empty(len(coords), dtype=np.int64)
+    for batch in gen_batches(len(coords), max(1, CHUNK_ELEMENTS // max(coords.shape[1], 1))):
+        keys[batch] = (coords[batch] & mask) @ weights
+    return keys
+
+
 def _unique_rows(coords, depth):
     """``np.unique(coords, axis=0, return_inverse=True, return_counts=True)``, fast for small grids.
 
     When the p coordinates of ``depth`` bits each fit in 62 bits, every row
     is packed into one integer key (a 1-d sort instead of a lexicographic one).
+    ``coords`` is an integer array or a :class:`_CubeCoords`.
     """
     p = coords.shape[1]
     if depth * p > 62:
-        cells, inverse, counts = np.unique(coords, axis=0, return_inverse=True, return_counts=True)
+        cells, inverse, counts = np.unique(coords[:], axis=0, return_inverse=True,
+                                           return_counts=True)
         return cells, inverse.ravel(), counts
-    keys = coords @ (np.int64(1) << (depth * np.arange(p, dtype=np.int64)))
+    keys = _packed_keys(coords, np.int64(1) << (depth * np.arange(p, dtype=np.int64)))
     _, first, inverse, counts = np.unique(
         keys, return_index=True, return_inverse=True, return_counts=True)
     return coords[first], inverse, counts
@@ -179,13 +237,14 @@ def _child_cells(coords, parent_of, n_parents, depth):
     ``n_parents`` parents are at most a few per point, one ``bincount`` of
     those keys replaces the sort of all points. Only the occupied children
     are then sorted, so cells, inverse and counts are exactly
-    :func:`_unique_rows`'s.
+    :func:`_unique_rows`'s. ``coords`` is an integer array or a :class:`_CubeCoords`.
     """
     p = coords.shape[1]
     n_keys = n_parents << p
     if n_keys > max(2 * len(coords), 2**16):
         return _unique_rows(coords, depth)
-    keys = (parent_of << p) + (coords & 1) @ (np.int64(1) << np.arange(p, dtype=np.int64))
+    keys = _packed_keys(coords, np.int64(1) << np.arange(p, dtype=np.int64), mask=1)
+    keys += parent_of << p
     counts = np.bincount(keys, minlength=n_keys)
     present = np.flatnonzero(counts)
     rank = np.zeros(n_keys, dtype=np.intp)
@@ -214,14 +273,8 @@ def _level_step(Y, alive, parents, depth, level, grid, rng, parent_of):
     Returns the new ``alive``, ``parents`` (the activated cubes'
     coordinates), their noisy counts, the event and the new ``parent_of``.
     """
-    origin, edge = grid
-    top = 2**depth - 1
-    coords = Y[alive]  # a copy: the same arithmetic as floor((y - origin) / width), in place
-    coords -= origin
-    coords /= edge / 2**depth
-    np.floor(coords, out=coords)
-    coords = np.clip(coords, 0, top, out=coords).astype(np.int64)
-    cells, inverse, counts = _child_cells(coords, parent_of, len(parents), depth)
+    cells, inverse, counts = _child_cells(_CubeCoords(Y, alive, grid, depth), parent_of,
+                                          len(parents), depth)
     noisy, event = laplace_mechanism(
         counts.astype(float), sensitivity=level.sensitivity, epsilon=level.epsilon, rng=rng,
         label="highdim/candidates/level_counts", neighbouring=level.neighbouring)
@@ -235,8 +288,9 @@ def _level_step(Y, alive, parents, depth, level, grid, rng, parent_of):
     new_parents = np.concatenate([cells[active], empty])
     weights = np.concatenate([np.atleast_1d(noisy)[active], empty_counts])
     keep = active[inverse]
-    new_parent_of = (np.cumsum(active) - 1)[inverse[keep]]
-    return alive[keep], new_parents, weights, event, new_parent_of
+    if not keep.all():  # no copies of n-vectors when every point stays in an active cube
+        alive, inverse = alive[keep], inverse[keep]
+    return alive, new_parents, weights, event, (np.cumsum(active) - 1)[inverse]
 
 
 def _residual_weights(levels):
@@ -400,10 +454,13 @@ class DistanceRows:
     """
 
     def __init__(self, Y, centers, power):
-        Y = np.asarray(Y, dtype=np.float32)
         self.centers, self.power = np.asarray(centers, dtype=np.float32), power
-        self.scaled_t = np.ascontiguousarray(-2.0 * Y.T)
-        self.y_sq = np.einsum("ij,ij->i", Y, Y)
+        self.scaled_t = np.empty((Y.shape[1], len(Y)), dtype=np.float32)
+        self.y_sq = np.empty(len(Y), dtype=np.float32)
+        for batch in gen_batches(len(Y), max(1, CHUNK_ELEMENTS // max(Y.shape[1], 1))):
+            block = np.asarray(Y[batch], dtype=np.float32)
+            self.scaled_t[:, batch] = -2.0 * block.T
+            self.y_sq[batch] = np.einsum("ij,ij->i", block, block)
         self.c_sq = np.einsum("ij,ij->i", self.centers, self.centers)
         self.chunk = max(1, CHUNK_ELEMENTS // max(len(Y), 1))
 
@@ -417,12 +474,23 @@ class DistanceRows:
                              y_sq=self.y_sq[order])
         return view
 
-    def rows(self, index):
-        block = self.centers[index] @ self.scaled_t
+    def rows(self, index, points=slice(None)):
+        """``D[index, points]`` (all the points by default), float32."""
+        block = self.centers[index] @ self.scaled_t[:, points]
         block += self.c_sq[index, None]
-        block += self.y_sq[None, :]
+        block += self.y_sq[None, points]
         np.maximum(block, 0.0, out=block)
         return block if self.power == 2 else np.sqrt(block, out=block)
+
+    def nearest(self, index):
+        """For every point, the position in ``index`` of its nearest candidate, by blocks of points.
+
+        The argmin of :meth:`rows` without its ``len(index)`` x n array.
+        """
+        nearest = np.empty(len(self.y_sq), dtype=np.intp)
+        for batch in gen_batches(len(nearest), max(1, CHUNK_ELEMENTS // max(len(index), 1))):
+            nearest[batch] = self.rows(index, batch).argmin(axis=0)
+        return nearest
 
     def loss(self, slots):
         """:math:`L(Z) = \\sum_i \\min_j D[z_j, i]`."""
