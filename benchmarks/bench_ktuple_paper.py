@@ -255,7 +255,8 @@ class Setting:
         threshold = (4 * m / EPSILON) * math.log(2 * m / BETA)  # (m/eps2) log(m/beta) of the test
         ratio = math.nan
         if self.method == "noisy_centers":
-            modes = {key: value for key, value in MODES[self.mode].items() if key != "accounting"}
+            modes = {key: value for key, value in MODES[self.mode].items()
+                     if key not in ("accounting", "allow_unproven")}
             separation = default_separation(self.n_clusters, EPSILON, DELTA, BETA)
             ratio = noise_to_gap_ratio(self.n_clusters, EPSILON, DELTA, separation, **modes)
         return {"allowed_bad": threshold / n_tuples, "noise_to_gap": ratio}
