@@ -159,16 +159,19 @@ SPEC_AVERAGES = (1.1e6, 1.3e6)
 MAX_SAMPLES = 120_000_000
 #: Ratio of neighbouring grid points (spec §10.5).
 GRID_STEP = math.sqrt(2.0)
-#: Runs per grid point with ``--full``: 20 (the 19/20 criterion), fewer where one fit is
-#: slow: Test1 at R = 32 draws about 5e7 samples per fit (10 runs), PrivatekAverages needs
-#: about 1e6 tuples (3 runs; the spec's prototype used 6).
-FULL_RUNS, FULL_RUNS_R32, AVERAGES_RUNS = 20, 10, 3
+#: Runs per grid point with ``--full``. The spec's protocol asks for 20 (19/20 successes);
+#: on a 2-core machine shared with other jobs the committed run used 10 (so ``size_95``
+#: means 10 of 10), 5 at R = 32 (about 5e7 samples per fit) and 3 for PrivatekAverages
+#: (about 1e6 tuples per fit; the spec's prototype used 6). ``--runs 20`` restores it.
+FULL_RUNS, FULL_RUNS_R32, AVERAGES_RUNS = 10, 5, 3
 #: The naive baseline (paper §5, spec §10.5): Test1's mixture at R = 512, clipped to
 #: [-Lambda, Lambda] with Lambda = 2048, one Gaussian-mechanism release of every sample.
 NAIVE_SEPARATION, NAIVE_RADIUS = 512.0, 2048.0
 #: Sample sizes of the naive baseline, and its runs per size.
 NAIVE_SIZES = {True: (10**4, 10**5), False: (10**4, 10**5, 10**6, 10**7)}
 NAIVE_RUNS = 3
+#: From this size on the naive baseline runs once (minutes per fit on a shared machine).
+NAIVE_ONE_RUN_FROM = 10**7
 #: The experiments ``--tests`` can choose.
 TESTS = ("Test1", "Test2", "Test3", "Averages", "Naive")
 _QUIET = (NotSeparatedWarning, PrivacyLeakWarning, UnprovenPrivacyWarning)
@@ -277,8 +280,9 @@ def settings(quick):
         # Averages: the spec's anchor R = 64 in both modes, and R = 32, 512 in the default
         # mode (its sample complexity barely depends on R, spec §10.3). Test2/Test3 would need
         # 4.9e6 to 1.8e7 tuples (spec §10.3): minutes per fit, not run here.
-        result += [Setting("Averages", 2, 1, 64, mode, "averages") for mode in MODES]
-        result += [Setting("Averages", 2, 1, r, "corrected", "averages") for r in (32, 512)]
+        result += [Setting("Averages", 2, 1, r, mode, "averages")
+                   for r, mode in ((64, "corrected"), (512, "corrected"), (64, "paper"),
+                                   (32, "corrected"))]
     return result
 
 
@@ -517,17 +521,21 @@ def naive_run(n_samples, run):
 
 
 def naive_rows(sizes, n_runs=NAIVE_RUNS, verbose=True):
-    """One row per sample size: successes of ``n_runs`` naive runs and the time per run."""
+    """One row per sample size: successes of ``n_runs`` naive runs (one from
+    :data:`NAIVE_ONE_RUN_FROM` samples on) and the wall time per run."""
     rows = []
     for n_samples in sizes:
+        runs = n_runs if n_samples < NAIVE_ONE_RUN_FROM else 1
         began = time.perf_counter()
-        results = [naive_run(n_samples, run) for run in range(n_runs)]
-        seconds = (time.perf_counter() - began) / n_runs
+        results = [naive_run(n_samples, run) for run in range(runs)]
+        seconds = (time.perf_counter() - began) / runs
         rows.append({"n_samples": n_samples, "separated": sum(r[0] for r in results),
-                     "successes": sum(r[0] and r[1] < 0.5 for r in results), "runs": n_runs, "median_mean_error_R": float(np.median([r[1] for r in results])),
+                     "successes": sum(r[0] and r[1] < 0.5 for r in results), "runs": runs,
+                     "median_mean_error_R": float(np.median([r[1] for r in results])),
                      "sigma": round(results[0][2], 1), "seconds_per_run": round(seconds, 1)})
+        write_csv("ktuple_paper_naive", rows)  # after every size: a cut run keeps its rows
         if verbose:
-            print(f"  naive n={n_samples:.0e}: {rows[-1]['successes']}/{n_runs} "
+            print(f"  naive n={n_samples:.0e}: {rows[-1]['successes']}/{runs} "
                   f"(mean error {rows[-1]['median_mean_error_R']:.2f} R; {seconds:.1f} s/run)",
                   flush=True)
     return rows
@@ -612,6 +620,14 @@ def _grid_table(setting, grid):
             for row in grid]
 
 
+def _write_results(summary, grid_rows, tests):
+    summary = merge_results("ktuple_paper", summary, tests)
+    grid_rows = merge_results("ktuple_paper_grid", grid_rows, tests)
+    write_csv("ktuple_paper", summary)
+    write_csv("ktuple_paper_grid", grid_rows)
+    plot(summary, grid_rows)
+
+
 def run(quick, n_runs=None, tests=None):
     """Run the protocol; write the CSV and PNG files; return the summary rows.
 
@@ -628,16 +644,9 @@ def run(quick, n_runs=None, tests=None):
                  if setting.method == "noisy_centers" else "")
         summary.append(summarize(setting, grid, runs, floor))
         grid_rows += _grid_table(setting, grid)
-    if summary:
-        summary = merge_results("ktuple_paper", summary, tests)
-        grid_rows = merge_results("ktuple_paper_grid", grid_rows, tests)
-        write_csv("ktuple_paper", summary)
-        write_csv("ktuple_paper_grid", grid_rows)
-        plot(summary, grid_rows)
+        _write_results(summary, grid_rows, tests)  # after every setting: a cut run keeps its rows
     if tests is None or "Naive" in tests:
-        naive = naive_rows(NAIVE_SIZES[quick])
-        write_csv("ktuple_paper_naive", naive)
-        print_table(naive)
+        print_table(naive_rows(NAIVE_SIZES[quick]))
     columns = ["test", "mode", "k", "d", "R", "n_tuples", "searched", "size_95", "size_50",
                "total_95", "spec_low", "spec_high", "allowed_bad", "noise_to_gap", "test_floor"]
     print_table(summary, columns)
