@@ -79,7 +79,7 @@ SPEC_CLIENTS_2000 = {0.90: 54.03, 1.62: 51.79, 3.08: 50.79, 6.08: 50.02}
 PROTOCOLS = {
     True: {"seeds": 1, "clients": (1000,), "client_eps": (1.0, 4.0), "missing": (0, 2),
            "missing_eps": (0.5, 2.0)},
-    False: {"seeds": 2, "clients": (1000, 2000, 5000), "client_eps": (0.5, 1.0, 2.0, 4.0, 8.0),
+    False: {"seeds": 2, "clients": (1000, 2000, 5000), "client_eps": (1.0, 2.0, 4.0, 8.0),
             "missing": (0, 1, 2, 5), "missing_eps": (0.25, 0.5, 1.0, 2.0)},
 }
 EXPERIMENTS = ("clients", "missing", "elbow")
@@ -121,8 +121,11 @@ def _optimum(X, epsilons, base):
 # Client level (Figure 2 left) -----------------------------------------------------
 
 
-def client_rows(protocol):
-    """Cost against epsilon at client level for each number of clients."""
+def client_rows(protocol, progress=None):
+    """Cost against epsilon at client level for each number of clients.
+
+    ``progress(rows)`` is called with the rows so far after every number of clients.
+    """
     methods = {
         "FedDP-KMeans T=0": {"privacy_unit": "client", "client_clip": CLIENT_CLIP,
                              "n_lloyd_iter": 0},
@@ -135,7 +138,13 @@ def client_rows(protocol):
         base = {"n_clients": n_clients}
         rows += _curve_rows(X, clients, server, methods, protocol["client_eps"],
                             protocol["seeds"], base)
-        rows += _optimum(X, protocol["client_eps"], base)
+        for row in rows:
+            row.setdefault("spec_reference", "; ".join(
+                f"{cost} at PLD eps {eps}" for eps, cost in SPEC_CLIENTS_2000.items())
+                if n_clients == 2000 and row["method"].startswith("FedDP") else "")
+        rows += [{**row, "spec_reference": ""} for row in _optimum(X, protocol["client_eps"], base)]
+        if progress:
+            progress(rows)
     return rows
 
 
@@ -155,8 +164,11 @@ def missing_server(means, n_missing, seed=0):
     return np.vstack([inside, rng.uniform(size=(100, means.shape[1]))])
 
 
-def missing_rows(protocol):
-    """Cost against epsilon, data-point level, for each number of missing components."""
+def missing_rows(protocol, progress=None):
+    """Cost against epsilon, data-point level, for each number of missing components.
+
+    ``progress(rows)`` is called with the rows so far after every setting.
+    """
     X, clients, _, means = paper_data()
     methods = {
         "FedDP-KMeans T=0": {"n_lloyd_iter": 0},
@@ -172,6 +184,8 @@ def missing_rows(protocol):
         rows += _curve_rows(X, clients, server, methods, protocol["missing_eps"],
                             protocol["seeds"], base)
         rows += _optimum(X, protocol["missing_eps"], base)
+        if progress:
+            progress(rows)
     return rows
 
 
@@ -194,9 +208,13 @@ def _weighted_costs(points, weights, ks):
                   .inertia_) / weights.sum() for k in ks]
 
 
-def elbow_rows(protocol, k_max=20, epsilon=1.0):
-    """FedDP-Init's projected, weighted server points at k' = k_max: the k-means cost curve."""
-    X, clients, server, _ = paper_data()
+def elbow_rows(protocol, k_max=20, epsilon=1.0, data=None):
+    """FedDP-Init's projected, weighted server points at k' = k_max: the k-means cost curve.
+
+    ``data`` is ``(X, client_ids, X_server)``; ``None`` means the paper's
+    mixture with 100 clients.
+    """
+    X, clients, server = data or paper_data()[:3]
     rows = []
     for seed in range(protocol["seeds"]):
         estimator = FederatedPrivateKMeans(
@@ -250,20 +268,18 @@ def run(quick, experiments=EXPERIMENTS, acs=None, stackoverflow=None):
     cost_plot = {"xlabel": "total epsilon (basic composition), delta = 1e-6",
                  "ylabel": "k-means cost / n", "logx": True, "band": ("cost_min", "cost_max")}
     if "clients" in experiments:
-        rows = client_rows(protocol)
-        for row in rows:
-            row["spec_reference_2000"] = "; ".join(f"{v} at PLD {e}" for e, v in
-                                                   SPEC_CLIENTS_2000.items()) \
-                if row["n_clients"] == 2000 and row["method"].startswith("FedDP") else ""
-        _write("federated_clients", rows, "n_clients",
-               "Client level, {value} clients x 50 points", **cost_plot)
+        def write_clients(rows):
+            _write("federated_clients", rows, "n_clients",
+                   "Client level, {value} clients x 50 points", **cost_plot)
+
+        rows = client_rows(protocol, write_clients)
         headline += [{"experiment": "clients", "setting": f"{r['n_clients']} clients",
                       "method": r["method"], "epsilon": r["epsilon"], "cost": r["cost_median"]}
                      for r in rows if r["epsilon"] in (1.0, 4.0)]
     if "missing" in experiments:
-        rows = missing_rows(protocol)
-        _write("federated_missing", rows, "missing",
-               "Server data missing {value} of 10 components", **cost_plot)
+        rows = missing_rows(protocol, lambda rows: _write(
+            "federated_missing", rows, "missing", "Server data missing {value} of 10 components",
+            **cost_plot))
         headline += [{"experiment": "missing", "setting": f"{r['missing']} missing",
                       "method": r["method"], "epsilon": r["epsilon"], "cost": r["cost_median"]}
                      for r in rows if r["epsilon"] == 1.0]
