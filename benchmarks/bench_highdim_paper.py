@@ -304,8 +304,8 @@ def run_cell(experiment, setting, X, center, radius, k, epsilon, methods, seeds,
     return rows
 
 
-def protocol_rows(quick):
-    """Every run of the four experiments."""
+def protocol_rows(quick, progress=None):
+    """Every run of the four experiments; ``progress(rows)`` after every cell."""
     p = PROTOCOLS[quick]
     seeds = range(p["runs"])
     rows = []
@@ -314,21 +314,25 @@ def protocol_rows(quick):
         rows += run_cell("small3d", "d=3 k=3", X, center, radius, 3, epsilon, SMALL3D_METHODS,
                          seeds)
         print(f"  small3d eps={epsilon} done", flush=True)
+        progress and progress(rows)
     X, center, radius = make_dataset("synthetic784", p["n_eps"])
     for epsilon in p["epsilons"]:
         rows += run_cell("eps_sweep", "synthetic784 k=10", X, center, radius, 10, epsilon,
                          EPS_METHODS, seeds)
         print(f"  eps_sweep eps={epsilon} done", flush=True)
+        progress and progress(rows)
     X, center, radius = make_dataset("mixture64", p["n_kmedian"])
     for k in p["kmedian_ks"]:
         rows += run_cell("kmedian", f"mixture64 k={k}", X, center, radius, k, EPSILON,
                          KMEDIAN_METHODS, seeds, loss="kmedian")
         print(f"  kmedian k={k} done", flush=True)
+        progress and progress(rows)
     for n_features in p["sparse_ds"]:
         X, center, radius = make_sparse(p["n_sparse"], n_features)
         rows += run_cell("sparse", f"s={SPARSITY} d={n_features}", X, center, radius, 5, EPSILON,
                          SPARSE_METHODS, seeds)
         print(f"  sparse d={n_features} done", flush=True)
+        progress and progress(rows)
     return rows
 
 
@@ -371,13 +375,19 @@ def _plots(summary):
                logy=True, band=("cost_ratio_min", "cost_ratio_max"))
 
 
-def run(quick):
-    """Run the experiments, write the CSVs and plots; return the summary rows (without the reference)."""
-    rows = protocol_rows(quick)
+def _write(rows):
+    """Write the CSVs and plots of ``rows``; return the summary."""
     summary = summarize(rows)
     write_csv("highdim_paper_runs", rows)
     write_csv("highdim_paper", summary)
     _plots(summary)
+    return summary
+
+
+def run(quick):
+    """Run the experiments, write the CSVs and plots; return the summary rows (without the reference)."""
+    rows = protocol_rows(quick, _write)
+    summary = _write(rows)
     columns = ["experiment", "setting", "k", "epsilon", "method", "runs", "cost_ratio",
                "cost_ratio_min", "cost_ratio_max", "seconds"]
     return [{column: row[column] for column in columns}

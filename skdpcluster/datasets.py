@@ -209,19 +209,16 @@ def _category(value):
     return str(int(number)) if number.is_integer() else value
 
 
-def _server_rows(rng, inside, outside, n_inside, n_outside, name_inside, name_outside):
-    """``n_inside`` random rows of ``inside`` and ``n_outside`` random rows of ``outside``."""
-    for count, pool, name in ((n_inside, inside, name_inside), (n_outside, outside, name_outside)):
-        if count > len(pool):
-            raise ValueError(f"{name}={count} exceeds the {len(pool)} rows available; "
-                             f"pass a smaller {name}.")
-    picked_in = inside[rng.choice(len(inside), n_inside, replace=False)]
-    picked_out = outside[rng.choice(len(outside), n_outside, replace=False)]
-    return np.vstack([picked_in, picked_out])
+def _random_rows(rng, pool, count, name):
+    """``count`` distinct random rows of ``pool``, refused (naming ``name``) if there are fewer."""
+    if count > len(pool):
+        raise ValueError(f"{name}={count} exceeds the {len(pool)} rows available; pass a "
+                         f"smaller {name}.")
+    return pool[rng.choice(len(pool), count, replace=False)]
 
 
 def load_acs_income(path, *, cow=5, n_server_in=20, n_server_out=1000, random_state=0):
-    """Load a local US Census ACSIncome file as FedDP-KMeans's federated data set.
+    r"""Load a local US Census ACSIncome file as FedDP-KMeans's federated data set.
 
     Scott, Lampert & Saulpic (ICML 2025), App. G.1 (``spec/feddp_kmeans.md``
     §6.2): one client per state; the clients hold the people of one class of
@@ -285,8 +282,8 @@ def load_acs_income(path, *, cow=5, n_server_in=20, n_server_out=1000, random_st
         raise ValueError(f"no row has COW == {cow}; pass cow= one of "
                          f"{sorted(set(table[:, 1]))}.")
     rng = check_random_state(random_state)
-    server = _server_rows(rng, onehot[chosen], onehot[~chosen], n_server_in, n_server_out,
-                          "n_server_in", "n_server_out")
+    server = np.vstack([_random_rows(rng, onehot[chosen], n_server_in, "n_server_in"),
+                        _random_rows(rng, onehot[~chosen], n_server_out, "n_server_out")])
     return Bunch(data=onehot[chosen], client_ids=table[chosen, 0].astype(str), server=server,
                  feature_names=np.array(names))
 
@@ -348,6 +345,6 @@ def load_stackoverflow_embeddings(path, *, tags=("github", "pdf"), n_server_in=2
         raise ValueError(f"n_server_out={n_server_out} exceeds the {len(outside)} out-of-topic "
                          "questions; pass a smaller n_server_out.")
     rng = check_random_state(random_state)
-    server = _server_rows(rng, embeddings[in_topic], outside, n_server_in, n_server_out,
-                          "n_server_in", "n_server_out")
+    server = np.vstack([_random_rows(rng, embeddings[in_topic], n_server_in, "n_server_in"),
+                        outside])
     return Bunch(data=embeddings[in_topic], client_ids=users[in_topic], server=server)
