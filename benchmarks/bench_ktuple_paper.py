@@ -80,11 +80,11 @@ How to read the output
   their spacing (:func:`~skdpcluster.ktuple.noisy_centers.noise_to_gap_ratio`).
   Both explain why the modes need different ``s``.
 * ``test_floor``: the share of runs whose private test fails even on
-  perfectly agreeing tuples (:func:`failure_floor`; 400 fits, 2000 with
-  ``--full``). It is the test's own part of the ``beta`` budget, about 2 %
-  in both modes, and no sample size removes it: with a failure rate p a
-  grid point passes 19/20 with probability at most
-  ``(1 - p)^20 + 20 p (1 - p)^19`` (about 0.94 at p = 0.02). So ``size_95``
+  perfectly agreeing tuples (:func:`failure_floor`; :data:`FLOOR_RUNS`
+  fits). It is the test's own part of the ``beta`` budget, about 2 % in both
+  modes, and no sample size removes it: with a failure rate p a grid point
+  passes 19/20 with probability at most ``(1 - p)^20 + 20 p (1 - p)^19``
+  (about 0.94 at p = 0.02), and 10/10 with ``(1 - p)^10`` (about 0.82). So ``size_95``
   is uncertain by about one grid step and the ``runs`` column matters;
   ``size_50`` is steadier.
 
@@ -180,6 +180,8 @@ GRID_STEP = math.sqrt(2.0)
 #: means 10 of 10), 5 at R = 32 (about 5e7 samples per fit) and 3 for PrivatekAverages
 #: (about 1e6 tuples per fit; the spec's prototype used 6). ``--runs 20`` restores it.
 FULL_RUNS, FULL_RUNS_R32, AVERAGES_RUNS = 10, 5, 3
+#: Fits of :func:`failure_floor` per mode (about +-0.7 % on a 2 % floor).
+FLOOR_RUNS = 400
 #: The naive baseline (paper §5, spec §10.5): Test1's mixture at R = 512, clipped to
 #: [-Lambda, Lambda] with Lambda = 2048, one Gaussian-mechanism release of every sample.
 NAIVE_SEPARATION, NAIVE_RADIUS = 512.0, 2048.0
@@ -656,7 +658,7 @@ def run(quick, n_runs=None, tests=None):
             continue
         runs = _runs(setting, quick, n_runs)
         grid = search(setting, runs)
-        floor = (failure_floor(setting.mode, 400 if quick else 2000)
+        floor = (failure_floor(setting.mode, FLOOR_RUNS)
                  if setting.method == "noisy_centers" else "")
         summary.append(summarize(setting, grid, runs, floor))
         grid_rows += _grid_table(setting, grid)
