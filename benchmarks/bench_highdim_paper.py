@@ -68,9 +68,11 @@ Usage::
 
     python -m benchmarks.bench_highdim_paper --quick   # 2 runs, smaller sets (about 2 min)
     python -m benchmarks.bench_highdim_paper --full    # 5 runs, as the paper (about 15 min)
+    python -m benchmarks.bench_highdim_paper --full --experiments eps_sweep   # keep the rest
 """
 
 import argparse
+import csv
 import math
 import statistics
 import time
@@ -79,8 +81,9 @@ import warnings
 import numpy as np
 from sklearn.cluster import KMeans
 
-from benchmarks._common import plot_lines, print_table, spread, write_csv
+from benchmarks._common import RESULTS, plot_lines, print_table, spread, write_csv
 from benchmarks.bench_highdim import dp_lloyd, kmeans_cost, make_dataset
+from benchmarks.bench_ktuple_paper import _parse
 from skdpcluster import BudgetAccountant
 from skdpcluster.averaging import _project_onto_ball
 from skdpcluster.cluster import SampleAggregateStableKMeans
@@ -100,6 +103,7 @@ PROTOCOLS = {
             "epsilons": (0.1, 0.25, 0.5, 1.0, 2.0)},
 }
 SPARSITY = 10
+EXPERIMENTS = ("small3d", "eps_sweep", "kmedian", "sparse")
 
 
 # ---------------------------------------------------------------------------
@@ -304,30 +308,30 @@ def run_cell(experiment, setting, X, center, radius, k, epsilon, methods, seeds,
     return rows
 
 
-def protocol_rows(quick, progress=None):
-    """Every run of the four experiments; ``progress(rows)`` after every cell."""
+def protocol_rows(quick, progress=None, experiments=EXPERIMENTS):
+    """Every run of the chosen experiments; ``progress(rows)`` after every cell."""
     p = PROTOCOLS[quick]
     seeds = range(p["runs"])
     rows = []
     X, center, radius = make_small3d(p["n_small3d"])
-    for epsilon in p["epsilons"]:
+    for epsilon in p["epsilons"] if "small3d" in experiments else ():
         rows += run_cell("small3d", "d=3 k=3", X, center, radius, 3, epsilon, SMALL3D_METHODS,
                          seeds)
         print(f"  small3d eps={epsilon} done", flush=True)
         progress and progress(rows)
     X, center, radius = make_dataset("synthetic784", p["n_eps"])
-    for epsilon in p["epsilons"]:
+    for epsilon in p["epsilons"] if "eps_sweep" in experiments else ():
         rows += run_cell("eps_sweep", "synthetic784 k=10", X, center, radius, 10, epsilon,
                          EPS_METHODS, seeds)
         print(f"  eps_sweep eps={epsilon} done", flush=True)
         progress and progress(rows)
     X, center, radius = make_dataset("mixture64", p["n_kmedian"])
-    for k in p["kmedian_ks"]:
+    for k in p["kmedian_ks"] if "kmedian" in experiments else ():
         rows += run_cell("kmedian", f"mixture64 k={k}", X, center, radius, k, EPSILON,
                          KMEDIAN_METHODS, seeds, loss="kmedian")
         print(f"  kmedian k={k} done", flush=True)
         progress and progress(rows)
-    for n_features in p["sparse_ds"]:
+    for n_features in p["sparse_ds"] if "sparse" in experiments else ():
         X, center, radius = make_sparse(p["n_sparse"], n_features)
         rows += run_cell("sparse", f"s={SPARSITY} d={n_features}", X, center, radius, 5, EPSILON,
                          SPARSE_METHODS, seeds)
@@ -375,8 +379,19 @@ def _plots(summary):
                logy=True, band=("cost_ratio_min", "cost_ratio_max"))
 
 
-def _write(rows):
-    """Write the CSVs and plots of ``rows``; return the summary."""
+def _kept_rows(experiments):
+    """The committed runs of the experiments not run now (``highdim_paper_runs.csv``)."""
+    path = RESULTS / "highdim_paper_runs.csv"
+    if set(experiments) == set(EXPERIMENTS) or not path.exists():
+        return []
+    with path.open(newline="") as handle:
+        return [{key: _parse(value) for key, value in row.items()}
+                for row in csv.DictReader(handle) if row["experiment"] not in experiments]
+
+
+def _write(rows, kept=()):
+    """Write the CSVs and plots of ``rows`` plus ``kept``; return the summary."""
+    rows = list(kept) + rows
     summary = summarize(rows)
     write_csv("highdim_paper_runs", rows)
     write_csv("highdim_paper", summary)
@@ -384,10 +399,14 @@ def _write(rows):
     return summary
 
 
-def run(quick):
-    """Run the experiments, write the CSVs and plots; return the summary rows (without the reference)."""
-    rows = protocol_rows(quick, _write)
-    summary = _write(rows)
+def run(quick, experiments=EXPERIMENTS):
+    """Run the experiments, write the CSVs and plots; return the summary rows (without the reference).
+
+    Only ``experiments`` run; the committed runs of the others are kept.
+    """
+    kept = _kept_rows(experiments)
+    rows = protocol_rows(quick, lambda rows: _write(rows, kept), experiments)
+    summary = _write(rows, kept)
     columns = ["experiment", "setting", "k", "epsilon", "method", "runs", "cost_ratio",
                "cost_ratio_min", "cost_ratio_max", "seconds"]
     return [{column: row[column] for column in columns}
@@ -399,8 +418,10 @@ def main(argv=None):
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="2 runs, smaller sets (default)")
     size.add_argument("--full", action="store_true", help="5 runs, the paper's sizes")
+    parser.add_argument("--experiments", nargs="+", choices=EXPERIMENTS, default=EXPERIMENTS,
+                        help="run only these (the others' committed runs are kept)")
     args = parser.parse_args(argv)
-    print_table(run(quick=not args.full))
+    print_table(run(not args.full, args.experiments))
 
 
 if __name__ == "__main__":
