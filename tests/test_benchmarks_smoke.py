@@ -268,3 +268,13 @@ def test_federated_curve_and_elbow_rows_on_a_small_federation():
     assert rows[0]["method"] == "client" and rows[0]["cost_median"] > 40  # d * 0.5 = 50 at best
     rows = fed.elbow_rows({"seeds": 1}, k_max=4, data=(X, clients, server))
     assert {row["k"] for row in rows} == {1, 2, 3, 4} and all(row["cost"] > 0 for row in rows)
+
+
+def test_highdim_paper_keeps_the_runs_of_experiments_not_rerun(monkeypatch, tmp_path):
+    from benchmarks import bench_highdim_paper as balcan
+
+    monkeypatch.setattr(balcan, "RESULTS", tmp_path)
+    (tmp_path / "highdim_paper_runs.csv").write_text(
+        "experiment,cost_ratio\nsmall3d,1.5\nsparse,7.25\n")
+    assert balcan._kept_rows(["small3d"]) == [{"experiment": "sparse", "cost_ratio": 7.25}]
+    assert balcan._kept_rows(balcan.EXPERIMENTS) == []
