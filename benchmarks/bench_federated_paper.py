@@ -51,8 +51,8 @@ and ``federated_elbow.csv``/``.png`` (``federated_real.csv`` with local data).
 Usage::
 
     python -m benchmarks.bench_federated_paper --quick   # smaller grids, 1 seed (~5 min)
-    python -m benchmarks.bench_federated_paper --full    # the grids below, 2 seeds (~25 min)
-    python -m benchmarks.bench_federated_paper --full --experiments elbow missing
+    python -m benchmarks.bench_federated_paper --full    # the grids above, 2 seeds (an hour or more)
+    python -m benchmarks.bench_federated_paper --full --experiments elbow missing  # 25-40 min each
 """
 
 import argparse
