@@ -1,13 +1,20 @@
-"""Synthetic data: the separated Gaussian mixtures of the k-tuple papers."""
+"""Data sets of the papers: the separated Gaussian mixtures of the k-tuple papers, and
+loaders of local copies of FedDP-KMeans's real data (US Census ACSIncome, Stack Overflow)."""
 
+import csv
 import math
 from numbers import Integral, Real
+from pathlib import Path
 
 import numpy as np
+from sklearn.utils import Bunch
 
 from skdpcluster.utils import check_random_state
 
-__all__ = ["make_separated_mixture"]
+__all__ = ["load_acs_income", "load_stackoverflow_embeddings", "make_separated_mixture"]
+
+#: The categorical ACSIncome features FedDP-KMeans one-hot encodes (Scott et al. 2025, App. G.1).
+ACS_CATEGORICAL = ("SCHL", "MAR", "OCCP", "POBP", "RELP", "SEX", "RAC1P")
 
 
 def make_separated_mixture(
@@ -185,3 +192,159 @@ def _mixing_weights(weights, n_components):
     if not weights.sum() > 0:
         raise ValueError(f"weights must have a positive sum, got weights={weights!r}.")
     return weights / weights.sum()
+
+
+# ---------------------------------------------------------------------------
+# FedDP-KMeans's real data sets, from local files
+# ---------------------------------------------------------------------------
+
+
+def _category(value):
+    """A categorical code as a string, ``"5.0"`` and ``"5"`` alike."""
+    value = value.strip()
+    try:
+        number = float(value)
+    except ValueError:
+        return value
+    return str(int(number)) if number.is_integer() else value
+
+
+def _random_rows(rng, pool, count, name):
+    """``count`` distinct random rows of ``pool``, refused (naming ``name``) if there are fewer."""
+    if count > len(pool):
+        raise ValueError(f"{name}={count} exceeds the {len(pool)} rows available; pass a "
+                         f"smaller {name}.")
+    return pool[rng.choice(len(pool), count, replace=False)]
+
+
+def load_acs_income(path, *, cow=5, n_server_in=20, n_server_out=1000, random_state=0):
+    r"""Load a local US Census ACSIncome file as FedDP-KMeans's federated data set.
+
+    Scott, Lampert & Saulpic (ICML 2025), App. G.1 (``spec/feddp_kmeans.md``
+    §6.2): one client per state; the clients hold the people of one class of
+    worker (``COW`` = ``cow``: 2 not-for-profit, 5 federal government, 6
+    self-employed); every row is the one-hot encoding of the categorical
+    features ``SCHL, MAR, OCCP, POBP, RELP, SEX, RAC1P`` (the numeric
+    ``AGEP``, ``WKHP`` and ``COW`` itself are dropped), so every row has norm
+    :math:`\sqrt 7`. The server data is ``n_server_in`` random client rows
+    (in distribution) and ``n_server_out`` random rows of other classes of
+    worker (out of distribution). The paper's 90/10 train/validation split of
+    every state is left to the caller.
+
+    Parameters
+    ----------
+    path : str or path-like
+        A CSV file with a header row and at least the columns ``ST`` (state),
+        ``COW`` and the seven categorical features, one row per person: the
+        rows of folktables' ``ACSIncome`` problem (2018, 1-Year, person
+        survey) with its group column ``ST``, for example
+        ``pandas.concat([features, group], axis=1).to_csv(path)`` of
+        ``ACSIncome.df_to_pandas``. Other columns are ignored. Codes may be
+        written as integers or floats (``"5"`` or ``"5.0"``).
+    cow : int, default=5
+        The class of worker held by the clients.
+    n_server_in, n_server_out : int, default=20, 1000
+        The server's in-distribution and out-of-distribution rows.
+    random_state : None, int or numpy.random.Generator, default=0
+        Draws the server rows.
+
+    Returns
+    -------
+    data : Bunch
+        ``data`` (n, d) float array of one-hot rows, ``client_ids`` (n,)
+        state codes, ``server`` (n_server_in + n_server_out, d),
+        ``feature_names`` (d,) as ``"SCHL=21"``.
+
+    Raises
+    ------
+    ValueError
+        If a needed column is missing, no row has ``COW == cow``, or the
+        server asks for more rows than there are.
+    """
+    with Path(path).open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        needed = ("ST", "COW", *ACS_CATEGORICAL)
+        missing = [column for column in needed if column not in (reader.fieldnames or ())]
+        if missing:
+            raise ValueError(f"path={str(path)!r} lacks the ACSIncome columns {missing}; the "
+                             f"file needs a header with {list(needed)}.")
+        records = [[_category(row[column]) for column in needed] for row in reader]
+    table = np.array(records, dtype=object).reshape(-1, len(needed))
+    names = [f"{feature}={value}" for j, feature in enumerate(ACS_CATEGORICAL)
+             for value in sorted(set(table[:, 2 + j]))]
+    index = {name: i for i, name in enumerate(names)}
+    onehot = np.zeros((len(table), len(names)))
+    for j, feature in enumerate(ACS_CATEGORICAL):
+        columns = [index[f"{feature}={value}"] for value in table[:, 2 + j]]
+        onehot[np.arange(len(table)), columns] = 1.0
+    chosen = table[:, 1] == _category(str(cow))
+    if not chosen.any():
+        raise ValueError(f"no row has COW == {cow}; pass cow= one of "
+                         f"{sorted(set(table[:, 1]))}.")
+    rng = check_random_state(random_state)
+    server = np.vstack([_random_rows(rng, onehot[chosen], n_server_in, "n_server_in"),
+                        _random_rows(rng, onehot[~chosen], n_server_out, "n_server_out")])
+    return Bunch(data=onehot[chosen], client_ids=table[chosen, 0].astype(str), server=server,
+                 feature_names=np.array(names))
+
+
+def load_stackoverflow_embeddings(path, *, tags=("github", "pdf"), n_server_in=20,
+                                  n_server_out=1000, random_state=0):
+    """Load local Stack Overflow question embeddings as FedDP-KMeans's federated data set.
+
+    Scott, Lampert & Saulpic (ICML 2025), App. G.1 (``spec/feddp_kmeans.md``
+    §6.2): every question of the TFF Stack Overflow data embedded by
+    Sentence-BERT ``all-MiniLM-L6-v2`` (d = 384, unit norm); for a pair of
+    tags, the clients are the users with questions whose first tag is in the
+    pair, holding those questions. The server data is ``n_server_in`` random
+    in-topic questions and the first ``n_server_out`` questions (in file
+    order) whose first tag is outside the pair.
+
+    Parameters
+    ----------
+    path : str or path-like
+        A NumPy ``.npz`` file with the arrays ``embeddings`` (n, d) float,
+        ``user_ids`` (n,) and ``tags`` (n,) of strings (each question's first
+        tag), for example written by ``numpy.savez(path, embeddings=...,
+        user_ids=..., tags=...)`` after embedding the questions' ``tokens``.
+    tags : pair of str, default=("github", "pdf")
+        The topic pair (the paper's main-text pair).
+    n_server_in, n_server_out : int, default=20, 1000
+        The server's in-topic and out-of-topic questions.
+    random_state : None, int or numpy.random.Generator, default=0
+        Draws the in-topic server questions.
+
+    Returns
+    -------
+    data : Bunch
+        ``data`` (n, d) the clients' embeddings, ``client_ids`` (n,) their
+        users, ``server`` (n_server_in + n_server_out, d).
+
+    Raises
+    ------
+    ValueError
+        If an array is missing or the shapes disagree, no question carries
+        the tags, or the server asks for more questions than there are.
+    """
+    with np.load(path, allow_pickle=False) as archive:
+        missing = [key for key in ("embeddings", "user_ids", "tags") if key not in archive]
+        if missing:
+            raise ValueError(f"path={str(path)!r} lacks the arrays {missing}; save embeddings, "
+                             "user_ids and tags with numpy.savez.")
+        embeddings = np.asarray(archive["embeddings"], dtype=float)
+        users, first_tags = archive["user_ids"], archive["tags"].astype(str)
+    if embeddings.ndim != 2 or not len(embeddings) == len(users) == len(first_tags):
+        raise ValueError(f"embeddings must be 2-D with one row per entry of user_ids and tags, "
+                         f"got shapes {embeddings.shape}, {users.shape}, {first_tags.shape}.")
+    in_topic = np.isin(first_tags, list(tags))
+    if not in_topic.any():
+        raise ValueError(f"no question has its first tag in tags={tuple(tags)!r}; choose tags "
+                         "present in the file.")
+    outside = embeddings[~in_topic][:n_server_out]
+    if len(outside) < n_server_out:
+        raise ValueError(f"n_server_out={n_server_out} exceeds the {len(outside)} out-of-topic "
+                         "questions; pass a smaller n_server_out.")
+    rng = check_random_state(random_state)
+    server = np.vstack([_random_rows(rng, embeddings[in_topic], n_server_in, "n_server_in"),
+                        outside])
+    return Bunch(data=embeddings[in_topic], client_ids=users[in_topic], server=server)

@@ -142,3 +142,151 @@ def test_scaling_predicts_a_cell_linearly_and_leaves_skipped_cells_out_of_the_sl
     (summary,) = scaling.slopes(rows)
     assert summary["n_max"] == 3000 and math.isfinite(summary["slope_time"])
     assert summary["slope_time_top"] == pytest.approx(summary["slope_time"])  # two sizes: one line
+
+
+# Cohen et al.'s experiments (issue #18 item 3) -------------------------------------------
+
+
+def test_naive_baseline_noises_every_sample_and_reports_the_mixture_fit():
+    separated, error, sigma = paper.naive_run(2000, 0)
+    # Gaussian mechanism on the whole vector: L2 sensitivity 2 Lambda = 4096, eps = 1,
+    # delta = e^-28 (analytic calibration; the classical bound would give about 30 800).
+    assert 20_000 < sigma < 30_800
+    # The noise swamps R = 512: the fitted means are tens of R away from the true ones.
+    assert error > 5 and isinstance(separated, bool)
+
+
+def test_naive_rows_count_successes_only_for_means_near_the_truth(monkeypatch, tmp_path):
+    monkeypatch.setattr("benchmarks._common.RESULTS", tmp_path)
+    (row,) = paper.naive_rows((2000,), n_runs=2, verbose=False)
+    assert row["runs"] == 2 and row["successes"] == 0 and row["median_mean_error_R"] > 5
+    assert (tmp_path / "ktuple_paper_naive.csv").exists()
+
+
+def test_merge_results_replaces_only_the_rows_of_the_tests_run(monkeypatch, tmp_path):
+    monkeypatch.setattr(paper, "RESULTS", tmp_path)
+    (tmp_path / "ktuple_paper.csv").write_text("test,size_95\nTest1,57\nTest2,25\n")
+    merged = paper.merge_results("ktuple_paper", [{"test": "Test2", "size_95": 35}], ["Test2"])
+    assert merged == [{"test": "Test1", "size_95": 57}, {"test": "Test2", "size_95": 35}]
+    assert paper.merge_results("ktuple_paper", [{"test": "Test2"}], None) == [{"test": "Test2"}]
+
+
+def test_full_protocol_runs_averages_at_three_separations_and_sizes_its_runs():
+    full = paper.settings(quick=False)
+    averages = {(s.separation, s.mode) for s in full if s.method == "averages"}
+    assert averages == {(64, "corrected"), (64, "paper"), (32, "corrected"), (512, "corrected")}
+    runs = {s.separation: paper._runs(s, False, None) for s in full if s.test == "Test1"}
+    assert runs[32] == paper.FULL_RUNS_R32 and runs[512] == paper.FULL_RUNS
+    assert paper._runs(next(s for s in full if s.method == "averages"), False, 20) == 3
+
+
+# Balcan et al.'s experiments (issue #18 item 4) -----------------------------------------
+
+
+def test_gridding_spends_epsilon_once_and_finds_separated_clusters():
+    from benchmarks import bench_highdim_paper as balcan
+
+    X, center, radius = balcan.make_small3d(5000)
+    centers, events = balcan.gridding(X, 3, epsilon=1.0, center=center, radius=radius,
+                                      rng=np.random.default_rng(0))
+    assert centers.shape == (3, 3) and len(events) == 1
+    assert events[0].epsilon == 1.0 and events[0].sensitivity == 2.0
+    # Cells of width 4/m, m = ceil(500^(2/5)) = 12: the centres are within a cell of the means.
+    assert balcan.kmeans_cost(X, centers) < 3 * KMeans_cost(X, 3)
+
+
+def KMeans_cost(X, k):
+    from sklearn.cluster import KMeans
+
+    return KMeans(k, n_init=1, random_state=0).fit(X).inertia_
+
+
+def test_kvariates_seeding_composes_to_epsilon_and_stays_in_the_ball():
+    from benchmarks import bench_highdim_paper as balcan
+
+    X, center, radius = balcan.make_small3d(2000)
+    centers, events = balcan.kvariates_seeding(X, 3, epsilon=1.0, center=center, radius=radius,
+                                               rng=np.random.default_rng(0))
+    assert math.fsum(event.epsilon for event in events) == pytest.approx(1.0)
+    assert all(event.sensitivity == pytest.approx(2 * math.sqrt(3) * radius) for event in events)
+    assert np.all(np.linalg.norm(centers - center, axis=1) <= radius * (1 + 1e-12))
+
+
+def test_sparse_rows_are_sparse_and_box_bounded():
+    from benchmarks import bench_highdim_paper as balcan
+
+    X, center, radius = balcan.make_sparse(500, 100)
+    assert np.all((X != 0).sum(axis=1) <= balcan.SPARSITY)
+    assert X.min() >= 0 and X.max() <= 1 and radius == math.sqrt(balcan.SPARSITY)
+    assert np.all(np.linalg.norm(X, axis=1) <= radius + 1e-12)
+
+
+def test_highdim_paper_cell_scores_every_method_against_the_reference():
+    from benchmarks import bench_highdim_paper as balcan
+
+    X, center, radius = balcan.make_small3d(3000)
+    rows = balcan.run_cell("small3d", "d=3 k=3", X, center, radius, 3, 1.0,
+                           balcan.SMALL3D_METHODS, range(1))
+    assert [row["method"] for row in rows] == ["reference", *balcan.SMALL3D_METHODS]
+    assert all(row["cost_ratio"] > 0.9 and math.isfinite(row["cost_ratio"]) for row in rows)
+    (kmedian,) = balcan.run_cell("kmedian", "x", X, center, radius, 3, 1.0,
+                                 {"dplloyd5": balcan.DPLLOYD["dplloyd5"]}, range(1),
+                                 loss="kmedian")[1:]
+    assert kmedian["loss"] == "kmedian" and kmedian["cost_ratio"] > 0.9
+
+
+def test_weiszfeld_refine_lowers_the_kmedian_cost():
+    from benchmarks import bench_highdim_paper as balcan
+
+    rng = np.random.default_rng(0)
+    X = np.vstack([rng.standard_normal((200, 2)), rng.standard_normal((200, 2)) + 10])
+    X[:10] += 100  # outliers pull the means, not the medians
+    start = np.array([[0.0, 0.0], [10.0, 10.0]]) + 2
+    assert balcan.kmedian_cost(X, balcan.weiszfeld_refine(X, start)) < balcan.kmedian_cost(X, start)
+
+
+# FedDP-KMeans's experiments (issue #18 item 5) -------------------------------------------
+
+
+def test_elbow_is_the_largest_second_difference():
+    from benchmarks import bench_federated_paper as fed
+
+    costs = [100.0 / k if k <= 4 else 25.0 - (k - 4) * 0.1 for k in range(1, 9)]
+    assert fed.elbow(list(range(1, 9)), costs) == 2
+    assert fed.elbow([1, 2, 3, 4, 5], [10, 8, 6, 1, 0.9]) == 4
+
+
+def test_missing_server_drops_the_last_components_points():
+    from benchmarks import bench_federated_paper as fed
+
+    means = np.random.default_rng(0).uniform(size=(10, 100))
+    server = fed.missing_server(means, 2)
+    assert server.shape == (8 * 20 + 100, 100)
+    # Each block of 20 averages to its own mean (noise 0.71 / sqrt(20) per coordinate, norm about
+    # 1.6, against about 4 between means); the last two components have no block.
+    blocks = server[:160].reshape(8, 20, 100).mean(axis=1)
+    nearest = np.argmin(((blocks[:, None] - means[None]) ** 2).sum(axis=2), axis=1)
+    np.testing.assert_array_equal(nearest, np.arange(8))
+
+
+def test_federated_curve_and_elbow_rows_on_a_small_federation():
+    from benchmarks import bench_federated_paper as fed
+    from benchmarks.bench_federated import paper_data
+
+    X, clients, server, _ = paper_data(10, 100)
+    rows = fed._curve_rows(X, clients, server,
+                           {"client": {"privacy_unit": "client", "client_clip": fed.CLIENT_CLIP,
+                                       "n_lloyd_iter": 0}}, (2.0,), 1, {"n_clients": 10})
+    assert rows[0]["method"] == "client" and rows[0]["cost_median"] > 40  # d * 0.5 = 50 at best
+    rows = fed.elbow_rows({"seeds": 1}, k_max=4, data=(X, clients, server))
+    assert {row["k"] for row in rows} == {1, 2, 3, 4} and all(row["cost"] > 0 for row in rows)
+
+
+def test_highdim_paper_keeps_the_runs_of_experiments_not_rerun(monkeypatch, tmp_path):
+    from benchmarks import bench_highdim_paper as balcan
+
+    monkeypatch.setattr(balcan, "RESULTS", tmp_path)
+    (tmp_path / "highdim_paper_runs.csv").write_text(
+        "experiment,cost_ratio\nsmall3d,1.5\nsparse,7.25\n")
+    assert balcan._kept_rows(["small3d"]) == [{"experiment": "sparse", "cost_ratio": 7.25}]
+    assert balcan._kept_rows(balcan.EXPERIMENTS) == []

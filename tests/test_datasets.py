@@ -84,3 +84,72 @@ def test_seeds_reproduce_and_none_is_fresh_entropy():
 def test_bad_parameters_raise(kwargs, match):
     with pytest.raises(ValueError, match=match):
         make_separated_mixture(**kwargs)
+
+
+# Loaders of FedDP-KMeans's real data sets, on small files written here -----------------
+
+ACS_COLUMNS = ["AGEP", "COW", "SCHL", "MAR", "OCCP", "POBP", "RELP", "WKHP", "SEX", "RAC1P",
+               "ST"]
+
+
+def _write_acs(path, n_rows=60, seed=0):
+    rng = np.random.default_rng(seed)
+    lines = [",".join(ACS_COLUMNS)]
+    for i in range(n_rows):
+        cow = 5.0 if i % 3 else 1.0  # two in three federal employees, written as floats
+        values = [30, cow, rng.integers(1, 4), rng.integers(1, 3), 1000 + rng.integers(0, 5),
+                  rng.integers(1, 3), 0, 40, rng.integers(1, 3), 1, ["6", "36", "48"][i % 3]]
+        lines.append(",".join(str(value) for value in values))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_load_acs_income_one_hot_rows_clients_and_server(tmp_path):
+    from skdpcluster.datasets import ACS_CATEGORICAL, load_acs_income
+
+    path = _write_acs(tmp_path / "acs.csv")
+    bunch = load_acs_income(path, n_server_in=5, n_server_out=10)
+    assert bunch.data.shape == (40, len(bunch.feature_names))
+    # One 1 per categorical feature: every row has norm sqrt(7) (the paper's radius 2.65).
+    np.testing.assert_allclose(np.linalg.norm(bunch.data, axis=1), np.sqrt(7))
+    assert {name.split("=")[0] for name in bunch.feature_names} == set(ACS_CATEGORICAL)
+    assert "COW=5" not in bunch.feature_names and not any(
+        name.startswith(("AGEP", "WKHP")) for name in bunch.feature_names)
+    assert set(bunch.client_ids) == {"36", "48"}  # the federal rows (i % 3 != 0) of two states
+    assert bunch.server.shape == (15, bunch.data.shape[1])
+
+
+def test_load_acs_income_refuses_missing_columns_and_absent_classes(tmp_path):
+    from skdpcluster.datasets import load_acs_income
+
+    (tmp_path / "bad.csv").write_text("ST,COW\n6,5\n")
+    with pytest.raises(ValueError, match="lacks the ACSIncome columns"):
+        load_acs_income(tmp_path / "bad.csv")
+    path = _write_acs(tmp_path / "acs.csv")
+    with pytest.raises(ValueError, match="no row has COW == 2"):
+        load_acs_income(path, cow=2)
+    with pytest.raises(ValueError, match="n_server_out=100 exceeds"):
+        load_acs_income(path, n_server_out=100)
+
+
+def test_load_stackoverflow_embeddings_selects_the_tag_pair(tmp_path):
+    from skdpcluster.datasets import load_stackoverflow_embeddings
+
+    rng = np.random.default_rng(0)
+    embeddings = rng.standard_normal((50, 8))
+    embeddings /= np.linalg.norm(embeddings, axis=1, keepdims=True)
+    tags = np.array(["github", "pdf", "java", "python", "sql"] * 10)
+    users = np.arange(50) % 7
+    np.savez(tmp_path / "so.npz", embeddings=embeddings, user_ids=users, tags=tags)
+    bunch = load_stackoverflow_embeddings(tmp_path / "so.npz", n_server_in=3, n_server_out=5)
+    in_topic = np.isin(tags, ["github", "pdf"])
+    np.testing.assert_array_equal(bunch.data, embeddings[in_topic])
+    np.testing.assert_array_equal(bunch.client_ids, users[in_topic])
+    # The first five out-of-topic questions, in file order, close the server data.
+    np.testing.assert_array_equal(bunch.server[3:], embeddings[~in_topic][:5])
+    assert bunch.server.shape == (8, 8)
+    with pytest.raises(ValueError, match="first tag in tags"):
+        load_stackoverflow_embeddings(tmp_path / "so.npz", tags=("rust", "go"))
+    np.savez(tmp_path / "bad.npz", embeddings=embeddings)
+    with pytest.raises(ValueError, match="lacks the arrays"):
+        load_stackoverflow_embeddings(tmp_path / "bad.npz")
