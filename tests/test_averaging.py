@@ -612,3 +612,19 @@ def test_invalid_parameters_raise_before_any_randomness(function, args, kwargs, 
 def test_a_legacy_random_state_is_refused(function, args, kwargs):
     with pytest.raises(ValueError, match="rng"):
         function(*args, rng=np.random.RandomState(0), **kwargs)
+
+
+@pytest.mark.parametrize("n_features", [1, 4])
+def test_huge_epsilon_uses_basic_composition_instead_of_overflowing(n_features):
+    """At epsilon = 1e5 the advanced bound's e^{eps_ax} overflows a float (an OverflowError
+    before the fix): it is infinite, so "auto" takes basic composition and spends the request."""
+    points = np.random.default_rng(1).normal(0, 1, (40, n_features))
+    estimate, event = A.private_average(
+        points, n_public=40, data_radius=5.0, r_min=0.1, epsilon=1e5, delta=1e-6, beta=0.05,
+        rng=np.random.default_rng(0))
+    assert event.details["composition"] == "basic" and event.epsilon <= 1e5
+    np.testing.assert_allclose(estimate, points.mean(axis=0), atol=1e-2)
+    with pytest.raises(ValueError, match="composition='advanced'"):
+        A.private_average(points, n_public=40, data_radius=5.0, r_min=0.1, epsilon=1e5,
+                          delta=1e-6, beta=0.05, rng=np.random.default_rng(0),
+                          composition="advanced")

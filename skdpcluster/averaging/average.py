@@ -43,6 +43,10 @@ def _basic_budget(epsilon, delta, n_axes):
     )
 
 
+#: Largest argument of ``math.expm1`` that does not overflow a float.
+_MAX_EXP_ARGUMENT = math.log(float.fromhex("0x1.fffffffffffffp+1023"))
+
+
 def _advanced_budget(epsilon, delta, n_axes):
     r"""Advanced composition with slack delta/2 (Dwork & Roth 2014, Theorem 3.20).
 
@@ -56,7 +60,9 @@ def _advanced_budget(epsilon, delta, n_axes):
     spread = math.sqrt(2.0 * n_axes * math.log(1.0 / slack))
     epsilon_axis = epsilon / (2.0 * spread)
     delta_axis = _split_evenly(slack, n_axes)
-    epsilon_total = spread * epsilon_axis + n_axes * epsilon_axis * math.expm1(epsilon_axis)
+    # e^{eps_ax} overflows above ~709: the total is then infinite and advanced composition invalid.
+    growth = math.expm1(epsilon_axis) if epsilon_axis < _MAX_EXP_ARGUMENT else math.inf
+    epsilon_total = spread * epsilon_axis + n_axes * epsilon_axis * growth
     return _AxisBudget(
         "advanced", epsilon_axis, delta_axis, epsilon_total,
         math.fsum([delta_axis] * n_axes + [slack]),
