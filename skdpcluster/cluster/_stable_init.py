@@ -54,6 +54,7 @@ from skdpcluster.accountant import BudgetAccountant
 from skdpcluster.averaging import _project_onto_ball
 from skdpcluster.cluster._ktuple import KTupleClusterer
 from skdpcluster.mechanisms import zcdp_gaussian_mechanism
+from skdpcluster.utils._data import as_rows
 from skdpcluster.utils._warnings import warn_user
 
 __all__ = [
@@ -223,13 +224,20 @@ def noisy_cell_sums(sums, counts, *, rho, neighbouring, rng, label):
                       sum_event.scale, count_event.scale, [sum_event, count_event])
 
 
-def lloyd_step(X, centers, *, data_radius, rho, neighbouring, rng, label, sq_norms=None):
+def voronoi_sums(chunk, centers):
+    """Per-Voronoi-cell sums and counts of a chunk of rows (a pass of :mod:`skdpcluster.utils._data`)."""
+    labels, _ = nearest_centers(chunk.X, centers, chunk.sq_norms)
+    return cell_sums(chunk.X, labels, len(centers))
+
+
+def lloyd_step(X, centers, *, data_radius, rho, neighbouring, rng, label):
     r"""One DP-Lloyd step on full Voronoi cells (spec §9.5 ``lloyd_step``; thesis footnote 13).
 
     Sums of :math:`x/\Lambda` and counts per Voronoi cell of ``centers`` go
     through :func:`noisy_cell_sums`; an accepted cell moves to
     :math:`\Pi_{B(0,\Lambda)}(\Lambda\tilde S_i/\tilde N_i)`, the others keep
-    their centre. :math:`\rho`-zCDP.
+    their centre. :math:`\rho`-zCDP. ``X`` is an array or a rows object of
+    :mod:`skdpcluster.utils._data` (one pass: :func:`voronoi_sums`).
 
     Returns
     -------
@@ -238,8 +246,7 @@ def lloyd_step(X, centers, *, data_radius, rho, neighbouring, rng, label, sq_nor
         True where a centre kept its previous value.
     noisy : NoisyCells
     """
-    labels, _ = nearest_centers(X, centers, sq_norms)
-    sums, counts = cell_sums(X, labels, len(centers))
+    sums, counts = as_rows(X).map_reduce(voronoi_sums, centers)
     noisy = noisy_cell_sums(sums / data_radius, counts, rho=rho, neighbouring=neighbouring,
                             rng=rng, label=label)
     accepted = noisy.accepted()
@@ -263,6 +270,7 @@ class PublicCenters:
 
     privacy_model = "public"
     can_fail = False
+    accepts_chunked_rows = True
 
     def __init__(self, centers):
         self.centers = centers
@@ -336,6 +344,8 @@ class GridInitializer:
 
     privacy_model = "zcdp"
     can_fail = False
+    #: ``fit_centers`` also takes a rows object of :mod:`skdpcluster.utils._data` (Dask input).
+    accepts_chunked_rows = True
 
     def __init__(self, projection_dim=3, n_lloyd_steps=2, max_grid_cells=2**18, n_restarts=10):
         self.projection_dim = projection_dim
@@ -344,20 +354,27 @@ class GridInitializer:
         self.n_restarts = n_restarts
 
     def fit_centers(self, X, n_clusters, *, budget, data_radius, neighbouring, rng):
-        """Private initial centres of ``X`` (rows in B(0, data_radius)); see the class docstring."""
-        shares = self._shares(X.shape[1], budget["rho"])
-        basis, events = self._projection(X, shares["pca"], data_radius, neighbouring, rng)
-        projected = X if basis is None else X @ basis
+        """Private initial centres of ``X`` (rows in B(0, data_radius)); see the class docstring.
+
+        ``X`` is an array or a rows object of :mod:`skdpcluster.utils._data`:
+        every stage is one pass of per-chunk sums (second moment, the grid
+        counts of all levels, the heavy cells' sums, each Lloyd step).
+        """
+        rows = as_rows(X)
+        n_features = rows.shape[1]
+        shares = self._shares(n_features, budget["rho"])
+        basis, events = self._projection(rows, shares["pca"], data_radius, neighbouring, rng)
         level, heavy, noisy_counts, count_events = self._heavy_cells(
-            projected, n_clusters, X.shape[1], shares, data_radius, neighbouring, rng)
+            rows, basis, n_clusters, shares, data_radius, neighbouring, rng)
         points, weights, sum_event = self._coreset(
-            X, projected, level, heavy, noisy_counts, shares["sums"], data_radius, neighbouring,
+            rows, basis, level, heavy, noisy_counts, shares["sums"], data_radius, neighbouring,
             rng)
         centers = self._cluster_coreset(points, weights, n_clusters, data_radius, rng)
         centers, lloyd_events, fallbacks = self._lloyd(
-            X, centers, shares["lloyd"], data_radius, neighbouring, rng)
+            rows, centers, shares["lloyd"], data_radius, neighbouring, rng)
         info = {"grid_level": level, "n_heavy_cells": len(points),
-                "projection_dim": projected.shape[1], "lloyd_fallbacks": fallbacks}
+                "projection_dim": n_features if basis is None else basis.shape[1],
+                "lloyd_fallbacks": fallbacks}
         return centers, events + count_events + [sum_event] + lloyd_events, info
 
     # -- budget ---------------------------------------------------------------------
@@ -375,14 +392,14 @@ class GridInitializer:
         return sigma_counts, sigma_sums
 
     # -- stages ---------------------------------------------------------------------
-    def _projection(self, X, rho, data_radius, neighbouring, rng):
+    def _projection(self, rows, rho, data_radius, neighbouring, rng):
         """Step 1: Analyze-Gauss DP-PCA; ``None`` when no projection is needed."""
-        n_features = X.shape[1]
+        n_features = rows.shape[1]
         p = min(self.projection_dim, n_features)
         if p >= n_features:
             return None, []
         upper = np.triu_indices(n_features)
-        moment = (X.T @ X)[upper] / data_radius**2
+        moment = rows.map_reduce(_second_moment)[upper] / data_radius**2
         noisy, event = zcdp_gaussian_mechanism(
             moment, sensitivity=SECOND_MOMENT_SENSITIVITY[neighbouring], rho=rho, rng=rng,
             label="stable/grid_init/second_moment", neighbouring=neighbouring,
@@ -402,17 +419,20 @@ class GridInitializer:
         axes = np.clip(np.floor((projected + data_radius) / width), 0, g - 1).astype(np.int64)
         return axes @ (g ** np.arange(projected.shape[1], dtype=np.int64))
 
-    def _heavy_cells(self, projected, n_clusters, n_features, shares, data_radius,
-                     neighbouring, rng):
-        """Steps 2-3: noisy counts per level; the chosen level, its heavy cells and counts."""
-        levels = self._levels(projected.shape[1])
+    def _heavy_cells(self, rows, basis, n_clusters, shares, data_radius, neighbouring, rng):
+        """Steps 2-3: noisy counts per level; the chosen level, its heavy cells and counts.
+
+        The counts of all levels are computed in one pass (:func:`_grid_counts`).
+        """
+        n_features = rows.shape[1]
+        levels = self._levels(n_features if basis is None else basis.shape[1])
         sigma_counts, sigma_sums = self._noise_scales(n_features, shares, len(levels),
                                                       neighbouring)
         accuracy_floor = sigma_sums * math.sqrt(n_features) / GRID_CORESET_ERROR
         found, events = [], []
-        for g in levels:
-            counts = np.bincount(self._cell_index(projected, g, data_radius),
-                                 minlength=g ** projected.shape[1]).astype(float)
+        all_counts = rows.map_reduce(_grid_counts, basis, tuple(levels), data_radius)
+        for g, counts in zip(levels, all_counts):
+            counts = counts.astype(float)
             noisy, event = zcdp_gaussian_mechanism(
                 counts, sensitivity=SUM_COUNT_SENSITIVITY[neighbouring][1],
                 rho=shares["counts"] / len(levels), rng=rng,
@@ -429,13 +449,13 @@ class GridInitializer:
         level, heavy, noisy, _ = admissible[-1] if admissible else max(found, key=lambda e: e[3])
         return level, heavy, noisy, events
 
-    def _coreset(self, X, projected, g, heavy, noisy_counts, rho, data_radius, neighbouring,
+    def _coreset(self, rows, basis, g, heavy, noisy_counts, rho, data_radius, neighbouring,
                  rng):
         """Step 4: noisy sums of the heavy cells; coreset points and weights."""
-        index = self._cell_index(projected, g, data_radius)
         position = np.full(noisy_counts.size, len(heavy), dtype=np.intp)
         position[heavy] = np.arange(len(heavy))
-        sums, _ = cell_sums(X, position[index], len(heavy))
+        sums, _ = rows.map_reduce(_heavy_cell_sums, basis, g, data_radius, position,
+                                  len(heavy))
         noisy, event = zcdp_gaussian_mechanism(
             sums / data_radius, sensitivity=SUM_COUNT_SENSITIVITY[neighbouring][0], rho=rho, rng=rng,
             label=f"stable/grid_init/cell_sums_g{g}", neighbouring=neighbouring,
@@ -464,18 +484,41 @@ class GridInitializer:
             model.fit(points, sample_weight=weights)
         return np.vstack([model.cluster_centers_, filler])
 
-    def _lloyd(self, X, centers, rho, data_radius, neighbouring, rng):
+    def _lloyd(self, rows, centers, rho, data_radius, neighbouring, rng):
         """Step 6: DP-Lloyd steps; returns the centres, events and per-step fallback counts."""
-        sq_norms = np.einsum("ij,ij->i", X, X)
         events, fallbacks = [], []
         for step in range(self.n_lloyd_steps):
             centers, fallback, noisy = lloyd_step(
-                X, centers, data_radius=data_radius, rho=rho / self.n_lloyd_steps,
-                neighbouring=neighbouring, rng=rng, label=f"stable/grid_init/lloyd_{step + 1}",
-                sq_norms=sq_norms)
+                rows, centers, data_radius=data_radius, rho=rho / self.n_lloyd_steps,
+                neighbouring=neighbouring, rng=rng, label=f"stable/grid_init/lloyd_{step + 1}")
             events += noisy.events
             fallbacks.append(int(fallback.sum()))
         return centers, events, fallbacks
+
+
+def _second_moment(chunk):
+    """:math:`\sum x x^\top` of a chunk of rows (the DP-PCA statistic of step 1)."""
+    return chunk.X.T @ chunk.X
+
+
+def _projected(chunk, basis):
+    return chunk.X if basis is None else chunk.X @ basis
+
+
+def _grid_counts(chunk, basis, levels, data_radius):
+    """Grid-cell counts of a chunk of rows at every level (steps 2-3), a tuple of arrays."""
+    projected = _projected(chunk, basis)
+    return tuple(np.bincount(GridInitializer._cell_index(projected, g, data_radius),
+                             minlength=g ** projected.shape[1]) for g in levels)
+
+
+def _heavy_cell_sums(chunk, basis, g, data_radius, position, n_heavy):
+    """Sums and counts of a chunk's rows per heavy cell of level ``g`` (step 4).
+
+    ``position`` maps a grid cell to its heavy-cell index, or to ``n_heavy`` (dropped).
+    """
+    index = GridInitializer._cell_index(_projected(chunk, basis), g, data_radius)
+    return cell_sums(chunk.X, position[index], n_heavy)
 
 
 class KTupleInitializer:
