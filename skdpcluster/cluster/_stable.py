@@ -20,7 +20,11 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from skdpcluster.averaging import _project_onto_ball, private_one_medians
+from skdpcluster.averaging import (
+    _project_onto_ball,
+    private_one_medians,
+    private_one_medians_of_rows,
+)
 from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _BasePrivateClusterer
 from skdpcluster.cluster._highdim import HighDimInitializer
 from skdpcluster.cluster._ktuple import KTupleClusterer
@@ -539,6 +543,11 @@ class _PrivateStableBase(_BasePrivateClusterer):
         event = _as_zcdp_event(event, rho, zcdp_bound="bounded range, Cesar & Rogers 2021",
                                candidates=names)
         return names[index], [event]
+
+
+def _median_cells(chunk, initial, compact):
+    """The median cell of every row of a chunk: ``compact`` of its nearest initial centre."""
+    return compact[chunk.assign(initial)[0]]
 
 
 def _truncated_costs(chunk, candidates, tau, power):
@@ -1089,6 +1098,7 @@ class PrivateStableKMedian(_PrivateStableBase):
     }
     _REFINE_KEY = "median"
     _POWER = 1
+    _CHUNKED_INPUT = True
     _DEFAULT_SPLIT = {"init": 0.5, "median": 0.4, "select": 0.1}
 
     def __init__(
@@ -1116,6 +1126,16 @@ class PrivateStableKMedian(_PrivateStableBase):
     ):
         _store_parameters(self, locals())
 
+    @staticmethod
+    def _cell_medians(data, cell_labels, **parameters):
+        """Private 1-medians of the cells: in memory on the sorted rows, else pass by pass."""
+        if not isinstance(data, _ClippedData):
+            return private_one_medians_of_rows(data, cell_labels, **parameters)
+        labels = cell_labels(data)
+        keep = labels < len(parameters["centers"])
+        X, labels = (data.X, labels) if keep.all() else (data.X[keep], labels[keep])
+        return private_one_medians(X, labels, **parameters)
+
     def _median_domains(self, initial, radius):
         """Centre and radius of every cell's domain (public: functions of B and Lambda)."""
         if self.median_domain == "global":
@@ -1126,20 +1146,16 @@ class PrivateStableKMedian(_PrivateStableBase):
     def _refine(self, data, initial, rho_refine, budget, rng):
         """Private 1-median of every Voronoi cell of B (spec §9.7 step 3)."""
         epsilon, delta = one_median_privacy(rho_refine)
-        labels, _ = data.assign(initial)
         domain_centers, domain_radii = self._median_domains(initial, data.radius)
         cells = np.flatnonzero(domain_radii > 0)
         medians, spent = initial.copy(), [0.0]
         if len(cells):
-            compact = np.full(len(initial), -1)
+            compact = np.full(len(initial), len(cells))
             compact[cells] = np.arange(len(cells))
-            keep = compact[labels] >= 0
-            X, labels = ((data.X, compact[labels]) if keep.all()
-                         else (data.X[keep], compact[labels[keep]]))
-            medians[cells], event = private_one_medians(
-                X, labels, centers=domain_centers[cells],
-                radii=domain_radii[cells], epsilon=epsilon, delta=delta, rng=rng,
-                n_iter=self.gd_iterations, step_scale=self.gd_step_scale,
+            medians[cells], event = self._cell_medians(
+                data, functools.partial(_median_cells, initial=initial, compact=compact),
+                centers=domain_centers[cells], radii=domain_radii[cells], epsilon=epsilon,
+                delta=delta, rng=rng, n_iter=self.gd_iterations, step_scale=self.gd_step_scale,
                 neighbouring=self.neighbouring)
             spent.append(event.rho)
         event = PrivacyEvent(
