@@ -497,7 +497,7 @@ class GridInitializer:
 
 
 def _second_moment(chunk):
-    """:math:`\sum x x^\top` of a chunk of rows (the DP-PCA statistic of step 1)."""
+    r""":math:`\sum x x^\top` of a chunk of rows (the DP-PCA statistic of step 1)."""
     return chunk.X.T @ chunk.X
 
 
