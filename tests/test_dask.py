@@ -10,7 +10,7 @@ import pytest
 da = pytest.importorskip("dask.array")
 dask = pytest.importorskip("dask")
 
-from skdpcluster import BudgetAccountant, KTupleClusterer  # noqa: E402
+from skdpcluster import BudgetAccountant, KTupleClusterer, PrivateGaussianMixture  # noqa: E402
 from skdpcluster.cluster._stable import PrivateStableKMeans, PrivateStableKMedian  # noqa: E402
 from skdpcluster.cluster._stable_init import GRID_LEVELS  # noqa: E402
 from skdpcluster.datasets import make_separated_mixture  # noqa: E402
@@ -126,7 +126,7 @@ def test_predict_and_transform_of_dask_input_are_lazy(mixture):
                              chunks=CHUNK_ROWS),
      PrivateStableKMeans(4, data_radius=RADIUS), "NaN or infinity"),
     (lambda X: da.from_array(X, chunks=CHUNK_ROWS),
-     KTupleClusterer(4, data_radius=RADIUS), "does not accept Dask input yet"),
+     PrivateGaussianMixture(4, data_radius=RADIUS), "does not accept Dask input yet"),
     (lambda X: da.from_array(X, chunks=CHUNK_ROWS),
      PrivateStableKMeans(4, initializer="ktuple", data_radius=RADIUS), "initializer='ktuple'"),
     (lambda X: da.from_array(X, chunks=CHUNK_ROWS),
@@ -209,3 +209,106 @@ def test_importing_and_fitting_in_memory_does_not_import_dask():
             "PrivateStableKMeans(2, random_state=0).fit(X);"
             "assert 'dask' not in sys.modules, 'dask imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ---------------------------------------------------------------------------
+# KTupleClusterer: blocks inside the chunks
+# ---------------------------------------------------------------------------
+
+
+def _tuple_statistic(tuples):
+    """One number per tuple: the sum of its centres' norms (invariant to their order)."""
+    return np.linalg.norm(tuples, axis=2).sum(axis=1)
+
+
+@pytest.mark.parametrize("order, same", [("shuffled", True), ("sorted_by_cluster", False)])
+def test_chunked_tuples_have_the_in_memory_distribution_on_exchangeable_rows(order, same):
+    """Where chunking changes the blocks, the tuples keep their distribution if rows are exchangeable.
+
+    In memory the blocks are a random partition of all rows; on Dask, of
+    each chunk's rows. On rows in random order the two tuple samples pass a
+    two-sample Kolmogorov-Smirnov test; on rows sorted by cluster (not
+    exchangeable: each chunk sees one or two clusters) they fail it, which
+    shows the test can tell and documents the condition.
+    """
+    from scipy.stats import ks_2samp
+    from sklearn.cluster import KMeans
+
+    from skdpcluster._tuples import generate_tuples, generate_tuples_of_rows
+
+    X, y = make_separated_mixture(24_000, n_clusters=4, n_features=2, separation=3,
+                                  random_state=1)
+    if order == "sorted_by_cluster":
+        X = X[np.argsort(y, kind="stable")]
+    base, n_tuples = KMeans(4, n_init=1), 600
+    in_memory = generate_tuples(X, base, 4, n_tuples, rng=np.random.default_rng(0))
+    chunked = generate_tuples_of_rows(DaskRows(da.from_array(X, chunks=4_000)), base, 4,
+                                      n_tuples, rng=np.random.default_rng(1))
+    assert chunked.shape == in_memory.shape
+    p_value = ks_2samp(_tuple_statistic(in_memory), _tuple_statistic(chunked)).pvalue
+    assert (p_value > 1e-3) if same else (p_value < 1e-6)
+
+
+def test_chunked_tuples_change_at_most_one_tuple_when_one_row_is_replaced():
+    """Privacy of the tuple path: every row is in at most one block, on Dask as in memory."""
+    from sklearn.cluster import KMeans
+
+    from skdpcluster._tuples import generate_tuples_of_rows
+
+    X, _ = make_separated_mixture(6_000, n_clusters=2, n_features=2, separation=4,
+                                  random_state=2)
+    neighbour = X.copy()
+    neighbour[3_333] = [1e3, -1e3]
+
+    def tuples(rows):
+        return generate_tuples_of_rows(DaskRows(da.from_array(rows, chunks=1_000)),
+                                       KMeans(2, n_init=1), 2, 150,
+                                       rng=np.random.default_rng(3))
+
+    changed = np.any(tuples(X) != tuples(neighbour), axis=(1, 2))
+    assert changed.sum() <= 1
+
+
+def test_allocate_blocks_fills_the_chunks_in_proportion():
+    from skdpcluster._tuples import allocate_blocks
+
+    blocks = allocate_blocks([1_000, 1_000, 500, 37], 101, 4)
+    assert blocks.sum() == 101 and np.all(blocks * 4 <= [1_000, 1_000, 500, 37])
+    assert list(blocks) == [40, 40, 20, 1]
+    with pytest.raises(ValueError, match="rechunk X"):
+        allocate_blocks([7] * 10, 11, 4)
+
+
+def test_ktuple_fit_on_dask(mixture):
+    """The k-tuple fit runs on Dask: same plan and ledger structure, centres close to in memory."""
+    estimator = KTupleClusterer(4, data_radius=RADIUS, random_state=11)
+    in_memory = _fit(estimator, mixture)
+    chunked = _fit(estimator, da.from_array(mixture, chunks=2_500))
+    assert in_memory.status_ == chunked.status_ == "success"
+    assert chunked.n_tuples_ == in_memory.n_tuples_
+    assert [(e.label, e.epsilon, e.delta, e.rho) for e in chunked.privacy_ledger_] == [
+        (e.label, e.epsilon, e.delta, e.rho) for e in in_memory.privacy_ledger_]
+    # Different blocks, same clusters: both near the true means (8 apart, unit variance).
+    np.testing.assert_allclose(chunked.cluster_centers_, in_memory.cluster_centers_, atol=0.2)
+    assert isinstance(chunked.labels_, da.Array)
+    assert np.mean(chunked.labels_.compute() == in_memory.labels_) > 0.99
+
+
+def test_ktuple_fallback_runs_on_dask_rows(mixture):
+    """A reserved fallback share fits PrivateStableKMeans on the same Dask rows."""
+    estimator = KTupleClusterer(4, method="noisy_centers", fallback_share=0.5,
+                                data_radius=RADIUS, random_state=12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        chunked = _fit(estimator, da.from_array(mixture, chunks=2_500))
+    assert chunked.status_ == "fallback"
+    assert np.all(np.isfinite(chunked.cluster_centers_))
+    assert chunked.privacy_spent_["epsilon"] <= 1.0 + 1e-9
+
+
+def test_ktuple_dask_chunks_too_small_for_the_blocks_raise_before_spending(mixture):
+    accountant = BudgetAccountant(10, 1e-3)
+    with pytest.raises(ValueError, match="rechunk X"):
+        KTupleClusterer(4, data_radius=RADIUS, fallback_share=0.0,
+                        accountant=accountant).fit(da.from_array(mixture, chunks=3))
+    assert accountant.ledger == []

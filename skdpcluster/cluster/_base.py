@@ -162,7 +162,8 @@ class _PrivateFitMixin:
             estimators whose ``_CHUNKED_INPUT`` is True also accept a
             :class:`dask.array.Array` (or a dask dataframe of numeric
             columns) with known chunk sizes: every pass over the rows is then
-            a map-reduce of per-chunk statistics (see :doc:`/sklearn`).
+            a map-reduce of per-chunk statistics (the guide's "Fitting out
+            of core on Dask").
         y : Ignored
             Not used, present for API consistency.
         **fit_params : dict
@@ -193,14 +194,19 @@ class _PrivateFitMixin:
         passes do not go through :mod:`skdpcluster.utils._data` yet, and with
         ``data_radius="data"`` (the exact bound is not computed out of core).
         """
+        name = type(self).__name__
+        if hasattr(X, "map_reduce") and self._CHUNKED_INPUT:
+            # Rows validated by an enclosing fit (a nested fallback fit): nothing to read again.
+            self.n_features_in_ = X.shape[1]
+            return X, np.dtype(np.float64)
         if not is_dask_collection(X):
             X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2)
             return np.asarray(X, dtype=np.float64), X.dtype
-        name = type(self).__name__
         if not self._CHUNKED_INPUT:
             raise ValueError(
-                f"{name}.fit does not accept Dask input yet (issue #20); PrivateStableKMeans and "
-                "PrivateStableKMedian do. Pass X.compute() if it fits in memory.")
+                f"{name}.fit does not accept Dask input yet (issue #20); PrivateStableKMeans, "
+                "PrivateStableKMedian and KTupleClusterer do. Pass X.compute() if it fits in "
+                "memory.")
         if getattr(self, "data_radius", None) == "data":
             raise ValueError(
                 f"{name}: data_radius='data' is not supported on Dask input; pass a public "

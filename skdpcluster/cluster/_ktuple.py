@@ -10,7 +10,7 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import pairwise_distances_argmin
 from sklearn.utils.validation import validate_data
 
-from skdpcluster._tuples import generate_tuples
+from skdpcluster._tuples import allocate_blocks, generate_tuples_of_rows
 from skdpcluster.accountant import BudgetAccountant
 from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _BasePrivateClusterer, _restore_on_error
 from skdpcluster.exceptions import InsufficientDataError
@@ -254,6 +254,9 @@ class KTupleClusterer(_BasePrivateClusterer):
     True
     """
 
+    #: ``fit`` accepts Dask input: tuples from blocks inside the chunks, row passes map-reduced.
+    _CHUNKED_INPUT = True
+
     _parameter_constraints: dict = {
         **_BasePrivateClusterer._parameter_constraints,
         "method": [StrOptions({"auto", "located", "noisy_centers", "averages"})],
@@ -494,6 +497,8 @@ class KTupleClusterer(_BasePrivateClusterer):
                 f"must hold >= {self.n_clusters} rows) at epsilon={self.epsilon}, "
                 f"delta={self.delta}, beta={self.beta}."
             )
+        if hasattr(X, "chunk_rows"):  # Dask rows: the blocks must fit inside the chunks
+            allocate_blocks(X.chunk_rows, n_tuples, self.n_clusters)
         plan = self._plan_tuples(n_tuples, n_features)
         self._plan_radius(plan, X)
         if self.verbose:
@@ -554,7 +559,7 @@ class KTupleClusterer(_BasePrivateClusterer):
 
     def _fit_tuple_path(self, X, plan, rng):
         tuple_rng, noise_rng = rng.spawn(2)
-        tuples = generate_tuples(
+        tuples = generate_tuples_of_rows(
             X, self._base_estimator(), self.n_clusters, plan.attributes["n_tuples_"],
             rng=tuple_rng, n_jobs=self.n_jobs,
         )
@@ -601,9 +606,9 @@ class KTupleClusterer(_BasePrivateClusterer):
 
     @staticmethod
     def _training_labels(X, centers):
-        if centers is None:
-            return np.full(X.shape[0], -1, dtype=np.intp)
-        return pairwise_distances_argmin(X, centers).astype(np.intp)  # chunked: bounded memory
+        if hasattr(X, "map_rows"):  # Dask rows: a lazy Dask array
+            return X.map_rows(_labels_or_none, centers, dtype=np.intp)
+        return _labels_or_none(X, centers)
 
     # -- precomputed tuples ---------------------------------------------------------------
     @fit_context(prefer_skip_nested_validation=True)
@@ -643,6 +648,13 @@ class KTupleClusterer(_BasePrivateClusterer):
         result = self._aggregate(tuples, plan, rng)
         result.attributes["labels_"] = np.empty(0, dtype=np.intp)
         return result
+
+
+def _labels_or_none(X, centers):
+    """Nearest centre of every row; -1 everywhere when nothing was released."""
+    if centers is None:
+        return np.full(X.shape[0], -1, dtype=np.intp)
+    return pairwise_distances_argmin(X, centers).astype(np.intp)  # chunked: bounded memory
 
 
 def plan_fallback(X, n_clusters, epsilon, delta, data_radius, data_center, n_jobs):
@@ -708,8 +720,8 @@ def _locate_then_refine_on_rows(tuples, X, center, radius, budget, rng):
     public : dict
     """
     # Imported here: cluster._stable imports this module (its k-tuple initializer).
-    from skdpcluster.cluster._stable import _ClippedData, core_step
-    from skdpcluster.cluster._stable_init import cell_sums, nearest_centers, noisy_cell_sums
+    from skdpcluster.cluster._stable import clipped_rows, core_step
+    from skdpcluster.cluster._stable_init import noisy_cell_sums
 
     locate_rng, rows_rng = rng.spawn(2)
     location = locate(tuples, data_radius=radius, budget=budget, rng=locate_rng)
@@ -717,9 +729,8 @@ def _locate_then_refine_on_rows(tuples, X, center, radius, budget, rng):
     rho_step = budget.rho_rows / (1 + LOCATED_CORE_STEPS)
     if location.centers is None:
         return None, events + [_unused_rows_event(budget.rho_rows)], location.public
-    data = _ClippedData.from_rows(X, center, radius)
-    labels, _ = nearest_centers(location.to_location_space(data.X), location.centers)
-    sums, counts = cell_sums(data.X, labels, len(location.centers))
+    data = clipped_rows(X, center, radius)
+    sums, counts = data.map_reduce(_located_cell_sums, location.projection, location.centers)
     noisy = noisy_cell_sums(sums / radius, counts, rho=rho_step, neighbouring="replace_one",
                             rng=rows_rng, label="located/lloyd_step")
     events += noisy.events
@@ -727,7 +738,7 @@ def _locate_then_refine_on_rows(tuples, X, center, radius, budget, rng):
         location.public["failed_step"] = "lloyd_step"
         return None, events + [_unused_rows_event(budget.rho_rows - rho_step)], location.public
     centers = _project_onto_ball(radius * noisy.means(), 0.0, radius)
-    caps = [None] * (LOCATED_CORE_STEPS - 1) + [_cluster_scale(location, len(X), X.shape[1])]
+    caps = [None] * (LOCATED_CORE_STEPS - 1) + [_cluster_scale(location, *X.shape)]
     for step, cap in enumerate(caps):
         centers, _, noisy = core_step(
             data, centers, radius_factor=LOCATED_CORE_RADIUS_FACTOR, rho=rho_step,
@@ -736,6 +747,15 @@ def _locate_then_refine_on_rows(tuples, X, center, radius, budget, rng):
         )
         events += noisy.events
     return centers, events, location.public
+
+
+def _located_cell_sums(chunk, projection, centers):
+    """Sums and counts of a chunk's rows per cell of the nearest located centre (location space)."""
+    from skdpcluster.cluster._stable_init import cell_sums, nearest_centers
+
+    points = chunk.X if projection is None else chunk.X @ projection.T
+    labels, _ = nearest_centers(points, centers)
+    return cell_sums(chunk.X, labels, len(centers))
 
 
 def _cluster_scale(location, n_samples, n_features):

@@ -128,6 +128,25 @@ class DaskRows:
             parts = paired + parts[len(paired) * 2:]
         return dask.compute(parts[0])[0]
 
+    @property
+    def chunk_rows(self):
+        """Rows of every chunk (public: the array's metadata)."""
+        return self.array.chunks[0]
+
+    def map_chunks(self, func, per_chunk_args):
+        """``[func(block, *per_chunk_args[i]) for every chunk i]``, computed where the chunks live.
+
+        For statistics that are not added up (a list of per-chunk results,
+        e.g. the k-tuples of the blocks of each chunk); chunks whose
+        ``per_chunk_args`` entry is ``None`` are skipped.
+        """
+        import dask
+
+        tasks = [dask.delayed(func, pure=True)(block, *args)
+                 for block, args in zip(self.array.to_delayed().ravel(), per_chunk_args)
+                 if args is not None]
+        return list(dask.compute(*tasks))
+
     def map_rows(self, func, *args, n_columns=None, dtype=np.float64):
         """Lazy Dask array of ``func(block, *args)`` per block of raw rows (``map_blocks``).
 
