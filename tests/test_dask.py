@@ -312,3 +312,52 @@ def test_ktuple_dask_chunks_too_small_for_the_blocks_raise_before_spending(mixtu
         KTupleClusterer(4, data_radius=RADIUS, fallback_share=0.0,
                         accountant=accountant).fit(da.from_array(mixture, chunks=3))
     assert accountant.ledger == []
+
+
+# ---------------------------------------------------------------------------
+# FederatedPrivateKMeans: one shard per chunk
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("params, with_server", [
+    ({"data_radius": RADIUS}, False),
+    ({"data_radius": None}, False),
+    ({"data_radius": RADIUS}, True),
+], ids=["public_bound", "private_bound", "feddp_init"])
+def test_federated_dask_fit_equals_in_memory_fit(mixture, params, with_server):
+    from skdpcluster import FederatedPrivateKMeans
+
+    server = {"X_server": mixture[::50]} if with_server else {}
+    estimator = FederatedPrivateKMeans(4, random_state=13, **params)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        in_memory = estimator.set_params(accountant=BudgetAccountant(10, 1e-3)).fit(
+            mixture, **server)
+        chunked = estimator.set_params(accountant=BudgetAccountant(10, 1e-3)).fit(
+            da.from_array(mixture, chunks=CHUNK_ROWS), **server)
+    np.testing.assert_allclose(chunked.cluster_centers_, in_memory.cluster_centers_, rtol=0,
+                               atol=1e-9 * RADIUS)
+    assert chunked.n_rounds_ == in_memory.n_rounds_
+    assert _ledger(chunked) == _ledger(in_memory)
+    np.testing.assert_array_equal(chunked.labels_.compute(), in_memory.labels_)
+
+
+def test_federated_chunks_as_clients_equal_client_ids_per_chunk(mixture):
+    """``client_ids="chunks"``: each partition is one client, as explicit ids per chunk are."""
+    from skdpcluster import FederatedPrivateKMeans
+
+    X = da.from_array(mixture, chunks=CHUNK_ROWS)
+    ids = np.repeat(np.arange(len(X.chunks[0])), X.chunks[0])
+    estimator = FederatedPrivateKMeans(4, privacy_unit="client", init="sphere_packing",
+                                       data_radius=RADIUS, random_state=14)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        in_memory = estimator.set_params(accountant=BudgetAccountant(10, 1e-3)).fit(
+            mixture, client_ids=ids)
+        chunked = estimator.set_params(accountant=BudgetAccountant(10, 1e-3)).fit(
+            X, client_ids="chunks")
+    np.testing.assert_allclose(chunked.cluster_centers_, in_memory.cluster_centers_, rtol=0,
+                               atol=1e-9 * RADIUS)
+    assert _ledger(chunked) == _ledger(in_memory)
+    with pytest.raises(ValueError, match="client_ids must be None"):
+        estimator.fit(X, client_ids=ids)

@@ -205,8 +205,8 @@ class _PrivateFitMixin:
         if not self._CHUNKED_INPUT:
             raise ValueError(
                 f"{name}.fit does not accept Dask input yet (issue #20); PrivateStableKMeans, "
-                "PrivateStableKMedian and KTupleClusterer do. Pass X.compute() if it fits in "
-                "memory.")
+                "PrivateStableKMedian, KTupleClusterer and FederatedPrivateKMeans do. Pass "
+                "X.compute() if it fits in memory.")
         if getattr(self, "data_radius", None) == "data":
             raise ValueError(
                 f"{name}: data_radius='data' is not supported on Dask input; pass a public "
