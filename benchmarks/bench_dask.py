@@ -14,17 +14,23 @@ killed for memory).
 
 * Data: n rows of d = 10 features, a mixture of k = 10 unit Gaussians at
   :math:`\pm 10 e_i` (i < 5), *generated chunk-wise* on the workers
-  (``map_blocks``, a seed per chunk, so every pass regenerates the same rows)
-  and never held whole anywhere: ``--quick`` (the default) n = 10^7
-  (0.8 GB of float64, chunks of 10^5 rows) against 350 MiB per worker,
-  ``--full`` n = 2·10^8 (16 GB) against 1 GiB per worker. The quick size is
-  what finishes in about 20 minutes on 2 shared cores (a pass over 2·10^6
-  rows took 2-7 s at a load average of 15-20).
+  (``map_blocks``, a seed per chunk) and written to disk chunk by chunk
+  (``dask.array.to_npy_stack`` in a temporary folder), then read back
+  memory-mapped (``from_npy_stack``) by every pass: the data is never held
+  whole anywhere. ``--quick`` (the default) n = 1.5·10^7 (1.2 GB = 1144 MiB of
+  float64, chunks of 10^5 rows) against 450 MiB per worker (an idle worker
+  process with the library imported already holds about 280 MiB of it), ``--full`` n = 2·10^8
+  (16 GB) against 1 GiB per worker. The quick size is what finishes in
+  about 20 minutes on 2 cores shared with other users (at a load average
+  of 20, a worker process got about 5-10 % of a core; regenerating the
+  rows at every pass instead of reading them was too slow for that).
 * Fit time: wall seconds of ``fit`` (the private fit's validation pass
   included).
 * Peak memory per worker: the largest resident set size (RSS) of each
   worker process, sampled every 0.5 s during the fit (``Client.run`` of
-  ``psutil``), baseline included (an idle worker is about 100-150 MB).
+  ``psutil``), baseline included; ``idle_worker_MiB`` is that baseline
+  (a worker with Python, NumPy, scikit-learn, distributed and skdpcluster
+  imported, before the fit).
 * Quality on a subsample: the first 10^6 rows, computed in memory: the
   k-means cost per row of the Dask fit's centres, of an in-memory
   ``PrivateStableKMeans`` fit on the subsample alone (same parameters), of
@@ -46,6 +52,7 @@ Usage::
 import argparse
 import logging
 import os
+import tempfile
 import threading
 import time
 import warnings
@@ -60,7 +67,7 @@ N_FEATURES, N_CLUSTERS, SEPARATION, SEED = 10, 10, 10.0, 0
 MEANS = SEPARATION * np.vstack([np.eye(N_FEATURES)[: N_CLUSTERS // 2],
                                 -np.eye(N_FEATURES)[: N_CLUSTERS // 2]])
 SETTINGS = {
-    True: {"n_rows": 10_000_000, "chunk_rows": 100_000, "memory_limit": "350MiB"},
+    True: {"n_rows": 15_000_000, "chunk_rows": 100_000, "memory_limit": "450MiB"},
     False: {"n_rows": 200_000_000, "chunk_rows": 500_000, "memory_limit": "1GiB"},
 }
 SUBSAMPLE_ROWS = 1_000_000
@@ -81,6 +88,14 @@ def chunked_mixture(n_rows, chunk_rows):
     n_chunks = n_rows // chunk_rows
     return da.map_blocks(_block, chunk_rows=chunk_rows, dtype=float,
                          chunks=((chunk_rows,) * n_chunks, (N_FEATURES,)))
+
+
+def mixture_on_disk(setting, folder):
+    """Generate the mixture chunk by chunk into ``folder``; the memory-mapped Dask array."""
+    import dask.array as da
+
+    da.to_npy_stack(folder, chunked_mixture(setting["n_rows"], setting["chunk_rows"]), axis=0)
+    return da.from_npy_stack(folder, mmap_mode="r")
 
 
 def kmeans_cost(X, centers):
@@ -149,7 +164,7 @@ def _methods(n_workers):
     return methods
 
 
-def _on_cluster(n_workers, setting, methods):
+def _on_cluster(n_workers, setting, methods, folder):
     """Fit every method on a fresh LocalCluster of ``n_workers`` processes; rows and centres."""
     from distributed import Client, LocalCluster
 
@@ -158,7 +173,14 @@ def _on_cluster(n_workers, setting, methods):
                       memory_limit=setting["memory_limit"], dashboard_address=None,
                       silence_logs=logging.ERROR) as cluster, \
             Client(cluster) as client:
-        X = chunked_mixture(setting["n_rows"], setting["chunk_rows"])
+        if not os.path.exists(os.path.join(folder, "info")):
+            start = time.perf_counter()
+            mixture_on_disk(setting, folder)
+            print(f"  data written chunk-wise to disk in {time.perf_counter() - start:.1f} s")
+        import dask.array as da
+
+        X = da.from_npy_stack(folder, mmap_mode="r")
+        idle = max(client.run(_worker_rss).values()) / 2**20
         for name, fit in methods.items():
             with PeakMemory(client) as memory:
                 start = time.perf_counter()
@@ -172,6 +194,7 @@ def _on_cluster(n_workers, setting, methods):
                          "data_GB": round(setting["n_rows"] * N_FEATURES * 8 / 1e9, 2),
                          "memory_limit": setting["memory_limit"], "fit_s": round(seconds, 1),
                          "peak_worker_MiB": round(max(peaks), 0) if peaks else float("nan"),
+                         "idle_worker_MiB": round(idle, 0),
                          "status": status, "load_avg": round(os.getloadavg()[0], 2)})
             print(f"  {name}, {n_workers} worker(s): {seconds:.1f} s, peak worker RSS "
                   f"{rows[-1]['peak_worker_MiB']} MiB, {status}")
@@ -194,15 +217,18 @@ def _quality(setting, centers_by_method):
 def run(quick=True):
     setting = SETTINGS[quick]
     rows, last_centers = [], {}
-    for n_workers in WORKERS:
-        cluster_rows, last_centers = _on_cluster(n_workers, setting, _methods(n_workers))
-        rows += cluster_rows
+    with tempfile.TemporaryDirectory(prefix="skdp-bench-dask-") as folder:
+        for n_workers in WORKERS:
+            cluster_rows, last_centers = _on_cluster(n_workers, setting, _methods(n_workers),
+                                                     os.path.join(folder, "X"))
+            rows += cluster_rows
     quality = _quality(setting, last_centers)
     for row in rows:
         row["cost_vs_sklearn_subsample"] = quality[row["method"]]
     rows.append({"method": "PrivateStableKMeans in memory (subsample)", "workers": 0,
                  "n_rows": SUBSAMPLE_ROWS, "data_GB": round(SUBSAMPLE_ROWS * N_FEATURES * 8 / 1e9, 2),
                  "memory_limit": "", "fit_s": float("nan"), "peak_worker_MiB": float("nan"),
+                 "idle_worker_MiB": float("nan"),
                  "status": "ok", "load_avg": round(os.getloadavg()[0], 2),
                  "cost_vs_sklearn_subsample": quality["PrivateStableKMeans in memory (subsample)"]})
     write_csv("dask", rows)
