@@ -226,7 +226,8 @@ def run(quick=True):
     for row in rows:
         row["cost_vs_sklearn_subsample"] = quality[row["method"]]
     rows.append({"method": "PrivateStableKMeans in memory (subsample)", "workers": 0,
-                 "n_rows": SUBSAMPLE_ROWS, "data_GB": round(SUBSAMPLE_ROWS * N_FEATURES * 8 / 1e9, 2),
+                 "n_rows": SUBSAMPLE_ROWS,
+                 "data_GB": round(SUBSAMPLE_ROWS * N_FEATURES * 8 / 1e9, 2),
                  "memory_limit": "", "fit_s": float("nan"), "peak_worker_MiB": float("nan"),
                  "idle_worker_MiB": float("nan"),
                  "status": "ok", "load_avg": round(os.getloadavg()[0], 2),

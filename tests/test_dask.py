@@ -1,4 +1,4 @@
-"""Fits on Dask arrays (issue #20): the same release as in memory, lazy predictions, clear refusals."""
+"""Fits on Dask arrays (issue #20): the release of the in-memory fit, lazy predictions, refusals."""
 
 import subprocess
 import sys
@@ -120,7 +120,8 @@ def test_predict_and_transform_of_dask_input_are_lazy(mixture):
 
 
 @pytest.mark.parametrize("make_input, estimator, match", [
-    (lambda X: da.from_array(X, chunks=CHUNK_ROWS)[da.from_array(X[:, 0] > -1e9, chunks=CHUNK_ROWS)],
+    (lambda X: da.from_array(X, chunks=CHUNK_ROWS)[da.from_array(X[:, 0] > -1e9,
+                                                                  chunks=CHUNK_ROWS)],
      PrivateStableKMeans(4, data_radius=RADIUS), "unknown chunk sizes"),
     (lambda X: da.from_array(np.where(np.arange(len(X))[:, None] == 5000, np.nan, X),
                              chunks=CHUNK_ROWS),
@@ -223,7 +224,7 @@ def _tuple_statistic(tuples):
 
 @pytest.mark.parametrize("order, same", [("shuffled", True), ("sorted_by_cluster", False)])
 def test_chunked_tuples_have_the_in_memory_distribution_on_exchangeable_rows(order, same):
-    """Where chunking changes the blocks, the tuples keep their distribution if rows are exchangeable.
+    """Chunking changes the blocks; the tuples keep their distribution if rows are exchangeable.
 
     In memory the blocks are a random partition of all rows; on Dask, of
     each chunk's rows. On rows in random order the two tuple samples pass a

@@ -43,7 +43,11 @@ from skdpcluster.exceptions import (
 from skdpcluster.mechanisms import PrivacyEvent
 from skdpcluster.utils import check_random_state
 from skdpcluster.utils._compat import Interval, StrOptions, fit_context
-from skdpcluster.utils._data import check_dask_predict_input, dask_rows_from_input, is_dask_collection
+from skdpcluster.utils._data import (
+    check_dask_predict_input,
+    dask_rows_from_input,
+    is_dask_collection,
+)
 from skdpcluster.utils._warnings import warn_user
 
 __all__ = ["PrivateFit", "PrivateFitPlan"]

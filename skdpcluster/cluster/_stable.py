@@ -222,7 +222,7 @@ class _ClippedData:
         return cls(clipped, sq_norms, radius, outside)
 
     def map_reduce(self, func, *args):
-        """``func(self, *args)``: in memory, the rows are one chunk (:mod:`skdpcluster.utils._data`)."""
+        """``func(self, *args)``: in memory the rows are one chunk (see ``utils/_data.py``)."""
         return func(self, *args)
 
     @property

@@ -225,7 +225,7 @@ def noisy_cell_sums(sums, counts, *, rho, neighbouring, rng, label):
 
 
 def voronoi_sums(chunk, centers):
-    """Per-Voronoi-cell sums and counts of a chunk of rows (a pass of :mod:`skdpcluster.utils._data`)."""
+    """Per-Voronoi-cell sums and counts of a chunk of rows (one pass of a map-reduce)."""
     labels, _ = nearest_centers(chunk.X, centers, chunk.sq_norms)
     return cell_sums(chunk.X, labels, len(centers))
 

@@ -213,7 +213,7 @@ def dask_rows_from_input(X, *, estimator, min_samples=2):
 
 
 def check_dask_predict_input(X, estimator):
-    """A Dask input of ``predict``/``transform`` as a 2-D array with the fitted number of columns."""
+    """A Dask input of ``predict``/``transform``: 2-D, with the fitted number of columns."""
     if getattr(X, "columns", None) is not None:
         X = X.to_dask_array(lengths=True)
     if X.ndim != 2 or X.shape[1] != estimator.n_features_in_:
