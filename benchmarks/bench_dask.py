@@ -18,8 +18,10 @@ killed for memory).
   (``dask.array.to_npy_stack`` in a temporary folder), then read back
   memory-mapped (``from_npy_stack``) by every pass: the data is never held
   whole anywhere. ``--quick`` (the default) n = 1.2·10^7 (0.96 GB = 916 MiB of
-  float64, chunks of 10^5 rows) against 450 MiB per worker (an idle worker
-  process with the library imported already holds about 280 MiB of it), ``--full`` n = 2·10^8
+  float64, chunks of 10^5 rows) against 600 MiB per worker (an idle worker
+  process with the library imported already holds about 280 MiB of it, so
+  the data is larger than one worker's limit and than what two workers have
+  left; at 450 MiB a worker went over 95 % of its limit and was restarted), ``--full`` n = 2·10^8
   (16 GB) against 1 GiB per worker. The quick size is what finishes in
   about 20 minutes on 2 cores shared with other users (at a load average
   of 20, a worker process got about 5-10 % of a core; regenerating the
@@ -71,7 +73,7 @@ N_FEATURES, N_CLUSTERS, SEPARATION, SEED = 10, 10, 10.0, 0
 MEANS = SEPARATION * np.vstack([np.eye(N_FEATURES)[: N_CLUSTERS // 2],
                                 -np.eye(N_FEATURES)[: N_CLUSTERS // 2]])
 SETTINGS = {
-    True: {"n_rows": 12_000_000, "chunk_rows": 100_000, "memory_limit": "450MiB"},
+    True: {"n_rows": 12_000_000, "chunk_rows": 100_000, "memory_limit": "600MiB"},
     False: {"n_rows": 200_000_000, "chunk_rows": 500_000, "memory_limit": "1GiB"},
 }
 SUBSAMPLE_ROWS = 1_000_000
@@ -144,8 +146,11 @@ class PeakMemory:
 def _private_fit(X):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return PrivateStableKMeans(N_CLUSTERS, random_state=SEED,
-                                   accountant=BudgetAccountant(1.0, 1e-6)).fit(X).cluster_centers_
+        fitted = PrivateStableKMeans(N_CLUSTERS, random_state=SEED,
+                                     accountant=BudgetAccountant(1.0, 1e-6)).fit(X)
+    if fitted.status_ == "failure":  # e.g. a worker killed mid-pass: charged, nothing released
+        raise RuntimeError("the private step failed (status_='failure')")
+    return fitted.cluster_centers_
 
 
 def _dask_ml_fit(X):
@@ -194,7 +199,7 @@ def _on_cluster(n_workers, setting, methods, folder):
                 try:
                     centers[name], status = fit(X), "ok"
                 except Exception as error:  # noqa: BLE001 - reported in the table
-                    centers[name], status = None, f"failed: {type(error).__name__}"
+                    centers[name], status = None, f"failed: {type(error).__name__}: {error}"[:80]
                 seconds = time.perf_counter() - start
             peaks = sorted(memory.peaks.values())
             rows.append({"method": name, "workers": n_workers, "n_rows": setting["n_rows"],
