@@ -362,3 +362,15 @@ def test_federated_chunks_as_clients_equal_client_ids_per_chunk(mixture):
     assert _ledger(chunked) == _ledger(in_memory)
     with pytest.raises(ValueError, match="client_ids must be None"):
         estimator.fit(X, client_ids=ids)
+
+
+def test_map_reduce_over_more_chunks_than_one_batch():
+    """Batches of CHUNKS_PER_BATCH chunks: every chunk is counted once, in any batch layout."""
+    from skdpcluster.utils._data import CHUNKS_PER_BATCH
+
+    X = np.arange(2.0 * 1_000).reshape(-1, 2)
+    rows = DaskRows(da.from_array(X, chunks=7))
+    assert len(X) // 7 > 2 * CHUNKS_PER_BATCH
+    sums, counts = rows.map_reduce(lambda chunk: (chunk.X.sum(axis=0), len(chunk.X)))
+    np.testing.assert_array_equal(sums, X.sum(axis=0))
+    assert counts == len(X)

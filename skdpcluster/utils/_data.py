@@ -80,6 +80,11 @@ class InMemoryRows:
         return func(self.chunk, *args)
 
 
+#: Chunks per graph of a map-reduce: enough to keep a few dozen workers busy, few enough
+#: that their per-chunk statistics never pile up in the workers' memory.
+CHUNKS_PER_BATCH = 32
+
+
 def _apply(block, make_chunk, func, args):
     return func(make_chunk(block), *args)
 
@@ -113,20 +118,29 @@ class DaskRows:
         return DaskRows(self.array, make_chunk)
 
     def map_reduce(self, func, *args):
-        """Sum over the chunks of ``func(make_chunk(block), *args)``, computed in one graph.
+        """Sum over the chunks of ``func(make_chunk(block), *args)``.
 
-        The partial results are added pairwise (a balanced tree, so no single
-        task holds more than two results); only the final sum is gathered.
+        The chunks are taken in batches of :data:`CHUNKS_PER_BATCH`: one graph
+        per batch, whose partial results are added pairwise (a balanced tree),
+        and the batch sums are added in the driver, in chunk order. A batch
+        bounds how many per-chunk statistics exist at once (a statistic such
+        as the grid initializer's counts is megabytes, whatever the chunk),
+        so memory does not grow with the number of chunks.
         """
         import dask
 
-        parts = [dask.delayed(_apply, pure=True)(block, self.make_chunk, func, args)
-                 for block in self.array.to_delayed().ravel()]
-        while len(parts) > 1:
-            paired = [dask.delayed(add_statistics, pure=True)(a, b)
-                      for a, b in zip(parts[::2], parts[1::2])]
-            parts = paired + parts[len(paired) * 2:]
-        return dask.compute(parts[0])[0]
+        blocks = self.array.to_delayed().ravel()
+        total = None
+        for start in range(0, len(blocks), CHUNKS_PER_BATCH):
+            parts = [dask.delayed(_apply, pure=True)(block, self.make_chunk, func, args)
+                     for block in blocks[start:start + CHUNKS_PER_BATCH]]
+            while len(parts) > 1:
+                paired = [dask.delayed(add_statistics, pure=True)(a, b)
+                          for a, b in zip(parts[::2], parts[1::2])]
+                parts = paired + parts[len(paired) * 2:]
+            batch = dask.compute(parts[0])[0]
+            total = batch if total is None else add_statistics(total, batch)
+        return total
 
     @property
     def chunk_rows(self):
