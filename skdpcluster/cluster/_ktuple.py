@@ -10,7 +10,7 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import pairwise_distances_argmin
 from sklearn.utils.validation import validate_data
 
-from skdpcluster._tuples import generate_tuples
+from skdpcluster._tuples import allocate_blocks, generate_tuples_of_rows
 from skdpcluster.accountant import BudgetAccountant
 from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _BasePrivateClusterer, _restore_on_error
 from skdpcluster.exceptions import InsufficientDataError
@@ -285,6 +285,9 @@ class KTupleClusterer(_BasePrivateClusterer):
     >>> est.privacy_spent_["epsilon"] <= 1.0
     True
     """
+
+    #: ``fit`` accepts Dask input: tuples from blocks inside the chunks, row passes map-reduced.
+    _CHUNKED_INPUT = True
 
     _parameter_constraints: dict = {
         **_BasePrivateClusterer._parameter_constraints,
@@ -576,6 +579,8 @@ class KTupleClusterer(_BasePrivateClusterer):
                 f"must hold >= {self.n_clusters} rows) at epsilon={self.epsilon}, "
                 f"delta={self.delta}, beta={self.beta}."
             )
+        if hasattr(X, "chunk_rows"):  # Dask rows: the blocks must fit inside the chunks
+            allocate_blocks(X.chunk_rows, n_tuples, self.n_clusters)
         plan = self._plan_tuples(n_tuples, n_features)
         self._plan_radius(plan, X)
         if self.verbose:
@@ -674,7 +679,7 @@ class KTupleClusterer(_BasePrivateClusterer):
 
     def _fit_tuple_path(self, X, plan, rng):
         tuple_rng, noise_rng = rng.spawn(2)
-        tuples = generate_tuples(
+        tuples = generate_tuples_of_rows(
             X, self._base_estimator(), self.n_clusters, plan.attributes["n_tuples_"],
             rng=tuple_rng, n_jobs=self.n_jobs,
         )
@@ -710,14 +715,14 @@ class KTupleClusterer(_BasePrivateClusterer):
     def _aggregate_located(self, tuples, plan, rng, rows, fallback_rows=None):
         """Locate (:mod:`skdpcluster.ktuple.located`), then average the tuples or refine on ``rows``."""
         # Imported here: cluster._stable imports this module (its k-tuple initializer).
-        from skdpcluster.cluster._stable import _ClippedData  # noqa: PLC0415
+        from skdpcluster.cluster._stable import clipped_rows  # noqa: PLC0415
 
         center, radius = plan.values["center"], plan.values["data_radius"]
         budget = plan_located_budget(self.epsilon, self.delta, on_rows=rows is not None)
         if rows is None:
             stage_two = None
             if fallback_rows is not None:
-                data = _ClippedData.from_rows(fallback_rows, center, radius)
+                data = clipped_rows(fallback_rows, center, radius)
                 stage_two = partial(_general_method, data, tuples.shape[1])
             result = locate_and_average(tuples - center, data_radius=radius, budget=budget,
                                         rng=rng, if_not_located=stage_two)
@@ -745,9 +750,9 @@ class KTupleClusterer(_BasePrivateClusterer):
 
     @staticmethod
     def _training_labels(X, centers):
-        if centers is None:
-            return np.full(X.shape[0], -1, dtype=np.intp)
-        return pairwise_distances_argmin(X, centers).astype(np.intp)  # chunked: bounded memory
+        if hasattr(X, "map_rows"):  # Dask rows: a lazy Dask array
+            return X.map_rows(_labels_or_none, centers, dtype=np.intp)
+        return _labels_or_none(X, centers)
 
     # -- precomputed tuples ---------------------------------------------------------------
     @fit_context(prefer_skip_nested_validation=True)
@@ -859,6 +864,13 @@ def private_clipped_cost(X, centers, *, epsilon, rng, data_radius=None):
             "cost_clip": clip, "cost_noise_scale": event.scale}, event
 
 
+def _labels_or_none(X, centers):
+    """Nearest centre of every row; -1 everywhere when nothing was released."""
+    if centers is None:
+        return np.full(X.shape[0], -1, dtype=np.intp)
+    return pairwise_distances_argmin(X, centers).astype(np.intp)  # chunked: bounded memory
+
+
 def plan_fallback(X, n_clusters, epsilon, delta, data_radius, data_center, n_jobs):
     """The general method run on a reserved share: :class:`PrivateStableKMeans` (public plan).
 
@@ -917,15 +929,18 @@ class _GeneralMethodOnRows:
         self.rho = None
 
     def __call__(self, rho, rng):
-        from skdpcluster.cluster._stable import _ClippedData  # noqa: PLC0415 (import cycle)
+        from skdpcluster.cluster._stable import clipped_rows  # noqa: PLC0415 (import cycle)
 
         self.rho = rho
-        data = _ClippedData.from_rows(self.X, self.center, self.radius)
+        data = clipped_rows(self.X, self.center, self.radius)
         return _general_method(data, self.n_clusters, rho, rng)
 
 
 def _general_method(data, n_clusters, rho, rng):
     r"""The general method on clipped rows at exactly ``rho`` zCDP (replace-one).
+
+    ``data`` is :func:`~skdpcluster.cluster._stable.clipped_rows` of the rows, in
+    memory or chunked (Dask): every stage of the initializer is one pass.
 
     :class:`~skdpcluster.cluster._stable_init.GridInitializer` (DP-PCA, a
     private grid coreset and DP-Lloyd, every release a Gaussian mechanism:
@@ -942,7 +957,7 @@ def _general_method(data, n_clusters, rho, rng):
     from skdpcluster.cluster._stable_init import GridInitializer  # noqa: PLC0415
 
     centers, events, _ = GridInitializer().fit_centers(
-        data.X, n_clusters, budget={"rho": rho}, data_radius=data.radius,
+        data.initializer_input(), n_clusters, budget={"rho": rho}, data_radius=data.radius,
         neighbouring="replace_one", rng=rng)
     events = [event.with_label(event.label.replace("stable/grid_init", "located/general", 1))
               for event in events]
