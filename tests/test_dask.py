@@ -11,8 +11,12 @@ da = pytest.importorskip("dask.array")
 dask = pytest.importorskip("dask")
 
 from skdpcluster import BudgetAccountant, KTupleClusterer, PrivateGaussianMixture  # noqa: E402
+from skdpcluster.bounds import center_grid  # noqa: E402
 from skdpcluster.cluster._stable import PrivateStableKMeans, PrivateStableKMedian  # noqa: E402
-from skdpcluster.cluster._stable_init import GRID_LEVELS  # noqa: E402
+from skdpcluster.cluster._stable_init import (  # noqa: E402
+    GridInitializer,
+    shifted_cells_per_axis,
+)
 from skdpcluster.datasets import make_separated_mixture  # noqa: E402
 from skdpcluster.utils._data import DaskRows, RowChunk, as_rows  # noqa: E402
 
@@ -187,8 +191,11 @@ def test_passes_hold_at_most_one_chunk_per_task():
     with recorder, dask.config.set(scheduler="synchronous"):
         estimator = _fit(PrivateStableKMeans(4, random_state=10), X)
     chunk_bytes = chunk_rows * n_features * 8
-    # The largest statistic: the grid counts of all levels (int64, public sizes, p = 3).
-    statistic_bytes = 8 * sum(g**3 for g in GRID_LEVELS if g**3 <= 2**18)
+    # The largest statistics (int64, public sizes): the private bound's per-column median
+    # counts on the centre grid, and the grid counts of all shifted levels (p = d = 4).
+    statistic_bytes = 8 * max(2 * n_features * center_grid().size,
+                              sum(shifted_cells_per_axis(g) ** n_features
+                                  for g in GridInitializer()._levels(n_features)))
     assert len(recorder.sizes) > 10 * n_chunks  # every pass went through the graph
     assert max(recorder.sizes) <= max(chunk_bytes, statistic_bytes)
     assert estimator.status_ == "success"
@@ -313,6 +320,80 @@ def test_ktuple_dask_chunks_too_small_for_the_blocks_raise_before_spending(mixtu
         KTupleClusterer(4, data_radius=RADIUS, fallback_share=0.0,
                         accountant=accountant).fit(da.from_array(mixture, chunks=3))
     assert accountant.ledger == []
+
+
+def _uniform_noise():
+    """Rows with no clusters: the located method fails and the general method answers."""
+    return np.random.default_rng(0).uniform(-1.0, 1.0, size=(20_000, 6))
+
+
+def test_ktuple_general_method_in_share_runs_on_dask_rows():
+    """A failed location runs the general method (GridInitializer) on the Dask rows themselves.
+
+    Same seed, same failed location outcome: the in-share general method's
+    passes are map-reduces of the clipped chunks and release what it releases
+    in memory (rounding of the chunk-wise sums only); the charge is the same.
+    """
+    U = _uniform_noise()
+    estimator = KTupleClusterer(4, random_state=3)
+    in_memory = _fit(estimator, U)
+    chunked = _fit(estimator, da.from_array(U, chunks=CHUNK_ROWS * 3))
+    assert in_memory.status_ == chunked.status_ == "fallback"
+    assert chunked.fallback_info_ == in_memory.fallback_info_
+    assert chunked.fallback_info_["method"] == "grid"
+    assert chunked.located_info_["failed_step"] == in_memory.located_info_["failed_step"]
+    np.testing.assert_allclose(chunked.cluster_centers_, in_memory.cluster_centers_, rtol=0,
+                               atol=1e-9)
+    assert _ledger(chunked) == _ledger(in_memory)
+
+
+def test_ktuple_cost_estimate_on_dask_rows():
+    """``estimate_cost=True`` on Dask: the clipped cost is one map-reduce, the same release."""
+    U = _uniform_noise()
+    estimator = KTupleClusterer(4, estimate_cost=True, random_state=3)
+    in_memory = _fit(estimator, U)
+    chunked = _fit(estimator, da.from_array(U, chunks=CHUNK_ROWS * 3))
+    assert chunked.status_ == in_memory.status_ == "fallback"
+    assert chunked.quality_.keys() == in_memory.quality_.keys()
+    for key, value in in_memory.quality_.items():
+        if isinstance(value, float):
+            assert chunked.quality_[key] == pytest.approx(value, rel=1e-9)
+        else:
+            assert chunked.quality_[key] == value
+    assert _ledger(chunked) == _ledger(in_memory)
+
+
+def test_ktuple_one_cluster_refuses_dask_input_before_spending(mixture):
+    accountant = BudgetAccountant(10, 1e-3)
+    with pytest.raises(ValueError, match=r"n_clusters=1\) does not accept Dask input"):
+        KTupleClusterer(1, data_radius=RADIUS, accountant=accountant).fit(
+            da.from_array(mixture, chunks=CHUNK_ROWS))
+    assert accountant.ledger == []
+
+
+@pytest.mark.parametrize("n_features", [3, 8], ids=["unprojected", "projected"])
+def test_grid_initializer_multiresolution_on_dask_rows(n_features):
+    """The multi-resolution grid in two passes (counts of all levels, leaf sums) on chunks.
+
+    The same leaves (finest level, number of leaves) and centres equal to the
+    in-memory ones up to the rounding of chunk-wise sums.
+    """
+    X, _ = make_separated_mixture(12_000, n_clusters=4, n_features=n_features, separation=8,
+                                  random_state=1)
+    radius = float(np.max(np.linalg.norm(X, axis=1)))
+    results = []
+    for rows in (X, DaskRows(da.from_array(X, chunks=CHUNK_ROWS))):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            results.append(GridInitializer().fit_centers(
+                rows, 4, budget={"rho": 0.5}, data_radius=radius, neighbouring="replace_one",
+                rng=np.random.default_rng(5)))
+    (in_memory, memory_events, memory_info), (chunked, chunked_events, chunked_info) = results
+    assert chunked_info == memory_info
+    assert memory_info["n_heavy_cells"] >= 4
+    np.testing.assert_allclose(chunked, in_memory, rtol=0, atol=1e-9 * radius)
+    assert [(e.label, e.rho, e.scale) for e in chunked_events] == [
+        (e.label, e.rho, e.scale) for e in memory_events]
 
 
 # ---------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from skdpcluster.ktuple.noisy_centers import _check_modes as check_noisy_centers
 from skdpcluster.ktuple.noisy_centers import default_separation, private_k_noisy_centers
 from skdpcluster.ktuple.partition import _outer_ell, compute_m_eps1
 from skdpcluster.utils._compat import HasMethods, Interval, StrOptions, fit_context
+from skdpcluster.utils._data import as_rows
 
 __all__ = ["KTupleClusterer"]
 
@@ -521,7 +522,16 @@ class KTupleClusterer(_BasePrivateClusterer):
         return PrivateFitPlan(cost, values, dict(main_plan.attributes), dict(main_plan.unproven))
 
     def _plan_one_cluster(self, X):
-        """``n_clusters=1``: the private average of the rows in the bound's ball (public plan)."""
+        """``n_clusters=1``: the private average of the rows in the bound's ball (public plan).
+
+        The private average reads the rows in memory: Dask input is refused here, before
+        any randomness or budget is spent.
+        """
+        if hasattr(X, "map_reduce"):
+            raise ValueError(
+                "KTupleClusterer(n_clusters=1) does not accept Dask input: its private average "
+                "needs the rows in memory. Pass X.compute() (if it fits in memory), or use "
+                "PrivateStableKMeans(n_clusters=1), which accepts Dask input.")
         center = self._resolve_center(X.shape[1])
         radius, unproven = self._resolve_radius(X, center)
         r_min = self.r_min if self.r_min is not None else DEFAULT_R_MIN_FRACTION * radius
@@ -835,7 +845,8 @@ def private_clipped_cost(X, centers, *, epsilon, rng, data_radius=None):
 
     Parameters
     ----------
-    X : ndarray of shape (n_samples, n_features)
+    X : ndarray of shape (n_samples, n_features), or rows of :mod:`skdpcluster.utils._data`
+        A rows object (Dask input) is read in one map-reduce of per-chunk sums.
     centers : ndarray of shape (k, n_features) or None
     epsilon : float
     rng : numpy.random.Generator
@@ -853,12 +864,9 @@ def private_clipped_cost(X, centers, *, epsilon, rng, data_radius=None):
         return dict.fromkeys(_COST_KEYS), PrivacyEvent(
             "unused_budget", float(epsilon), 0.0, label="KTupleClusterer/cost_estimate_unused")
     clip = cost_clip(np.asarray(centers, dtype=float), data_radius)
-    nearest = np.full(X.shape[0], np.inf)
-    with np.errstate(over="ignore"):  # an extreme row costs inf and is clipped to tau
-        for center in centers:
-            np.minimum(nearest, np.square(X - center).sum(axis=1), out=nearest)
+    cost = as_rows(X).map_reduce(_clipped_cost_sum, centers, clip)
     noisy, event = laplace_mechanism(
-        float(np.minimum(nearest, clip).sum()), sensitivity=_clipped_cost_sensitivity(clip),
+        float(cost), sensitivity=_clipped_cost_sensitivity(clip),
         epsilon=epsilon, rng=rng, label="KTupleClusterer/clipped_cost")
     return {"clipped_cost": float(noisy), "mean_clipped_cost": float(noisy) / X.shape[0],
             "cost_clip": clip, "cost_noise_scale": event.scale}, event
@@ -869,6 +877,15 @@ def _labels_or_none(X, centers):
     if centers is None:
         return np.full(X.shape[0], -1, dtype=np.intp)
     return pairwise_distances_argmin(X, centers).astype(np.intp)  # chunked: bounded memory
+
+
+def _clipped_cost_sum(chunk, centers, clip):
+    """``sum_x min(min_j ||x - c_j||^2, clip)`` over a chunk of rows (one pass of a map-reduce)."""
+    nearest = np.full(chunk.X.shape[0], np.inf)
+    with np.errstate(over="ignore"):  # an extreme row costs inf and is clipped to tau
+        for center in centers:
+            np.minimum(nearest, np.square(chunk.X - center).sum(axis=1), out=nearest)
+    return float(np.minimum(nearest, clip).sum())
 
 
 def plan_fallback(X, n_clusters, epsilon, delta, data_radius, data_center, n_jobs):
