@@ -70,6 +70,7 @@ import numpy as np
 
 from skdpcluster.averaging import _check_generator, _check_points
 from skdpcluster.mechanisms import PrivacyEvent, exponential_mechanism, zcdp_rho_for_dp
+from skdpcluster.utils._data import as_rows
 from skdpcluster.utils._validation import check_epsilon_delta, check_probability
 from skdpcluster.utils._warnings import warn_user
 
@@ -136,10 +137,23 @@ def radius_grid(low=GRID_RANGE[0], high=GRID_RANGE[1], ratio=_RADIUS_RATIO):
     return np.geomspace(low, high, math.ceil(math.log(high / low) / math.log(ratio)) + 1)
 
 
+def _rank_counts(values, grid):
+    """#{values <= t} for every grid point t (additive over disjoint chunks of values)."""
+    return np.searchsorted(np.sort(values), grid, side="right")
+
+
 def _rank_scores(values, grid, target):
     """Score -|#{values <= t} - target| of every grid point t (sensitivity 1)."""
-    counts = np.searchsorted(np.sort(values), grid, side="right")
-    return -np.abs(counts - target)
+    return -np.abs(_rank_counts(values, grid) - target)
+
+
+def _median_counts(values, grid):
+    """#{x < t_next} and #{x > t_prev} for every grid point t (additive over chunks of values)."""
+    ordered = np.sort(values)
+    below_next = np.searchsorted(ordered, np.append(grid[1:], np.inf), side="left")
+    above_prev = ordered.size - np.searchsorted(ordered, np.insert(grid[:-1], 0, -np.inf),
+                                                side="right")
+    return below_next, above_prev
 
 
 def _median_scores(values, grid):
@@ -149,26 +163,35 @@ def _median_scores(values, grid):
     rounded down and up to the grid), on any sorted public grid: largest at
     the median, and equal to n at the grid points around a point mass.
     """
-    ordered = np.sort(values)
-    below_next = np.searchsorted(ordered, np.append(grid[1:], np.inf), side="left")
-    above_prev = ordered.size - np.searchsorted(ordered, np.insert(grid[:-1], 0, -np.inf),
-                                                side="right")
-    return np.minimum(below_next, above_prev)
+    return np.minimum(*_median_counts(values, grid))
+
+
+def _grid_release(scores, grid, epsilon, rng, log_base_measure=None):
+    """Exponential mechanism over ``grid`` with sensitivity-1 ``scores``; returns a grid value."""
+    index, event = exponential_mechanism(scores, epsilon=epsilon, sensitivity=1.0, rng=rng,
+                                         log_base_measure=log_base_measure)
+    return float(grid[index]), event
 
 
 def _private_median(values, grid, epsilon, rng):
     """Exponential mechanism over ``grid`` with the median score; returns a grid value."""
-    index, event = exponential_mechanism(_median_scores(values, grid), epsilon=epsilon,
-                                         sensitivity=1.0, rng=rng)
-    return float(grid[index]), event
+    return _grid_release(_median_scores(values, grid), grid, epsilon, rng)
 
 
 def _private_quantile(values, grid, quantile, epsilon, rng, log_base_measure=None):
     """Exponential mechanism over ``grid`` with the rank score of ``quantile``; returns a grid value."""
     scores = _rank_scores(values, grid, quantile * values.size)
-    index, event = exponential_mechanism(scores, epsilon=epsilon, sensitivity=1.0, rng=rng,
-                                         log_base_measure=log_base_measure)
-    return float(grid[index]), event
+    return _grid_release(scores, grid, epsilon, rng, log_base_measure)
+
+
+def _column_median_counts(chunk, grid):
+    """:func:`_median_counts` of every column of a chunk of rows, shape (2, n_features, |grid|)."""
+    return np.array([_median_counts(column, grid) for column in chunk.X.T]).transpose(1, 0, 2)
+
+
+def _distance_rank_counts(chunk, center, grid):
+    """:func:`_rank_counts` of the distances of a chunk's rows to ``center``."""
+    return _rank_counts(np.linalg.norm(chunk.X - center, axis=1), grid)
 
 
 def _coordinate_epsilon(epsilon, delta, n_features):
@@ -180,13 +203,17 @@ def _coordinate_epsilon(epsilon, delta, n_features):
     return (zcdp, True) if zcdp > basic else (basic, False)
 
 
-def _private_center(X, budget, neighbouring, rng):
-    """Step 1: coordinate-wise private median on the centre grid, and its composite event."""
-    n_features = X.shape[1]
+def _private_center(rows, budget, neighbouring, rng):
+    """Step 1: coordinate-wise private median on the centre grid, and its composite event.
+
+    The median scores are added up over the chunks of ``rows`` (one pass).
+    """
+    n_features = rows.shape[1]
     per_coordinate, zcdp = _coordinate_epsilon(budget.epsilon_center, budget.delta_center,
                                                n_features)
     grid = center_grid()
-    center = np.array([_private_median(X[:, j], grid, per_coordinate, rng)[0]
+    scores = np.minimum(*rows.map_reduce(_column_median_counts, grid))
+    center = np.array([_grid_release(scores[j], grid, per_coordinate, rng)[0]
                        for j in range(n_features)])
     event = PrivacyEvent(
         "private_bounds_center", budget.epsilon_center, budget.delta_center if zcdp else 0.0,
@@ -251,13 +278,13 @@ def radius_quantile(n_samples, epsilon, quantile=0.99, beta=_BETA):
     return min(quantile, max(0.5, 1.0 - 2.0 * margin / (n_samples * epsilon)))
 
 
-def _private_radius(X, center, epsilon, quantile, neighbouring, rng):
-    """Step 2: private quantile of the distances to ``center`` on the radius grid."""
+def _private_radius(rows, center, epsilon, quantile, neighbouring, rng):
+    """Step 2: private quantile of the distances to ``center`` on the radius grid (one pass)."""
     grid = radius_grid()
-    quantile = radius_quantile(X.shape[0], epsilon, quantile)
-    distances = np.linalg.norm(X - center, axis=1)
-    radius, event = _private_quantile(distances, grid, quantile, epsilon, rng,
-                                      log_base_measure=-np.log(grid))
+    quantile = radius_quantile(rows.shape[0], epsilon, quantile)
+    counts = rows.map_reduce(_distance_rank_counts, center, grid)
+    radius, event = _grid_release(-np.abs(counts - quantile * rows.shape[0]), grid, epsilon, rng,
+                                  log_base_measure=-np.log(grid))
     event = PrivacyEvent(
         "private_bounds_radius", epsilon, 0.0, sensitivity=1.0, scale=event.scale,
         rho=epsilon**2 / 8.0,
@@ -337,8 +364,11 @@ def private_bounds(X, *, budget, rng, center=None, quantile=0.99, neighbouring="
 
     Parameters
     ----------
-    X : array-like of shape (n_samples, n_features)
-        Finite rows; ``n_samples`` is public.
+    X : array-like of shape (n_samples, n_features), or rows of :mod:`skdpcluster.utils._data`
+        Finite rows; ``n_samples`` is public. A rows object (e.g. a
+        :class:`~skdpcluster.utils._data.DaskRows`, already validated) is
+        read chunk by chunk: each step is one pass adding up per-chunk
+        histograms, which equal the in-memory ones exactly.
     budget : BoundsBudget
         The (epsilon, delta) of the centre and the epsilon of the radius.
     rng : numpy.random.Generator
@@ -364,7 +394,11 @@ def private_bounds(X, *, budget, rng, center=None, quantile=0.99, neighbouring="
     ValueError
         On invalid parameters, before any randomness is drawn.
     """
-    X, center = _check_points(X, center)
+    if hasattr(X, "map_reduce"):
+        center = None if center is None else _check_points(np.zeros((1, X.shape[1])), center)[1]
+    else:
+        X, center = _check_points(X, center)
+    rows = as_rows(X)
     quantile = check_probability(quantile, "quantile", closed_right=True)
     check_epsilon_delta(budget.epsilon_radius, 0.0)
     if center is None:
@@ -372,10 +406,10 @@ def private_bounds(X, *, budget, rng, center=None, quantile=0.99, neighbouring="
     rng = _check_generator(rng)
     events = []
     if center is None:
-        center, center_event = _private_center(X, budget, neighbouring, rng)
+        center, center_event = _private_center(rows, budget, neighbouring, rng)
         events.append(center_event)
-    radius, radius_event = _private_radius(X, center, budget.epsilon_radius, quantile,
+    radius, radius_event = _private_radius(rows, center, budget.epsilon_radius, quantile,
                                            neighbouring, rng)
     events.append(radius_event)
-    _warn_if_degraded(X.shape[0], center, radius, budget, quantile, warn_context)
+    _warn_if_degraded(rows.shape[0], center, radius, budget, quantile, warn_context)
     return (center, radius), events

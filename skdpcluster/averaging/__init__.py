@@ -57,6 +57,7 @@ from skdpcluster.averaging.one_median import (  # noqa: F401
     _MEDIAN_SENSITIVITIES,
     private_one_median,
     private_one_medians,
+    private_one_medians_of_rows,
 )
 
 __all__ = [

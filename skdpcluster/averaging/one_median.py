@@ -222,17 +222,65 @@ def private_one_medians(
     epsilon, delta = check_epsilon_delta(epsilon, delta, allow_zero_delta=False)
     n_iter = _check_positive_int(n_iter, "n_iter")
     step_scale = _check_real(step_scale, "step_scale")
-    gradient_sensitivity, count_sensitivity = _MEDIAN_SENSITIVITIES[
-        _check_choice(neighbouring, "neighbouring", _MEDIAN_SENSITIVITIES)
-    ]
+    _check_choice(neighbouring, "neighbouring", _MEDIAN_SENSITIVITIES)
     rng = _check_generator(rng)
+    sorted_points, counts, cells = _sorted_cells(points, labels, len(centers))
+    return _median_descent(
+        counts, lambda iterates: _unit_sums(iterates, sorted_points, cells), centers, radii,
+        epsilon=epsilon, delta=delta, rng=rng, n_iter=n_iter, step_scale=step_scale,
+        neighbouring=neighbouring)
+
+
+def _sorted_cells(points, labels, n_cells):
+    """Points sorted by cell, the cell counts and (cell, start, stop) of the non-empty cells."""
+    sorted_points = points[np.argsort(labels, kind="stable")]
+    counts = np.bincount(labels, minlength=n_cells)
+    stops = np.cumsum(counts)
+    return sorted_points, counts, [(j, stops[j] - counts[j], stops[j])
+                                   for j in np.flatnonzero(counts)]
+
+
+def _chunk_cell_counts(chunk, cell_labels, n_cells):
+    """Points per cell of a chunk of rows; ``cell_labels(chunk)`` is ``n_cells`` for no cell."""
+    return np.bincount(cell_labels(chunk), minlength=n_cells + 1)[:n_cells]
+
+
+def _chunk_unit_sums(chunk, cell_labels, iterates):
+    """:func:`_unit_sums` of the rows of one chunk (the rows labelled ``len(iterates)`` dropped)."""
+    labels = cell_labels(chunk)
+    keep = labels < len(iterates)
+    sorted_points, _, cells = _sorted_cells(chunk.X[keep], labels[keep], len(iterates))
+    return _unit_sums(iterates, sorted_points, cells)
+
+
+def private_one_medians_of_rows(rows, cell_labels, *, centers, radii, epsilon, delta, rng,
+                                n_iter=50, step_scale=0.5, neighbouring="add_remove"):
+    """:func:`private_one_medians` on rows read chunk by chunk (:mod:`skdpcluster.utils._data`).
+
+    ``cell_labels(chunk)`` gives the cell of every row of a chunk (``len(centers)``
+    for rows in no cell; it must pickle). The counts are one pass and every
+    gradient step one more pass of per-chunk sums; the releases, their noise
+    and the privacy proof are those of :func:`private_one_medians` (the
+    statistics are the same sums, added in another order). Parameters are
+    trusted (the estimators validate them).
+    """
+    counts = rows.map_reduce(_chunk_cell_counts, cell_labels, len(centers))
+    return _median_descent(
+        counts, lambda iterates: rows.map_reduce(_chunk_unit_sums, cell_labels, iterates),
+        np.asarray(centers, dtype=float), np.asarray(radii, dtype=float), epsilon=epsilon,
+        delta=delta, rng=rng, n_iter=n_iter, step_scale=step_scale, neighbouring=neighbouring)
+
+
+def _median_descent(counts, unit_sums, centers, radii, *, epsilon, delta, rng, n_iter, step_scale,
+                    neighbouring):
+    """The releases of :func:`private_one_medians`: noisy counts, then ``n_iter`` noisy steps.
+
+    ``unit_sums(iterates)`` returns the per-cell sums of unit vectors at the iterates.
+    """
+    gradient_sensitivity, count_sensitivity = _MEDIAN_SENSITIVITIES[neighbouring]
     rho = _gdp_rho(epsilon, delta)
     rho_count = _MEDIAN_COUNT_SHARE * rho
     rho_step = _split_evenly(rho - rho_count, n_iter)
-    sorted_points = points[np.argsort(labels, kind="stable")]
-    counts = np.bincount(labels, minlength=len(centers))
-    stops = np.cumsum(counts)
-    cells = [(j, stops[j] - counts[j], stops[j]) for j in np.flatnonzero(counts)]
     noisy_counts, _ = zcdp_gaussian_mechanism(
         counts.astype(float), sensitivity=count_sensitivity, rho=rho_count, rng=rng,
         neighbouring=neighbouring,
@@ -242,7 +290,7 @@ def private_one_medians(
     iterates, suffix_sum = centers.copy(), np.zeros_like(centers)
     for step in range(n_iter):
         gradients, _ = zcdp_gaussian_mechanism(
-            _unit_sums(iterates, sorted_points, cells),
+            unit_sums(iterates),
             sensitivity=gradient_sensitivity, rho=rho_step, rng=rng, neighbouring=neighbouring,
         )
         step_sizes = step_scale * radii / math.sqrt(step + 1)

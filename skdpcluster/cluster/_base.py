@@ -43,6 +43,11 @@ from skdpcluster.exceptions import (
 from skdpcluster.mechanisms import PrivacyEvent
 from skdpcluster.utils import check_random_state
 from skdpcluster.utils._compat import Interval, StrOptions, fit_context
+from skdpcluster.utils._data import (
+    check_dask_predict_input,
+    dask_rows_from_input,
+    is_dask_collection,
+)
 from skdpcluster.utils._progress import fit_progress, phase
 from skdpcluster.utils._warnings import warn_user
 
@@ -158,7 +163,12 @@ class _PrivateFitMixin:
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
-            Training data. The number of rows is treated as public.
+            Training data. The number of rows is treated as public. The
+            estimators whose ``_CHUNKED_INPUT`` is True also accept a
+            :class:`dask.array.Array` (or a dask dataframe of numeric
+            columns) with known chunk sizes: every pass over the rows is then
+            a map-reduce of per-chunk statistics (the guide's "Fitting out
+            of core on Dask").
         y : Ignored
             Not used, present for API consistency.
         **fit_params : dict
@@ -172,14 +182,43 @@ class _PrivateFitMixin:
         """
         with _restore_on_error(self):
             _reject_fit_params(self, fit_params)
-            X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2)
-            dtype = X.dtype
-            X = np.asarray(X, dtype=np.float64)
+            X, dtype = self._validated_training_input(X)
             self._check_n_clusters()
             self._warn_if_noise_dominates(*X.shape)
             self._commit(*self._plan_and_run(X))
             self._cast_release(dtype)
         return self
+
+    #: Whether ``fit`` accepts Dask input (its passes go through :mod:`skdpcluster.utils._data`).
+    _CHUNKED_INPUT = False
+
+    def _validated_training_input(self, X):
+        """The validated rows (float64 array, or Dask rows) and the dtype of the release.
+
+        Dask input is refused, before anything is spent, by estimators whose
+        passes do not go through :mod:`skdpcluster.utils._data` yet, and with
+        ``data_radius="data"`` (the exact bound is not computed out of core).
+        """
+        name = type(self).__name__
+        if hasattr(X, "map_reduce") and self._CHUNKED_INPUT:
+            # Rows validated by an enclosing fit (a nested fallback fit): nothing to read again.
+            self.n_features_in_ = X.shape[1]
+            return X, np.dtype(np.float64)
+        if not is_dask_collection(X):
+            X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2)
+            return np.asarray(X, dtype=np.float64), X.dtype
+        if not self._CHUNKED_INPUT:
+            raise ValueError(
+                f"{name}.fit does not accept Dask input yet (issue #20); PrivateStableKMeans, "
+                "PrivateStableKMedian, KTupleClusterer and FederatedPrivateKMeans do. Pass "
+                "X.compute() if it fits in memory.")
+        if getattr(self, "data_radius", None) == "data":
+            raise ValueError(
+                f"{name}: data_radius='data' is not supported on Dask input; pass a public "
+                "data_radius, or data_radius=None for a private bound.")
+        rows = dask_rows_from_input(X, estimator=self)
+        dtype = np.dtype(np.float32) if rows.dtype == np.float32 else np.dtype(np.float64)
+        return rows, dtype
 
     def _cast_release(self, dtype):
         """Store the released parameters in the input's dtype (a hook; float64 by default)."""
@@ -527,8 +566,13 @@ class _BasePrivateClusterer(
 
     # -- prediction -----------------------------------------------------------------
     def _validated_input_and_centers(self, X):
-        """Validate ``X`` against the fit, then return it with the released centres."""
+        """Validate ``X`` against the fit, then return it with the released centres.
+
+        A Dask input is returned as a Dask array (chunked along the rows only).
+        """
         check_is_fitted(self, "status_")
+        if is_dask_collection(X):
+            return check_dask_predict_input(X, self), self._released_centers()
         X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
         return X, self._released_centers()
 
@@ -545,23 +589,35 @@ class _BasePrivateClusterer(
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : array-like or dask.array.Array of shape (n_samples, n_features)
 
         Returns
         -------
         labels : ndarray of shape (n_samples,)
+            A lazy Dask array (``map_blocks``) for a Dask input.
         """
         X, centers = self._validated_input_and_centers(X)
-        return pairwise_distances_argmin_min(X, centers)[0].astype(np.intp)
+        if is_dask_collection(X):
+            return X.map_blocks(_nearest_index, centers, drop_axis=1, dtype=np.intp)
+        return _nearest_index(X, centers)
 
     def transform(self, X):
         """Euclidean distance of each row to every released centre.
 
+        Parameters
+        ----------
+        X : array-like or dask.array.Array of shape (n_samples, n_features)
+
         Returns
         -------
         distances : ndarray of shape (n_samples, n_clusters)
+            A lazy Dask array (``map_blocks``) for a Dask input.
         """
         X, centers = self._validated_input_and_centers(X)
+        if is_dask_collection(X):
+            return X.map_blocks(euclidean_distances, centers,
+                                chunks=(X.chunks[0], (len(centers),)),
+                                dtype=np.result_type(X.dtype, centers.dtype, np.float32))
         return euclidean_distances(X, centers)
 
     #: Exponent of the distance in the clustering cost: 2 for k-means, 1 for k-median.
@@ -589,6 +645,11 @@ class _BasePrivateClusterer(
         tags.input_tags.allow_nan = False
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
         return tags
+
+
+def _nearest_index(X, centers):
+    """Index of the nearest centre of every row (``predict``; one block of a Dask array)."""
+    return pairwise_distances_argmin_min(X, centers)[0].astype(np.intp)
 
 
 class _restore_on_error:

@@ -25,6 +25,7 @@ from skdpcluster.cluster._federated_init import (
     LLOYD_GAUSSIAN_SHARE,
     SENSITIVITY_FACTOR,
     STEPS,
+    ChunkedFederatedExecutor,
     FederatedExecutor,
     baseline_init,
     build_shards,
@@ -36,6 +37,7 @@ from skdpcluster.cluster._federated_init import (
     price_events,
 )
 from skdpcluster.utils._compat import HasMethods, Interval, StrOptions, fit_context
+from skdpcluster.utils._data import dask_rows_from_input, is_dask_collection
 from skdpcluster.utils._docstrings import shared_params
 from skdpcluster.utils._progress import phase
 from skdpcluster.utils._warnings import warn_user
@@ -341,12 +343,17 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
-            The clients' rows (private).
+            The clients' rows (private). A :class:`dask.array.Array` (or a
+            dask dataframe) is read chunk by chunk: every round is one
+            map-reduce of the clients' statistics over the chunks, whatever
+            ``executor`` says.
         y : Ignored
             Not used, present for API consistency.
-        client_ids : array-like of shape (n_samples,), default=None
+        client_ids : array-like of shape (n_samples,) or "chunks", default=None
             The client of every row (any hashable values). ``None``: every
-            row is its own client.
+            row is its own client. On Dask input only ``None`` and
+            ``"chunks"`` (every chunk of rows is one client, e.g. one device
+            or site per partition) are accepted.
         X_server : array-like of shape (n_server, n_features), default=None
             Public server-side data (no privacy cost); needed by
             ``init="feddp"`` and the server baselines.
@@ -369,11 +376,35 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         return self
 
     def _validated_inputs(self, X, client_ids, X_server):
+        if is_dask_collection(X):
+            return self._validated_dask_inputs(X, client_ids, X_server)
         X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2)
         dtype = X.dtype
         X = np.asarray(X, dtype=np.float64)
         return _FitInputs(X, _check_client_ids(client_ids, len(X)),
                           _check_server(X_server, X.shape[1]), dtype)
+
+    def _validated_dask_inputs(self, X, client_ids, X_server):
+        """Dask rows (validated in one pass, before any randomness) and their client structure."""
+        if not (client_ids is None or (isinstance(client_ids, str) and client_ids == "chunks")):
+            raise ValueError(
+                "on Dask input, client_ids must be None (every row is a client) or 'chunks' "
+                "(every chunk of rows is one client); rechunk X so that each client's rows form "
+                f"one chunk. Got {type(client_ids).__name__}.")
+        if self.data_radius == "data":
+            raise ValueError("data_radius='data' is not supported on Dask input; pass a public "
+                             "data_radius, or data_radius=None for a private bound.")
+        rows = dask_rows_from_input(X, estimator=self)
+        dtype = np.dtype(np.float32) if rows.dtype == np.float32 else np.dtype(np.float64)
+        return _FitInputs(rows, client_ids, _check_server(X_server, rows.shape[1]), dtype)
+
+    def _executor(self, data, center, radius):
+        """The engine of the rounds: the in-memory shards, or one shard per Dask chunk."""
+        if hasattr(data.X, "map_reduce"):
+            return ChunkedFederatedExecutor(data.X, center, radius,
+                                            chunk_is_client=data.client_ids == "chunks")
+        rows = clip_rows(data.X, center, radius)
+        return FederatedExecutor(build_shards(rows, data.client_ids), self.executor, self.n_jobs)
 
     def _check_n_clusters(self):
         """Any k >= 1: k-means with one cluster is a private mean."""
@@ -389,7 +420,7 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         unit_bounds = self._unit_bounds(radius)
         budget = self._budget(active, n_lloyd, unit_bounds)
         estimator = self._server_estimator(init)
-        if self.executor == "dask":
+        if self.executor == "dask" and not hasattr(data.X, "map_reduce"):
             dask_client()
         values = {"center": center, "radius": radius, "init": init, "public": public_centers,
                   "n_lloyd": n_lloyd, "budget": budget, "estimator": estimator,
@@ -531,13 +562,11 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
     def _fit_private(self, data, plan, rng):
         values = plan.values
         center, radius = values["center"], values["radius"]
-        rows = clip_rows(data.X, center, radius)
         server = None if data.server is None else data.server - center
         init_rng, lloyd_rng = rng.spawn(2)
         common = {"budget": values["budget"], "bounds": values["client_bounds"], "radius": radius,
                   "neighbouring": self.neighbouring}
-        with FederatedExecutor(build_shards(rows, data.client_ids), self.executor,
-                               self.n_jobs) as executor:
+        with self._executor(data, center, radius) as executor:
             phase("initialisation", init=values["init"])
             initial, events, info = self._initial_centers(executor, server, values, common,
                                                           data.X.shape[1], init_rng)
@@ -554,7 +583,7 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
             "low_count_clusters_": {"init": info.get("init_low_count_", np.array([], dtype=int)),
                                     "lloyd": lloyd_low},
             "n_rounds_": executor.n_rounds,
-            "labels_": pairwise_distances_argmin_min(data.X, centers)[0].astype(np.intp),
+            "labels_": _nearest_labels(data.X, centers),
         }
         ledger = price_events(events + lloyd_events, values["budget"], self.neighbouring,
                               self.privacy_unit)
@@ -572,6 +601,13 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         centers = baseline_init(init, server, n_clusters=self.n_clusters, n_features=n_features,
                                 radius=values["radius"], estimator=values["estimator"], rng=rng)
         return centers, [], {}
+
+
+def _nearest_labels(X, centers):
+    """Nearest released centre of every row (a lazy Dask array for Dask rows)."""
+    if hasattr(X, "map_rows"):
+        return X.map_rows(_nearest_labels, centers, dtype=np.intp)
+    return pairwise_distances_argmin_min(X, centers)[0].astype(np.intp)
 
 
 def _store_parameters(estimator, parameters):

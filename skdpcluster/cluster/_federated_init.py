@@ -22,6 +22,7 @@ Shards depend only on the client ids and the module constant
 aggregate (and the whole fit) does not depend on ``n_jobs`` or the engine.
 """
 
+import functools
 import math
 from dataclasses import asdict, dataclass, field, replace
 
@@ -373,6 +374,46 @@ class FederatedExecutor:
                     delayed(statistic)(shard, **broadcast) for shard in self.shards)
         self.n_rounds += 1
         return _sum_in_order(partials)
+
+
+def _client_shard(block, *, center, radius, chunk_is_client):
+    """The shard of one Dask chunk: its rows clipped, each row a client or the chunk one client."""
+    X = clip_rows(np.asarray(block, dtype=np.float64), center, radius)
+    sizes = np.array([len(X)]) if chunk_is_client else np.ones(len(X), dtype=np.intp)
+    return ClientShard(X, sizes)
+
+
+def _shard_statistic(shard, statistic, broadcast):
+    return tuple(_single_threaded(shard, statistic=statistic, **broadcast))
+
+
+class ChunkedFederatedExecutor:
+    """:class:`FederatedExecutor` for the rows of a Dask array: one shard per chunk.
+
+    Each round is one map-reduce (:mod:`skdpcluster.utils._data`): every
+    chunk is clipped and turned into a :class:`ClientShard` where it lives
+    (every row a client, or with ``chunk_is_client`` the whole chunk one
+    client), the statistic runs on it, and the partial sums are added in a
+    tree; the server adds the noise to the total. The statistics, their
+    clipping and so their sensitivities are those of the in-memory shards.
+    """
+
+    def __init__(self, rows, center, radius, chunk_is_client=False):
+        self.rows = rows.with_chunks(functools.partial(
+            _client_shard, center=center, radius=radius, chunk_is_client=chunk_is_client))
+        self.n_rounds = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        return False
+
+    def reduce(self, statistic, **broadcast):
+        """One round: the sum over the chunks of ``statistic(shard, **broadcast)``, as arrays."""
+        total = self.rows.map_reduce(_shard_statistic, statistic, broadcast)
+        self.n_rounds += 1
+        return [np.array(part, dtype=np.float64) for part in total]
 
 
 def _single_threaded(shard, *, statistic, **broadcast):

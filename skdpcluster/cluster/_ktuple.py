@@ -10,7 +10,7 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import pairwise_distances_argmin
 from sklearn.utils.validation import validate_data
 
-from skdpcluster.ktuple._tuples import generate_tuples
+from skdpcluster.ktuple._tuples import allocate_blocks, generate_tuples_of_rows
 from skdpcluster.accountant import BudgetAccountant
 from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _BasePrivateClusterer, _restore_on_error
 from skdpcluster.exceptions import InsufficientDataError
@@ -30,6 +30,7 @@ from skdpcluster.ktuple.noisy_centers import _check_modes as check_noisy_centers
 from skdpcluster.ktuple.noisy_centers import default_separation, private_k_noisy_centers
 from skdpcluster.ktuple.partition import _outer_ell, compute_m_eps1
 from skdpcluster.utils._compat import HasMethods, Interval, StrOptions, fit_context
+from skdpcluster.utils._data import as_rows
 from skdpcluster.utils._docstrings import shared_params
 from skdpcluster.utils._progress import phase
 
@@ -281,6 +282,9 @@ class KTupleClusterer(_BasePrivateClusterer):
     True
     """
 
+    #: ``fit`` accepts Dask input: tuples from blocks inside the chunks, row passes map-reduced.
+    _CHUNKED_INPUT = True
+
     _parameter_constraints: dict = {
         **_BasePrivateClusterer._parameter_constraints,
         "method": [StrOptions({"auto", "located", "noisy_centers", "averages"})],
@@ -513,7 +517,16 @@ class KTupleClusterer(_BasePrivateClusterer):
         return PrivateFitPlan(cost, values, dict(main_plan.attributes), dict(main_plan.unproven))
 
     def _plan_one_cluster(self, X):
-        """``n_clusters=1``: the private average of the rows in the bound's ball (public plan)."""
+        """``n_clusters=1``: the private average of the rows in the bound's ball (public plan).
+
+        The private average reads the rows in memory: Dask input is refused here, before
+        any randomness or budget is spent.
+        """
+        if hasattr(X, "map_reduce"):
+            raise ValueError(
+                "KTupleClusterer(n_clusters=1) does not accept Dask input: its private average "
+                "needs the rows in memory. Pass X.compute() (if it fits in memory), or use "
+                "PrivateStableKMeans(n_clusters=1), which accepts Dask input.")
         center = self._resolve_center(X.shape[1])
         radius, unproven = self._resolve_radius(X, center)
         r_min = self.r_min if self.r_min is not None else DEFAULT_R_MIN_FRACTION * radius
@@ -571,6 +584,8 @@ class KTupleClusterer(_BasePrivateClusterer):
                 f"must hold >= {self.n_clusters} rows) at epsilon={self.epsilon}, "
                 f"delta={self.delta}, beta={self.beta}."
             )
+        if hasattr(X, "chunk_rows"):  # Dask rows: the blocks must fit inside the chunks
+            allocate_blocks(X.chunk_rows, n_tuples, self.n_clusters)
         plan = self._plan_tuples(n_tuples, n_features)
         self._plan_radius(plan, X)
         if self.verbose:
@@ -671,7 +686,7 @@ class KTupleClusterer(_BasePrivateClusterer):
     def _fit_tuple_path(self, X, plan, rng):
         tuple_rng, noise_rng = rng.spawn(2)
         phase("tuple generation", blocks=plan.attributes["n_tuples_"])
-        tuples = generate_tuples(
+        tuples = generate_tuples_of_rows(
             X, self._base_estimator(), self.n_clusters, plan.attributes["n_tuples_"],
             rng=tuple_rng, n_jobs=self.n_jobs,
         )
@@ -707,7 +722,7 @@ class KTupleClusterer(_BasePrivateClusterer):
     def _aggregate_located(self, tuples, plan, rng, rows, fallback_rows=None):
         """Locate (:mod:`skdpcluster.ktuple.located`), then average the tuples or refine on ``rows``."""
         # Imported here: cluster._stable imports this module (its k-tuple initializer).
-        from skdpcluster.cluster._stable import _ClippedData  # noqa: PLC0415
+        from skdpcluster.cluster._stable import clipped_rows  # noqa: PLC0415
 
         center, radius = plan.values["center"], plan.values["data_radius"]
         budget = plan_located_budget(self.epsilon, self.delta, on_rows=rows is not None)
@@ -715,7 +730,7 @@ class KTupleClusterer(_BasePrivateClusterer):
             phase("location and averages of the tuples")
             stage_two = None
             if fallback_rows is not None:
-                data = _ClippedData.from_rows(fallback_rows, center, radius)
+                data = clipped_rows(fallback_rows, center, radius)
                 stage_two = partial(_general_method, data, tuples.shape[1])
             result = locate_and_average(tuples - center, data_radius=radius, budget=budget,
                                         rng=rng, if_not_located=stage_two)
@@ -743,9 +758,9 @@ class KTupleClusterer(_BasePrivateClusterer):
 
     @staticmethod
     def _training_labels(X, centers):
-        if centers is None:
-            return np.full(X.shape[0], -1, dtype=np.intp)
-        return pairwise_distances_argmin(X, centers).astype(np.intp)  # chunked: bounded memory
+        if hasattr(X, "map_rows"):  # Dask rows: a lazy Dask array
+            return X.map_rows(_labels_or_none, centers, dtype=np.intp)
+        return _labels_or_none(X, centers)
 
     # -- precomputed tuples ---------------------------------------------------------------
     @fit_context(prefer_skip_nested_validation=True)
@@ -828,7 +843,8 @@ def private_clipped_cost(X, centers, *, epsilon, rng, data_radius=None):
 
     Parameters
     ----------
-    X : ndarray of shape (n_samples, n_features)
+    X : ndarray of shape (n_samples, n_features), or rows of :mod:`skdpcluster.utils._data`
+        A rows object (Dask input) is read in one map-reduce of per-chunk sums.
     centers : ndarray of shape (k, n_features) or None
     epsilon : float
     rng : numpy.random.Generator
@@ -846,15 +862,28 @@ def private_clipped_cost(X, centers, *, epsilon, rng, data_radius=None):
         return dict.fromkeys(_COST_KEYS), PrivacyEvent(
             "unused_budget", float(epsilon), 0.0, label="KTupleClusterer/cost_estimate_unused")
     clip = cost_clip(np.asarray(centers, dtype=float), data_radius)
-    nearest = np.full(X.shape[0], np.inf)
-    with np.errstate(over="ignore"):  # an extreme row costs inf and is clipped to tau
-        for center in centers:
-            np.minimum(nearest, np.square(X - center).sum(axis=1), out=nearest)
+    cost = as_rows(X).map_reduce(_clipped_cost_sum, centers, clip)
     noisy, event = laplace_mechanism(
-        float(np.minimum(nearest, clip).sum()), sensitivity=_clipped_cost_sensitivity(clip),
+        float(cost), sensitivity=_clipped_cost_sensitivity(clip),
         epsilon=epsilon, rng=rng, label="KTupleClusterer/clipped_cost")
     return {"clipped_cost": float(noisy), "mean_clipped_cost": float(noisy) / X.shape[0],
             "cost_clip": clip, "cost_noise_scale": event.scale}, event
+
+
+def _labels_or_none(X, centers):
+    """Nearest centre of every row; -1 everywhere when nothing was released."""
+    if centers is None:
+        return np.full(X.shape[0], -1, dtype=np.intp)
+    return pairwise_distances_argmin(X, centers).astype(np.intp)  # chunked: bounded memory
+
+
+def _clipped_cost_sum(chunk, centers, clip):
+    """``sum_x min(min_j ||x - c_j||^2, clip)`` over a chunk of rows (one pass of a map-reduce)."""
+    nearest = np.full(chunk.X.shape[0], np.inf)
+    with np.errstate(over="ignore"):  # an extreme row costs inf and is clipped to tau
+        for center in centers:
+            np.minimum(nearest, np.square(chunk.X - center).sum(axis=1), out=nearest)
+    return float(np.minimum(nearest, clip).sum())
 
 
 def plan_fallback(X, n_clusters, epsilon, delta, data_radius, data_center, n_jobs):
@@ -915,15 +944,18 @@ class _GeneralMethodOnRows:
         self.rho = None
 
     def __call__(self, rho, rng):
-        from skdpcluster.cluster._stable import _ClippedData  # noqa: PLC0415 (import cycle)
+        from skdpcluster.cluster._stable import clipped_rows  # noqa: PLC0415 (import cycle)
 
         self.rho = rho
-        data = _ClippedData.from_rows(self.X, self.center, self.radius)
+        data = clipped_rows(self.X, self.center, self.radius)
         return _general_method(data, self.n_clusters, rho, rng)
 
 
 def _general_method(data, n_clusters, rho, rng):
     r"""The general method on clipped rows at exactly ``rho`` zCDP (replace-one).
+
+    ``data`` is :func:`~skdpcluster.cluster._stable.clipped_rows` of the rows, in
+    memory or chunked (Dask): every stage of the initializer is one pass.
 
     :class:`~skdpcluster.cluster._stable_init.GridInitializer` (DP-PCA, a
     private grid coreset and DP-Lloyd, every release a Gaussian mechanism:
@@ -940,7 +972,7 @@ def _general_method(data, n_clusters, rho, rng):
     from skdpcluster.cluster._stable_init import GridInitializer  # noqa: PLC0415
 
     centers, events, _ = GridInitializer().fit_centers(
-        data.X, n_clusters, budget={"rho": rho}, data_radius=data.radius,
+        data.initializer_input(), n_clusters, budget={"rho": rho}, data_radius=data.radius,
         neighbouring="replace_one", rng=rng)
     events = [event.with_label(event.label.replace("stable/grid_init", "located/general", 1))
               for event in events]

@@ -13,13 +13,18 @@ guaranteed; every noisy release goes through :mod:`skdpcluster.mechanisms`
 or :mod:`skdpcluster.averaging`.
 """
 
+import functools
 import math
 from dataclasses import dataclass, field, replace
 from numbers import Integral, Real
 
 import numpy as np
 
-from skdpcluster.averaging import _project_onto_ball, private_one_medians
+from skdpcluster.averaging import (
+    _project_onto_ball,
+    private_one_medians,
+    private_one_medians_of_rows,
+)
 from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _BasePrivateClusterer
 from skdpcluster.cluster._highdim import HighDimInitializer
 from skdpcluster.cluster._ktuple import KTupleClusterer
@@ -218,6 +223,18 @@ class _ClippedData:
         sq_norms[outside] = np.einsum("ij,ij->i", clipped[outside], clipped[outside])
         return cls(clipped, sq_norms, radius, outside)
 
+    def map_reduce(self, func, *args):
+        """``func(self, *args)``: in memory the rows are one chunk (see ``utils/_data.py``)."""
+        return func(self, *args)
+
+    @property
+    def shape(self):
+        return self.X.shape
+
+    def initializer_input(self):
+        """What an initializer's ``fit_centers`` receives: the clipped rows as an array."""
+        return self.X
+
     def training_labels(self, X, centers, order, center):
         """Nearest of ``centers[order] + center`` for the raw rows ``X`` (non-private ``labels_``).
 
@@ -237,6 +254,46 @@ class _ClippedData:
                 self._memo.pop(next(iter(self._memo)))
             self._memo[key] = nearest_centers(self.X, centers, self.sq_norms)
         return self._memo[key]
+
+
+class _ClippedChunks:
+    """Dask rows centred and projected chunk by chunk: the out-of-core :class:`_ClippedData`.
+
+    Every pass (:meth:`map_reduce`) reads the raw chunks again and builds a
+    :class:`_ClippedData` of each where it lives; only per-chunk statistics
+    reach the driver.
+    """
+
+    def __init__(self, rows, center, radius):
+        self.rows = rows.with_chunks(
+            functools.partial(_ClippedData.from_rows, center=center, radius=radius))
+        self.radius = radius
+
+    @property
+    def shape(self):
+        return self.rows.shape
+
+    def map_reduce(self, func, *args):
+        return self.rows.map_reduce(func, *args)
+
+    def initializer_input(self):
+        """The rows object itself: only chunk-aware initializers (``accepts_chunked_rows``) run."""
+        return self
+
+    def training_labels(self, X, centers, order, center):
+        """A lazy Dask array of the nearest released centre of every raw row."""
+        return X.map_rows(_nearest_labels, centers[order] + center, dtype=np.intp)
+
+
+def clipped_rows(X, center, radius):
+    """The rows centred at ``center`` and projected into B(0, radius), in memory or chunked."""
+    if hasattr(X, "map_reduce"):
+        return _ClippedChunks(X, center, radius)
+    return _ClippedData.from_rows(X, center, radius)
+
+
+def _nearest_labels(X, centers):
+    return nearest_centers(np.asarray(X, dtype=float), centers)[0]
 
 
 def _store_parameters(estimator, parameters):
@@ -292,6 +349,10 @@ class _PrivateStableBase(_BasePrivateClusterer):
         fractions = self._fractions(initializer.privacy_model, fallible)
         budget = plan_budget(initializer.privacy_model, fractions, self.epsilon, self.delta)
         radius, unproven = self._resolve_radius(X, center)
+        if hasattr(X, "map_reduce") and not getattr(initializer, "accepts_chunked_rows", False):
+            raise ValueError(
+                f"initializer={name!r} does not run on Dask input yet; use initializer='grid' or "
+                "public initial centres, or pass X.compute() if it fits in memory.")
         if isinstance(initializer, KTupleInitializer):
             initializer.check_input(X, self.n_clusters, budget.initializer, radius)
         plan = PrivateFitPlan(
@@ -367,7 +428,7 @@ class _PrivateStableBase(_BasePrivateClusterer):
     # -- private part -------------------------------------------------------------------
     def _fit_private(self, X, plan, rng):
         values = plan.values
-        data = _ClippedData.from_rows(X, values["center"], values["radius"])
+        data = clipped_rows(X, values["center"], values["radius"])
         init_rng, refine_rng, select_rng = rng.spawn(3)
         phase("initializer", initializer=type(values["initializer"]).__name__)
         start = self._initial_centers(data, values["initializer"], values["budget"], init_rng)
@@ -409,7 +470,7 @@ class _PrivateStableBase(_BasePrivateClusterer):
 
     def _initial_centers(self, data, initializer, budget, rng):
         """Run the initializer (and the grid fallback); B projected and in canonical order."""
-        k, n_features = self.n_clusters, data.X.shape[1]
+        k, n_features = self.n_clusters, data.shape[1]
         centers, events, info = self._run_initializer(initializer, data, budget.initializer, rng)
         outcome = {"status": "success", "info": info, "rho_extra": 0.0, "dp_events": [],
                    "zcdp_events": []}
@@ -439,7 +500,7 @@ class _PrivateStableBase(_BasePrivateClusterer):
 
     def _run_initializer(self, initializer, data, budget, rng):
         """Call ``fit_centers`` and check its output and its spend against the protocol."""
-        result = initializer.fit_centers(data.X, self.n_clusters, budget=budget,
+        result = initializer.fit_centers(data.initializer_input(), self.n_clusters, budget=budget,
                                          data_radius=data.radius, neighbouring=self.neighbouring,
                                          rng=rng)
         centers, events, info = (*result, {})[:3] if len(result) == 2 else result
@@ -448,11 +509,11 @@ class _PrivateStableBase(_BasePrivateClusterer):
         events += _unused_budget_events(initializer.privacy_model, events, budget)
         if centers is not None:
             centers = np.asarray(centers, dtype=float)
-            if centers.shape != (self.n_clusters, data.X.shape[1]) or not np.all(
+            if centers.shape != (self.n_clusters, data.shape[1]) or not np.all(
                     np.isfinite(centers)):
                 raise RuntimeError(
                     f"{type(initializer).__name__}.fit_centers returned centres of shape "
-                    f"{centers.shape}; expected finite ({self.n_clusters}, {data.X.shape[1]}).")
+                    f"{centers.shape}; expected finite ({self.n_clusters}, {data.shape[1]}).")
         return centers, events, dict(info)
 
     def _truncation(self, initial, radius):
@@ -465,9 +526,6 @@ class _PrivateStableBase(_BasePrivateClusterer):
             tau = (radius / self.n_clusters) ** self._POWER
         return tau
 
-    def _point_costs(self, data, centers):
-        sq_distances = data.assign(centers)[1]
-        return sq_distances if self._POWER == 2 else np.sqrt(sq_distances)
 
     def _select(self, data, candidates, initial, rho, rng):
         r"""Exponential mechanism over the candidates (spec §9.5 ``select``; thesis step 5).
@@ -482,14 +540,29 @@ class _PrivateStableBase(_BasePrivateClusterer):
         if self.selection == "none" or rho <= 0:
             return names[-1], []
         tau = self._truncation(initial, data.radius)
-        utilities = [-float(np.sum(np.minimum(self._point_costs(data, c), tau)))
-                     for c in candidates.values()]
+        costs = data.map_reduce(_truncated_costs, tuple(candidates.values()), tau, self._POWER)
+        utilities = [-float(cost) for cost in costs]
         index, event = exponential_mechanism(
             utilities, epsilon=math.sqrt(8.0 * rho), sensitivity=tau, rng=rng,
             label="stable/selection", neighbouring=self.neighbouring)
         event = _as_zcdp_event(event, rho, zcdp_bound="bounded range, Cesar & Rogers 2021",
                                candidates=names)
         return names[index], [event]
+
+
+def _median_cells(chunk, initial, compact):
+    """The median cell of every row of a chunk: ``compact`` of its nearest initial centre."""
+    return compact[chunk.assign(initial)[0]]
+
+
+def _truncated_costs(chunk, candidates, tau, power):
+    r""":math:`\sum_x \min(\mathrm{cost}_x(C), \tau)` of a chunk's rows for every candidate C."""
+    costs = []
+    for centers in candidates:
+        sq_distances = chunk.assign(centers)[1]
+        point_costs = sq_distances if power == 2 else np.sqrt(sq_distances)
+        costs.append(np.sum(np.minimum(point_costs, tau)))
+    return np.array(costs)
 
 
 def _unused_budget_events(privacy_model, events, budget):
@@ -560,11 +633,16 @@ def core_statistics(data, centers, radius_factor, max_radii=None):
     radii = np.where(np.isinf(gaps), 2.0 * data.radius, radius_factor * gaps)
     if max_radii is not None:
         radii = np.minimum(radii, max_radii)
-    labels, sq_distances = data.assign(centers)
-    inside = (radii[labels] > 0) & (sq_distances <= radii[labels] ** 2)
-    sums, counts = cell_sums(data.X, np.where(inside, labels, len(centers)), len(centers))
+    sums, counts = data.map_reduce(_core_sums, centers, radii)
     scale = np.where(radii > 0, radii, 1.0)[:, None]
     return (sums - counts[:, None] * centers) / scale, counts, radii
+
+
+def _core_sums(chunk, centers, radii):
+    """Sums and counts of a chunk's rows per core (within ``radii`` of their nearest centre)."""
+    labels, sq_distances = chunk.assign(centers)
+    inside = (radii[labels] > 0) & (sq_distances <= radii[labels] ** 2)
+    return cell_sums(chunk.X, np.where(inside, labels, len(centers)), len(centers))
 
 
 def core_step(data, centers, *, radius_factor, rho, neighbouring, rng, label, max_radii=None):
@@ -872,6 +950,7 @@ class PrivateStableKMeans(_PrivateStableBase):
         "core_radius_factor": [Interval(Real, 0, 0.5, closed="neither")],
         "final_lloyd_step": ["boolean"],
     }
+    _CHUNKED_INPUT = True
 
     def __init__(
         self,
@@ -918,9 +997,8 @@ class PrivateStableKMeans(_PrivateStableBase):
         candidates = {"initial": initial, "core": centers}
         if self.final_lloyd_step:
             candidates["lloyd"], _, noisy_lloyd = lloyd_step(
-                data.X, centers, data_radius=data.radius, rho=budget.rho_lloyd,
-                neighbouring=self.neighbouring, rng=rng, label="stable/final_lloyd",
-                sq_norms=data.sq_norms)
+                data, centers, data_radius=data.radius, rho=budget.rho_lloyd,
+                neighbouring=self.neighbouring, rng=rng, label="stable/final_lloyd")
             events += noisy_lloyd.events
         diagnostics = {"core_noisy_counts_": noisy.counts, "core_fallback_": fallback}
         return candidates, events, diagnostics
@@ -1023,6 +1101,7 @@ class PrivateStableKMedian(_PrivateStableBase):
     }
     _REFINE_KEY = "median"
     _POWER = 1
+    _CHUNKED_INPUT = True
     _DEFAULT_SPLIT = {"init": 0.5, "median": 0.4, "select": 0.1}
 
     def __init__(
@@ -1050,6 +1129,16 @@ class PrivateStableKMedian(_PrivateStableBase):
     ):
         _store_parameters(self, locals())
 
+    @staticmethod
+    def _cell_medians(data, cell_labels, **parameters):
+        """Private 1-medians of the cells: in memory on the sorted rows, else pass by pass."""
+        if not isinstance(data, _ClippedData):
+            return private_one_medians_of_rows(data, cell_labels, **parameters)
+        labels = cell_labels(data)
+        keep = labels < len(parameters["centers"])
+        X, labels = (data.X, labels) if keep.all() else (data.X[keep], labels[keep])
+        return private_one_medians(X, labels, **parameters)
+
     def _median_domains(self, initial, radius):
         """Centre and radius of every cell's domain (public: functions of B and Lambda)."""
         if self.median_domain == "global":
@@ -1060,20 +1149,16 @@ class PrivateStableKMedian(_PrivateStableBase):
     def _refine(self, data, initial, rho_refine, budget, rng):
         """Private 1-median of every Voronoi cell of B (spec §9.7 step 3)."""
         epsilon, delta = one_median_privacy(rho_refine)
-        labels, _ = data.assign(initial)
         domain_centers, domain_radii = self._median_domains(initial, data.radius)
         cells = np.flatnonzero(domain_radii > 0)
         medians, spent = initial.copy(), [0.0]
         if len(cells):
-            compact = np.full(len(initial), -1)
+            compact = np.full(len(initial), len(cells))
             compact[cells] = np.arange(len(cells))
-            keep = compact[labels] >= 0
-            X, labels = ((data.X, compact[labels]) if keep.all()
-                         else (data.X[keep], compact[labels[keep]]))
-            medians[cells], event = private_one_medians(
-                X, labels, centers=domain_centers[cells],
-                radii=domain_radii[cells], epsilon=epsilon, delta=delta, rng=rng,
-                n_iter=self.gd_iterations, step_scale=self.gd_step_scale,
+            medians[cells], event = self._cell_medians(
+                data, functools.partial(_median_cells, initial=initial, compact=compact),
+                centers=domain_centers[cells], radii=domain_radii[cells], epsilon=epsilon,
+                delta=delta, rng=rng, n_iter=self.gd_iterations, step_scale=self.gd_step_scale,
                 neighbouring=self.neighbouring)
             spent.append(event.rho)
         event = PrivacyEvent(

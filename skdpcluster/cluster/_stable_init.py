@@ -54,6 +54,7 @@ from skdpcluster.accountant import BudgetAccountant
 from skdpcluster.averaging import _project_onto_ball
 from skdpcluster.cluster._ktuple import KTupleClusterer
 from skdpcluster.mechanisms import zcdp_gaussian_mechanism
+from skdpcluster.utils._data import as_rows
 from skdpcluster.utils._warnings import warn_user
 
 __all__ = [
@@ -283,7 +284,13 @@ def noisy_cell_sums(sums, counts, *, rho, neighbouring, rng, label):
                       sum_event.scale, count_event.scale, [sum_event, count_event])
 
 
-def lloyd_step(X, centers, *, data_radius, rho, neighbouring, rng, label, sq_norms=None):
+def voronoi_sums(chunk, centers):
+    """Per-Voronoi-cell sums and counts of a chunk of rows (one pass of a map-reduce)."""
+    labels, _ = nearest_centers(chunk.X, centers, chunk.sq_norms)
+    return cell_sums(chunk.X, labels, len(centers))
+
+
+def lloyd_step(X, centers, *, data_radius, rho, neighbouring, rng, label):
     r"""One DP-Lloyd step on full Voronoi cells (spec §9.5 ``lloyd_step``; thesis footnote 13).
 
     Sums of :math:`x/\Lambda` and counts per Voronoi cell of ``centers`` go
@@ -292,7 +299,8 @@ def lloyd_step(X, centers, *, data_radius, rho, neighbouring, rng, label, sq_nor
     shrinkage takes care of noisy means) moves to
     :math:`\Pi_{B(0,\Lambda)}(\Lambda\,\mathrm{JS}(\tilde S_i/\tilde N_i))`
     (:meth:`NoisyCells.shrunk_means`), the others keep their centre.
-    :math:`\rho`-zCDP.
+    :math:`\rho`-zCDP. ``X`` is an array or a rows object of
+    :mod:`skdpcluster.utils._data` (one pass: :func:`voronoi_sums`).
 
     Returns
     -------
@@ -301,8 +309,7 @@ def lloyd_step(X, centers, *, data_radius, rho, neighbouring, rng, label, sq_nor
         True where a centre kept its previous value.
     noisy : NoisyCells
     """
-    labels, _ = nearest_centers(X, centers, sq_norms)
-    sums, counts = cell_sums(X, labels, len(centers))
+    sums, counts = as_rows(X).map_reduce(voronoi_sums, centers)
     noisy = noisy_cell_sums(sums / data_radius, counts, rho=rho, neighbouring=neighbouring,
                             rng=rng, label=label)
     accepted = noisy.accepted(accuracy=False)
@@ -327,6 +334,7 @@ class PublicCenters:
 
     privacy_model = "public"
     can_fail = False
+    accepts_chunked_rows = True
 
     def __init__(self, centers):
         self.centers = centers
@@ -534,6 +542,8 @@ class GridInitializer:
 
     privacy_model = "zcdp"
     can_fail = False
+    #: ``fit_centers`` also takes a rows object of :mod:`skdpcluster.utils._data` (Dask input).
+    accepts_chunked_rows = True
 
     def __init__(self, projection_dim=None, n_lloyd_steps=2, max_grid_cells=2**18, n_restarts=10):
         self.projection_dim = projection_dim
@@ -542,20 +552,28 @@ class GridInitializer:
         self.n_restarts = n_restarts
 
     def fit_centers(self, X, n_clusters, *, budget, data_radius, neighbouring, rng):
-        """Private initial centres of ``X`` (rows in B(0, data_radius)); see the class docstring."""
-        shares = self._shares(X.shape[1], budget["rho"])
-        basis, events = self._projection(X, shares["pca"], data_radius, neighbouring, rng)
-        projected = X if basis is None else X @ basis
-        row_leaves, weights, level, count_events = self._heavy_cells(
-            projected, X.shape[1], shares, data_radius, neighbouring, rng)
+        """Private initial centres of ``X`` (rows in B(0, data_radius)); see the class docstring.
+
+        ``X`` is an array or a rows object of :mod:`skdpcluster.utils._data`:
+        every stage is one pass of per-chunk sums (second moment, the grid
+        counts of all levels, the leaves' sums, each Lloyd step).
+        """
+        rows = as_rows(X)
+        n_features = rows.shape[1]
+        shares = self._shares(n_features, budget["rho"])
+        basis, events = self._projection(rows, shares["pca"], data_radius, neighbouring, rng)
+        grid, leaves, count_events = self._heavy_cells(
+            rows, basis, shares, data_radius, neighbouring, rng)
         points, weights, sum_event = self._coreset(
-            X, row_leaves, weights, shares["sums"], data_radius, neighbouring, rng)
+            rows, basis, grid, leaves, shares["sums"], data_radius, neighbouring, rng)
+        level = leaves.finest_level
         centers = self._cluster_coreset(points, weights, n_clusters, data_radius, rng,
                                         directions=basis)
         centers, lloyd_events, fallbacks = self._lloyd(
-            X, centers, shares["lloyd"], data_radius, neighbouring, rng)
+            rows, centers, shares["lloyd"], data_radius, neighbouring, rng)
         info = {"grid_level": level, "n_heavy_cells": len(points),
-                "projection_dim": projected.shape[1], "lloyd_fallbacks": fallbacks}
+                "projection_dim": n_features if basis is None else basis.shape[1],
+                "lloyd_fallbacks": fallbacks}
         return centers, events + count_events + [sum_event] + lloyd_events, info
 
     # -- budget ---------------------------------------------------------------------
@@ -579,14 +597,14 @@ class GridInitializer:
         return sigma_counts, sigma_sums
 
     # -- stages ---------------------------------------------------------------------
-    def _projection(self, X, rho, data_radius, neighbouring, rng):
+    def _projection(self, rows, rho, data_radius, neighbouring, rng):
         """Step 1: Analyze-Gauss DP-PCA; ``None`` when no projection is needed."""
-        n_features = X.shape[1]
+        n_features = rows.shape[1]
         p = self._dimension(n_features)
         if p >= n_features:
             return None, []
         upper = np.triu_indices(n_features)
-        moment = (X.T @ X)[upper] / data_radius**2
+        moment = rows.map_reduce(_second_moment)[upper] / data_radius**2
         noisy, event = zcdp_gaussian_mechanism(
             moment, sensitivity=SECOND_MOMENT_SENSITIVITY[neighbouring], rho=rho, rng=rng,
             label="stable/grid_init/second_moment", neighbouring=neighbouring,
@@ -624,22 +642,24 @@ class GridInitializer:
         axes = np.clip(np.floor((projected + offset) / width), 0, cells - 1).astype(np.int64)
         return axes @ (cells ** np.arange(projected.shape[1], dtype=np.int64))
 
-    def _heavy_cells(self, projected, n_features, shares, data_radius, neighbouring, rng):
+    def _heavy_cells(self, rows, basis, shares, data_radius, neighbouring, rng):
         """Steps 2-3: noisy counts per level, and the leaves of the multi-resolution partition.
 
-        Returns the per-row leaf (``-1``: dropped), the leaves' noisy weights, the finest
-        level holding a leaf, and the count events.
+        The counts of all levels are computed in one pass (:func:`_grid_counts`). Returns
+        the grid (levels and public shift, what a pass needs to find a row's cells), the
+        :class:`MultiresolutionLeaves` and the count events.
         """
-        levels = self._levels(projected.shape[1])
+        n_features = rows.shape[1]
+        n_dims = n_features if basis is None else basis.shape[1]
+        levels = tuple(self._levels(n_dims))
         sigma_counts, sigma_sums = self._noise_scales(n_features, shares, len(levels),
                                                       neighbouring)
         accuracy_floor = sigma_sums * math.sqrt(n_features) / GRID_CORESET_ERROR
-        shift = self._grid_shift(projected.shape[1], data_radius, rng)
-        cells, noisy_counts, thresholds, events = [], [], [], []
-        for g in levels:
-            cells.append(self._cell_index(projected, g, data_radius, shift))
-            counts = np.bincount(cells[-1], minlength=shifted_cells_per_axis(g)
-                                 ** projected.shape[1]).astype(float)
+        grid = (levels, self._grid_shift(n_dims, data_radius, rng))
+        noisy_counts, thresholds, events = [], [], []
+        all_counts = rows.map_reduce(_grid_counts, basis, grid, data_radius)
+        for g, counts in zip(levels, all_counts):
+            counts = counts.astype(float)
             noisy, event = zcdp_gaussian_mechanism(
                 counts, sensitivity=SUM_COUNT_SENSITIVITY[neighbouring][1],
                 rho=shares["counts"] / len(levels), rng=rng,
@@ -649,13 +669,14 @@ class GridInitializer:
                                   accuracy_floor))
             noisy_counts.append(noisy)
             events.append(event)
-        leaves = multiresolution_leaves([shifted_cells_per_axis(g) for g in levels],
-                                        projected.shape[1], noisy_counts, thresholds)
-        return leaves.row_leaves(cells), leaves.weights, leaves.finest_level, events
+        leaves = multiresolution_leaves([shifted_cells_per_axis(g) for g in levels], n_dims,
+                                        noisy_counts, thresholds)
+        return grid, leaves, events
 
-    def _coreset(self, X, row_leaves, weights, rho, data_radius, neighbouring, rng):
-        """Step 4: noisy sums over the leaves (disjoint); coreset points and weights."""
-        sums, _ = cell_sums(X, np.where(row_leaves < 0, len(weights), row_leaves), len(weights))
+    def _coreset(self, rows, basis, grid, leaves, rho, data_radius, neighbouring, rng):
+        """Step 4: noisy sums over the leaves (disjoint, one pass); coreset points and weights."""
+        weights = leaves.weights
+        sums, _ = rows.map_reduce(_leaf_sums, basis, grid, data_radius, leaves)
         noisy, event = zcdp_gaussian_mechanism(
             sums / data_radius, sensitivity=SUM_COUNT_SENSITIVITY[neighbouring][0], rho=rho,
             rng=rng, label="stable/grid_init/cell_sums", neighbouring=neighbouring,
@@ -691,18 +712,49 @@ class GridInitializer:
             model.fit(points, sample_weight=weights)
         return np.vstack([model.cluster_centers_, filler])
 
-    def _lloyd(self, X, centers, rho, data_radius, neighbouring, rng):
+    def _lloyd(self, rows, centers, rho, data_radius, neighbouring, rng):
         """Step 6: DP-Lloyd steps; returns the centres, events and per-step fallback counts."""
-        sq_norms = np.einsum("ij,ij->i", X, X)
         events, fallbacks = [], []
         for step in range(self.n_lloyd_steps):
             centers, fallback, noisy = lloyd_step(
-                X, centers, data_radius=data_radius, rho=rho / self.n_lloyd_steps,
-                neighbouring=neighbouring, rng=rng, label=f"stable/grid_init/lloyd_{step + 1}",
-                sq_norms=sq_norms)
+                rows, centers, data_radius=data_radius, rho=rho / self.n_lloyd_steps,
+                neighbouring=neighbouring, rng=rng, label=f"stable/grid_init/lloyd_{step + 1}")
             events += noisy.events
             fallbacks.append(int(fallback.sum()))
         return centers, events, fallbacks
+
+
+def _second_moment(chunk):
+    r""":math:`\sum x x^\top` of a chunk of rows (the DP-PCA statistic of step 1)."""
+    return chunk.X.T @ chunk.X
+
+
+def _projected(chunk, basis):
+    return chunk.X if basis is None else chunk.X @ basis
+
+
+def _row_cells(chunk, basis, grid, data_radius):
+    """Cell of every row of a chunk at every level of the shifted ``grid`` (levels, shift)."""
+    projected = _projected(chunk, basis)
+    levels, shift = grid
+    return [GridInitializer._cell_index(projected, g, data_radius, shift) for g in levels]
+
+
+def _grid_counts(chunk, basis, grid, data_radius):
+    """Grid-cell counts of a chunk of rows at every level (steps 2-3), a tuple of arrays."""
+    n_dims = chunk.X.shape[1] if basis is None else basis.shape[1]
+    return tuple(np.bincount(cells, minlength=shifted_cells_per_axis(g) ** n_dims)
+                 for g, cells in zip(grid[0], _row_cells(chunk, basis, grid, data_radius)))
+
+
+def _leaf_sums(chunk, basis, grid, data_radius, leaves):
+    """Sums and counts of a chunk's rows per leaf of the multi-resolution partition (step 4).
+
+    Rows in no leaf go to an extra index ``len(leaves.weights)`` (dropped).
+    """
+    n_leaves = len(leaves.weights)
+    row_leaves = leaves.row_leaves(_row_cells(chunk, basis, grid, data_radius))
+    return cell_sums(chunk.X, np.where(row_leaves < 0, n_leaves, row_leaves), n_leaves)
 
 
 class KTupleInitializer:

@@ -654,3 +654,67 @@ def _random_seeding(X, uniforms, n_clusters):
 
 
 _SEEDINGS = {"k-means++": _kmeans_plusplus, "random": _random_seeding}
+
+
+# ---------------------------------------------------------------------------
+# Rows read chunk by chunk (Dask input, issue #20)
+# ---------------------------------------------------------------------------
+
+
+def allocate_blocks(chunk_rows, n_tuples, n_clusters):
+    r"""Blocks per chunk: proportional to the chunk sizes, each block of >= ``n_clusters`` rows.
+
+    ``chunk_rows`` (the chunk sizes) and ``n_tuples`` are public, so the
+    allocation is too: chunk i gets :math:`\lfloor c_i t / n\rfloor` blocks,
+    and the remaining blocks go, one each, to the chunks with the largest
+    remainders that still have room (:math:`k` rows per block).
+
+    Raises
+    ------
+    ValueError
+        When the chunks cannot hold ``n_tuples`` blocks of ``n_clusters`` rows.
+    """
+    chunk_rows = np.asarray(chunk_rows, dtype=np.int64)
+    capacity = chunk_rows // n_clusters
+    share = chunk_rows * n_tuples / chunk_rows.sum()
+    blocks = np.minimum(np.floor(share).astype(np.int64), capacity)
+    if capacity.sum() >= n_tuples:
+        while blocks.sum() < n_tuples:
+            open_chunks = np.flatnonzero(blocks < capacity)
+            ranked = open_chunks[np.argsort(-(share - blocks)[open_chunks], kind="stable")]
+            blocks[ranked[: n_tuples - blocks.sum()]] += 1
+    else:
+        raise ValueError(
+            f"the chunks of X (sizes {chunk_rows.min()} to {chunk_rows.max()} rows) cannot hold "
+            f"{n_tuples} blocks of at least n_clusters={n_clusters} rows each: rechunk X into "
+            "larger chunks of rows (X.rechunk({0: ...}))."
+        )
+    return blocks
+
+
+def _tuples_of_chunk(block, base_estimator, n_clusters, n_tuples, rng):
+    return generate_tuples(np.asarray(block, dtype=np.float64), base_estimator, n_clusters,
+                           n_tuples, rng=rng)
+
+
+def generate_tuples_of_rows(rows, base_estimator, n_clusters, n_tuples, *, rng, n_jobs=None):
+    """:func:`generate_tuples` on an array, or chunk by chunk on the rows of a Dask array.
+
+    On a :class:`~skdpcluster.utils._data.DaskRows`, every chunk is cut into
+    its share of the blocks (:func:`allocate_blocks`) and clustered where it
+    lives, with its own child of ``rng`` (``rng.spawn``: the tuples do not
+    depend on the scheduler); only the tuples travel. Each row is in at most
+    one block, as in memory, so neighbouring datasets still give tuple sets
+    that differ in at most one tuple. The blocks are random within a chunk
+    instead of within all rows: the tuples have the in-memory distribution
+    when the rows are in random order across chunks (exchangeable).
+    """
+    if not hasattr(rows, "map_chunks"):
+        return generate_tuples(rows, base_estimator, n_clusters, n_tuples, rng=rng,
+                               n_jobs=n_jobs)
+    blocks = allocate_blocks(rows.chunk_rows, n_tuples, n_clusters)
+    children = rng.spawn(len(blocks))
+    args = [(base_estimator, n_clusters, int(t), child) if t else None
+            for t, child in zip(blocks, children)]
+    return np.concatenate(rows.map_chunks(_tuples_of_chunk, args))
+

@@ -792,13 +792,15 @@ def refine_on_rows(tuples, X, *, center, data_radius, budget, rng, if_not_locate
     ``budget.rho_rows`` goes to ``if_not_located``, else it is charged unused.
 
     Every step is one pass over the rows in chunks (:func:`_row_cell_sums`):
-    ``X`` is never copied, centred or clipped as a whole.
+    ``X`` is never copied, centred or clipped as a whole. ``X`` may also be a
+    rows object of :mod:`skdpcluster.utils._data` (Dask input): each pass is
+    then a map-reduce over its chunks.
 
     Parameters
     ----------
     tuples : ndarray of shape (n_tuples, k, d)
         Centred at ``center``.
-    X : ndarray of shape (n_samples, d)
+    X : ndarray of shape (n_samples, d), or rows of :mod:`skdpcluster.utils._data`
         The raw rows (not centred); rows outside :math:`B(c, \Lambda)` are
         projected onto it.
     center : ndarray of shape (d,)
@@ -855,7 +857,7 @@ def refine_on_rows(tuples, X, *, center, data_radius, budget, rng, if_not_locate
         return (*_rows_stage_two(if_not_located, budget.rho_rows - rho_step, rows_rng, events),
                 location.public)
     centers = _project_onto_ball(data_radius * noisy.means(), 0.0, data_radius)
-    caps = [None] * (CORE_STEPS - 1) + [_cluster_scale(location, len(X), X.shape[1])]
+    caps = [None] * (CORE_STEPS - 1) + [_cluster_scale(location, *X.shape)]
     for step, cap in enumerate(caps):
         centers, step_events = _core_step_on_rows(
             X, centers, center=center, data_radius=data_radius, max_radius=cap, rho=rho_step,
@@ -895,19 +897,32 @@ def _row_cell_sums(X, center, radius, labelled, n_cells):
     cell). The sums accumulate block after block, as
     :func:`~skdpcluster.cluster._stable_init.cell_sums` on all the rows does.
 
+    A rows object ``X`` (Dask input) is read by one map-reduce of
+    :func:`~skdpcluster.cluster._stable.clipped_rows` instead (``labelled``
+    then travels to the workers).
+
     Returns
     -------
     sums : ndarray of shape (n_cells, d)
     counts : ndarray of shape (n_cells,)
     """
-    from skdpcluster.cluster._stable_init import cell_sums  # noqa: PLC0415 (import cycle)
+    if hasattr(X, "map_reduce"):
+        from skdpcluster.cluster._stable import clipped_rows  # noqa: PLC0415 (import cycle)
 
+        return clipped_rows(X, center, radius).map_reduce(_labelled_cell_sums, labelled, n_cells)
     sums, counts = np.zeros((n_cells, X.shape[1])), np.zeros(n_cells)
     for chunk in _clipped_chunks(X, center, radius):
-        chunk_sums, chunk_counts = cell_sums(chunk.X, labelled(chunk), n_cells)
+        chunk_sums, chunk_counts = _labelled_cell_sums(chunk, labelled, n_cells)
         sums += chunk_sums
         counts += chunk_counts
     return sums, counts
+
+
+def _labelled_cell_sums(chunk, labelled, n_cells):
+    """Sums and counts of a clipped chunk's rows per cell ``labelled(chunk)`` (``n_cells``: none)."""
+    from skdpcluster.cluster._stable_init import cell_sums  # noqa: PLC0415 (import cycle)
+
+    return cell_sums(chunk.X, labelled(chunk), n_cells)
 
 
 def _core_step_on_rows(X, centers, *, center, data_radius, max_radius, rho, rng, label):
