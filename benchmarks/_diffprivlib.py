@@ -99,20 +99,32 @@ def run_diffprivlib_kmeans(X, n_clusters, *, epsilon, bounds, random_states, y=N
     """
     import numpy as np
 
-    python = ensure_venv()
-    with tempfile.TemporaryDirectory(prefix="dpl-") as folder:
+    lower, upper = bounds
+    params = {"n_clusters": int(n_clusters), "epsilon": float(epsilon),
+              "bounds": [np.broadcast_to(lower, X.shape[1]).tolist(),
+                         np.broadcast_to(upper, X.shape[1]).tolist()],
+              "random_states": [int(s) for s in random_states]}
+    return run_worker(ensure_venv(), Path(__file__), X, y, params, timeout=timeout)
+
+
+def run_worker(python, script, X, y, params, *, timeout, env=None):
+    """Run ``python script --worker DIR`` on ``X``, ``y`` and ``params``; return its results.
+
+    ``DIR`` (temporary) holds ``X.npy``, ``y.npy`` (when ``y`` is given) and
+    ``params.json``; the worker writes ``results.json`` there. Shared by the
+    anchors that run in environments of their own (this file and
+    ``_google.py``).
+    """
+    import numpy as np
+
+    with tempfile.TemporaryDirectory(prefix="anchor-") as folder:
         folder = Path(folder)
         np.save(folder / "X.npy", np.ascontiguousarray(X, dtype=np.float64))
         if y is not None:
             np.save(folder / "y.npy", np.asarray(y))
-        lower, upper = bounds
-        params = {"n_clusters": int(n_clusters), "epsilon": float(epsilon),
-                  "bounds": [np.broadcast_to(lower, X.shape[1]).tolist(),
-                             np.broadcast_to(upper, X.shape[1]).tolist()],
-                  "random_states": [int(s) for s in random_states]}
         (folder / "params.json").write_text(json.dumps(params))
-        subprocess.run([str(python), str(Path(__file__).resolve()), "--worker", str(folder)],
-                       check=True, timeout=timeout)
+        subprocess.run([str(python), str(Path(script).resolve()), "--worker", str(folder)],
+                       check=True, timeout=timeout, env=env)
         return json.loads((folder / "results.json").read_text())
 
 
@@ -121,7 +133,8 @@ def run_diffprivlib_kmeans(X, n_clusters, *, epsilon, bounds, random_states, y=N
 # ---------------------------------------------------------------------------
 
 
-def _kmeans_cost(np, X, centers):
+def kmeans_cost(np, X, centers):
+    """k-means cost of ``centers`` on ``X`` in row chunks (``np``: the worker's NumPy)."""
     total = 0.0
     c_sq = (centers**2).sum(axis=1)
     for start in range(0, len(X), _CHUNK_ROWS):
@@ -157,7 +170,7 @@ def _worker_main(folder):
         results.append({
             "seed": seed,
             "ari": float(adjusted_rand_score(y, labels)) if y is not None else float("nan"),
-            "cost": _kmeans_cost(np, X, centers),
+            "cost": kmeans_cost(np, X, centers),
             "seconds": seconds,
             "centers": centers.tolist(),
         })

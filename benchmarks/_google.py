@@ -32,9 +32,7 @@ Example::
 
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -45,7 +43,6 @@ VENV_DIR = Path(__file__).resolve().parent / ".venv-google"
 #: What the environment holds (``learning/requirements.txt`` at b5b0286).
 REQUIREMENTS = ("numpy<2", "scipy>=1.7,<1.14", "scikit-learn>=1.5,<1.6", "absl-py>=1.0",
                 "dp-accounting>=0.4")
-_CHUNK_ROWS = 65536
 
 
 def locate(path=None):
@@ -109,21 +106,14 @@ def run_google_clustering(X, n_clusters, *, epsilon, delta, center, radius, rand
     """
     import numpy as np
 
-    python = ensure_venv()
-    with tempfile.TemporaryDirectory(prefix="google-") as folder:
-        folder = Path(folder)
-        np.save(folder / "X.npy", np.ascontiguousarray(X, dtype=np.float64))
-        if y is not None:
-            np.save(folder / "y.npy", np.asarray(y))
-        params = {"n_clusters": int(n_clusters), "epsilon": float(epsilon),
-                  "delta": float(delta), "radius": float(radius),
-                  "center": np.broadcast_to(center, X.shape[1]).astype(float).tolist(),
-                  "random_states": [int(s) for s in random_states]}
-        (folder / "params.json").write_text(json.dumps(params))
-        env = {**os.environ, "PYTHONPATH": str(learning)}
-        subprocess.run([str(python), str(Path(__file__).resolve()), "--worker", str(folder)],
-                       check=True, timeout=timeout, env=env)
-        return json.loads((folder / "results.json").read_text())
+    from benchmarks._diffprivlib import run_worker
+
+    params = {"n_clusters": int(n_clusters), "epsilon": float(epsilon),
+              "delta": float(delta), "radius": float(radius),
+              "center": np.broadcast_to(center, X.shape[1]).astype(float).tolist(),
+              "random_states": [int(s) for s in random_states]}
+    return run_worker(ensure_venv(), Path(__file__), X, y, params, timeout=timeout,
+                      env={**os.environ, "PYTHONPATH": str(learning)})
 
 
 # ---------------------------------------------------------------------------
@@ -131,20 +121,11 @@ def run_google_clustering(X, n_clusters, *, epsilon, delta, center, radius, rand
 # ---------------------------------------------------------------------------
 
 
-def _kmeans_cost(np, X, centers):
-    total = 0.0
-    c_sq = (centers**2).sum(axis=1)
-    for start in range(0, len(X), _CHUNK_ROWS):
-        chunk = X[start:start + _CHUNK_ROWS]
-        d2 = (chunk**2).sum(axis=1)[:, None] - 2.0 * chunk @ centers.T + c_sq[None, :]
-        total += float(np.maximum(d2.min(axis=1), 0.0).sum())
-    return total
-
-
 def _worker_main(folder):
     import warnings
 
     import numpy as np
+    from _diffprivlib import kmeans_cost  # this file's folder is on sys.path in the worker
     from absl import logging
     from clustering import clustering_algorithm, clustering_params
     from sklearn.metrics import adjusted_rand_score
@@ -172,7 +153,7 @@ def _worker_main(folder):
         results.append({
             "seed": seed,
             "ari": float(adjusted_rand_score(y, labels)) if y is not None else float("nan"),
-            "cost": _kmeans_cost(np, X, centers),
+            "cost": kmeans_cost(np, X, centers),
             "seconds": seconds,
             "centers": centers.tolist(),
         })
