@@ -21,6 +21,7 @@ from skdpcluster import (
 from skdpcluster import bounds as B
 from skdpcluster import mechanisms as M
 from skdpcluster.datasets import make_separated_mixture
+from skdpcluster.utils._data import as_rows
 
 BUDGET = B.BoundsBudget.of_fit(1.0, 1e-6, estimate_center=True)
 
@@ -262,7 +263,8 @@ def test_radius_add_remove_empirical_privacy_loss(monkeypatch, mutant):
     counts = []
     for seed, X in zip((22, 23), (a, a[:-1])):
         rng = np.random.default_rng(seed)
-        released = np.array([B._private_radius(X, np.zeros(1), 1.0, 0.99, "add_remove", rng)[0]
+        rows = as_rows(X)
+        released = np.array([B._private_radius(rows, np.zeros(1), 1.0, 0.99, "add_remove", rng)[0]
                              for _ in range(n_draws)]) / B.RADIUS_SAFETY
         regions = np.searchsorted([_REGIONS_BELOW, split], released, side="right")
         counts.append(np.bincount(regions, minlength=3))
