@@ -17,6 +17,7 @@ from skdpcluster import (
     PrivateHighDimKMedian,
     PrivateStableKMeans,
     PrivateStableKMedian,
+    SampleAggregateStableKMeans,
 )
 from skdpcluster import bounds as B
 from skdpcluster import mechanisms as M
@@ -293,7 +294,8 @@ def test_radius_quantile_empirical_privacy_loss(monkeypatch, mutant):
 
 DEFAULT_ESTIMATORS = [
     PrivateStableKMeans(4), PrivateStableKMedian(4), PrivateHighDimKMeans(4),
-    PrivateHighDimKMedian(4), FederatedPrivateKMeans(4),
+    PrivateHighDimKMedian(4), FederatedPrivateKMeans(4), KTupleClusterer(4),
+    PrivateGaussianMixture(4), SampleAggregateStableKMeans(4),
 ]
 
 
