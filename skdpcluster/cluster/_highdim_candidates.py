@@ -179,7 +179,7 @@ def _sample_empty_children(parents, occupied, n_pick, rng):
 
 
 class _CubeCoords:
-    """Integer coordinates of the depth-``depth`` cubes holding the points ``Y[rows]``, on request.
+    r"""Integer coordinates of the depth-``depth`` cubes holding the points ``Y[rows]``, on request.
 
     Indexing computes :math:`\lfloor (y - o)/w \rfloor` (clipped to the
     grid) for the requested points only, so no array of all the points'
