@@ -206,8 +206,10 @@ class SampleAggregateStableKMeans(PrivateStableKMeans):
         ``n_chunks`` and the grid diagnostics of the aggregation.
     core_noisy_counts_, core_fallback_ : ndarray
         As in :class:`PrivateStableKMeans`.
-    status_ : {"success", "fallback", "failure"}
-        As in :class:`PrivateStableKMeans`.
+    status_ : {"success", "failure"}
+        ``"success"`` whenever centres are released (the aggregation has no
+        private test, so no ``"fallback"``); ``"failure"`` only when a
+        private step raised.
     labels_ : ndarray of shape (n_samples,)
         **Not private.**
     budget_ : dict
