@@ -46,10 +46,6 @@ LOCATED_ROWS_PER_CLUSTER = 5
 #: Share of (epsilon, delta) that ``fallback_share="auto"`` reserves for the general method with
 #: the paper's methods (``"located"`` on rows reserves nothing: see :class:`_GeneralMethodOnRows`).
 AUTO_FALLBACK_SHARE = 0.1
-#: The one-cluster average spends at most this epsilon: more changes nothing measurable, and
-#: the advanced-composition bound of :func:`~skdpcluster.averaging.private_average` overflows
-#: (``e^{epsilon_axis}``) at the huge epsilons of reproduction settings.
-MAX_AVERAGE_EPSILON = 50.0
 #: Share of epsilon spent on the private cost estimate when ``estimate_cost=True``.
 COST_SHARE = 0.05
 _COST_KEYS = ("clipped_cost", "mean_clipped_cost", "cost_clip", "cost_noise_scale")
@@ -540,12 +536,11 @@ class KTupleClusterer(_BasePrivateClusterer):
     def _fit_one_cluster(self, X, plan, rng):
         r"""One centre: :func:`~skdpcluster.averaging.private_average` (Cohen et al. 2021,
         Proposition 2.9) of the rows projected onto the bound's ball, dividing by the public
-        ``n_samples``; :math:`(\varepsilon, \delta)`-DP under replace-one. At most
-        :data:`MAX_AVERAGE_EPSILON` is spent (the ledger says what was)."""
+        ``n_samples``; :math:`(\varepsilon, \delta)`-DP under replace-one."""
         center = plan.values["center"]
         mean, event = private_average(
             X - center, n_public=X.shape[0], data_radius=plan.values["data_radius"],
-            r_min=plan.values["r_min"], epsilon=min(self.epsilon, MAX_AVERAGE_EPSILON),
+            r_min=plan.values["r_min"], epsilon=self.epsilon,
             delta=self.delta, beta=self.beta, rng=rng, neighbouring="replace_one")
         centers = (mean + center)[None, :]
         return PrivateFit(centers, True, [event.with_label("KTupleClusterer/private_average")],
