@@ -77,6 +77,11 @@ LEARNER_ITERATIONS = (2, 4)
 #: ``sigma_min`` is raised to at least ``sigma_max`` times this, so that every released
 #: covariance (condition number at most 1e12) stays numerically positive definite.
 MIN_SIGMA_RATIO = 1e-6
+#: Public floor of ``sigma_min`` and ``sigma_max``. The learner whitens rows of norm up to
+#: ``NUMERIC_BOUND * sqrt(d)`` by ``1 / sigma_min``; with ``sigma_min >= SIGMA_FLOOR`` and the
+#: ratio above, their squared norms stay below 1e300 instead of overflowing to NaN (a noisy
+#: scale near 0 on a handful of rows ended the private step in ``eigh``'s LinAlgError).
+SIGMA_FLOOR = 1e-40
 #: ``None`` bounds: the empirical extreme standard deviations, widened by this factor.
 DATA_SIGMA_MARGIN = 2.0
 
@@ -212,7 +217,9 @@ def _refine_component(points, n_public, center, radius, rho, rng):
     for _ in range(REFINE_ROUNDS):
         center, mean_event = _clipped_mean(points, n_public, center, radius, rho_step, rng)
         log_scale, scale_event = _log_scale(points, n_public, center, radius, rho_step, rng)
-        scale = math.exp(min(log_scale, 700.0))
+        # Post-processing: every clipped log-distance lies in [log(radius) - L, log(radius)].
+        high = math.log(radius)
+        scale = math.exp(min(max(log_scale, high - LOG_SCALE_RANGE), high))
         radius = max(min(radius, SCALE_CLIP_FACTOR * scale), np.finfo(float).tiny)
         events += [mean_event, scale_event]
     return center, radius, scale, events
@@ -921,10 +928,10 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         data = auto if data is None else (data[0] / DATA_SIGMA_MARGIN, data[1] * DATA_SIGMA_MARGIN)
         low, high = ({"auto": a, None: e}.get(value, value)
                      for value, a, e in zip((self.sigma_min, self.sigma_max), auto, data))
-        high = max(high, np.finfo(float).tiny)
+        high = max(high, SIGMA_FLOOR)
         if isinstance(self.sigma_min, Real):  # a public float bound wins over derived ones
             high = max(high, low)
-        low = min(max(low, high * MIN_SIGMA_RATIO), high)
+        low = min(max(low, high * MIN_SIGMA_RATIO, SIGMA_FLOOR), high)
         return float(low), float(high)
 
     def _release(self, estimates, counts):
