@@ -11,8 +11,9 @@ import joblib
 import numpy as np
 import pytest
 from sklearn.base import clone
+from sklearn.datasets import make_blobs
 from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import FunctionTransformer
+from sklearn.preprocessing import FunctionTransformer, StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from skdpcluster import (
@@ -169,3 +170,29 @@ def test_dask_backend_gives_the_same_fit(case, case_data):
     for name in ("cluster_centers_", "means_", "covariances_", "weights_"):
         if getattr(expected, name, None) is not None:
             assert np.array_equal(getattr(expected, name), getattr(got, name)), name
+
+
+# Some of scikit-learn's checks never seed the estimator, so the default instances above draw
+# fresh entropy there: a private step that raises for one noise draw in a hundred makes CI
+# fail at random (it did: PrivateGaussianMixture on the 20-row data, fixed in 82dfa53). This
+# sweep looks for such draws deliberately, on the checks' own kinds of data; the conftest's
+# safety-net fixture fails the test if a private step raised.
+_CHECK_LIKE_DATA = {
+    "uniform_20x3": 3 * np.random.RandomState(0).uniform(size=(20, 3)),
+    "standardized_blobs_30": StandardScaler().fit_transform(
+        make_blobs(n_samples=30, centers=3, n_features=2, random_state=0)[0]),
+    "tight_blobs_150": make_blobs(n_samples=150, centers=3, n_features=2, cluster_std=0.1,
+                                  random_state=0)[0],
+    "integers_40x2": np.random.RandomState(0).randint(-5, 5, size=(40, 2)).astype(float),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::UserWarning")  # tiny data: bound, utility and grid warnings
+@pytest.mark.parametrize("data", sorted(_CHECK_LIKE_DATA))
+@pytest.mark.parametrize("estimator", DEFAULT_INSTANCES, ids=lambda e: type(e).__name__)
+def test_default_fits_on_check_data_never_raise_inside_a_private_step(estimator, data):
+    X = _CHECK_LIKE_DATA[data]
+    for seed in range(100):
+        fitted = clone(estimator).set_params(random_state=seed).fit(X)
+        assert fitted.status_ in ("success", "fallback", "failure")
