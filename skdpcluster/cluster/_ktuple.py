@@ -13,10 +13,12 @@ from sklearn.utils.validation import validate_data
 from skdpcluster.ktuple._tuples import allocate_blocks, generate_tuples_of_rows
 from skdpcluster.accountant import BudgetAccountant
 from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _BasePrivateClusterer, _restore_on_error
+from skdpcluster.cluster._one_cluster import R_MIN_FRACTION as DEFAULT_R_MIN_FRACTION
+from skdpcluster.cluster._one_cluster import fit_one_cluster, plan_one_cluster
 from skdpcluster.exceptions import InsufficientDataError
 from skdpcluster.mechanisms import PrivacyEvent, laplace_mechanism
 from skdpcluster.ktuple import min_tuples
-from skdpcluster.averaging import _project_onto_ball, private_average
+from skdpcluster.averaging import _project_onto_ball
 from skdpcluster.ktuple._framework import canonical_order, check_tuple_parameters, conditioning_event
 from skdpcluster.ktuple.averages import AVERAGES_SEPARATION, per_cluster_budget, private_k_averages
 from skdpcluster.ktuple.located import (
@@ -39,8 +41,6 @@ __all__ = ["KTupleClusterer"]
 #: Rows per tuple that ``n_tuples="auto"`` aims for with ``method="averages"``
 #: (the paper's "about 15 k samples" per tuple, spec §10.1).
 AVERAGES_ROWS_PER_CLUSTER = 15
-#: Resolution of the private averages relative to the data radius when ``r_min=None``.
-DEFAULT_R_MIN_FRACTION = 1e-4
 #: Rows per cluster in one block that ``n_tuples="auto"`` aims for with ``method="located"``.
 LOCATED_ROWS_PER_CLUSTER = 5
 #: Share of (epsilon, delta) that ``fallback_share="auto"`` reserves for the general method with
@@ -94,7 +94,7 @@ class KTupleClusterer(_BasePrivateClusterer):
         Number of clusters k. The tuple path needs k >= 2; ``n_clusters=1``
         releases the private average of the rows in the bound's ball
         (:func:`~skdpcluster.averaging.private_average`, Proposition 2.9,
-        on the whole budget, at most epsilon=50; ``method_="private_average"``,
+        on the whole budget; ``method_="private_average"``,
         ``status_="success"``).
     method : {"auto", "located", "noisy_centers", "averages"}, default="auto"
         The private aggregation of the tuples. ``"auto"`` is ``"located"``
@@ -513,7 +513,8 @@ class KTupleClusterer(_BasePrivateClusterer):
         return PrivateFitPlan(cost, values, dict(main_plan.attributes), dict(main_plan.unproven))
 
     def _plan_one_cluster(self, X):
-        """``n_clusters=1``: the private average of the rows in the bound's ball (public plan).
+        """``n_clusters=1``: the private average of the rows in the bound's ball (public plan,
+        :func:`~skdpcluster.cluster._one_cluster.plan_one_cluster`).
 
         The private average reads the rows in memory: Dask input is refused here, before
         any randomness or budget is spent.
@@ -523,28 +524,10 @@ class KTupleClusterer(_BasePrivateClusterer):
                 "KTupleClusterer(n_clusters=1) does not accept Dask input: its private average "
                 "needs the rows in memory. Pass X.compute() (if it fits in memory), or use "
                 "PrivateStableKMeans(n_clusters=1), which accepts Dask input.")
-        center = self._resolve_center(X.shape[1])
-        radius, unproven = self._resolve_radius(X, center)
-        r_min = self.r_min if self.r_min is not None else DEFAULT_R_MIN_FRACTION * radius
         attributes = {"n_tuples_": 0, "m_": None, "ell_": np.nan, "separation_": np.nan,
                       "located_info_": None, "method_": "private_average",
-                      "data_radius_": radius, "fallback_info_": None}
-        values = {"one_cluster": True, "center": center, "data_radius": radius, "r_min": r_min}
-        return PrivateFitPlan((float(self.epsilon), float(self.delta)), values, attributes,
-                              unproven)
-
-    def _fit_one_cluster(self, X, plan, rng):
-        r"""One centre: :func:`~skdpcluster.averaging.private_average` (Cohen et al. 2021,
-        Proposition 2.9) of the rows projected onto the bound's ball, dividing by the public
-        ``n_samples``; :math:`(\varepsilon, \delta)`-DP under replace-one."""
-        center = plan.values["center"]
-        mean, event = private_average(
-            X - center, n_public=X.shape[0], data_radius=plan.values["data_radius"],
-            r_min=plan.values["r_min"], epsilon=self.epsilon,
-            delta=self.delta, beta=self.beta, rng=rng, neighbouring="replace_one")
-        centers = (mean + center)[None, :]
-        return PrivateFit(centers, True, [event.with_label("KTupleClusterer/private_average")],
-                          attributes={"labels_": np.zeros(X.shape[0], dtype=np.intp)})
+                      "fallback_info_": None}
+        return plan_one_cluster(self, X, "mean", attributes)
 
     def _resolved_fallback_share(self, X):
         """``fallback_share`` with ``"auto"`` resolved from public values, and the reason a
@@ -647,7 +630,7 @@ class KTupleClusterer(_BasePrivateClusterer):
     def _fit_release(self, X, plan, rng):
         """The tuple path (if planned), then the fallback on its reserved share if needed."""
         if "one_cluster" in plan.values:
-            return self._fit_one_cluster(X, plan, rng)
+            return fit_one_cluster(self, X, plan, rng)
         if "fallback" not in plan.values:
             return self._fit_tuple_path(X, plan, rng)
         main_rng, fallback_rng = rng.spawn(2)

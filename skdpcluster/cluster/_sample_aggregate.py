@@ -279,5 +279,6 @@ class SampleAggregateStableKMeans(PrivateStableKMeans):
 
     def _plan(self, X):
         plan = super()._plan(X)
-        plan.values["initializer"].resolved_chunks(X.shape[0], self.n_clusters)
+        if "initializer" in plan.values:  # not the one-cluster plan (a private mean)
+            plan.values["initializer"].resolved_chunks(X.shape[0], self.n_clusters)
         return plan

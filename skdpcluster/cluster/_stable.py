@@ -28,6 +28,7 @@ from skdpcluster.averaging import (
 from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _BasePrivateClusterer
 from skdpcluster.cluster._highdim import HighDimInitializer
 from skdpcluster.cluster._ktuple import KTupleClusterer
+from skdpcluster.cluster._one_cluster import fit_one_cluster, plan_one_cluster
 from skdpcluster.cluster._stable_init import (
     GridInitializer,
     KTupleInitializer,
@@ -338,10 +339,32 @@ class _PrivateStableBase(_BasePrivateClusterer):
     _DEFAULT_SPLIT = {"init": 0.6, "core": 0.3, "select": 0.1}
 
     def _check_n_clusters(self):
-        """k = 1 is allowed: the core ball is then the whole domain (spec §11, A12)."""
+        """k = 1 is allowed: a private mean (or 1-median), see :meth:`_plan_one_cluster`."""
+
+    #: The one-cluster statistic of :mod:`skdpcluster.cluster._one_cluster`.
+    _ONE_CLUSTER = "mean"
+
+    def _plan_one_cluster(self, X):
+        """``n_clusters=1``: the private mean (1-median) on the whole budget, or ``None``.
+
+        ``None`` (the k-cluster path, whose core ball is then the whole
+        domain, spec §11, A12) for a mean on Dask input: the private average
+        needs the rows in memory. The 1-median runs pass by pass.
+        """
+        if self.n_clusters != 1 or (self._ONE_CLUSTER == "mean" and hasattr(X, "map_reduce")):
+            return None
+        attributes = {"initial_centers_": None, "candidate_centers_": {}, "initializer_": None,
+                      "selected_": f"private_{self._ONE_CLUSTER}", "initializer_status_": None,
+                      "initializer_info_": {}, "budget_": None}
+        if self._ONE_CLUSTER == "mean":
+            attributes.update(core_noisy_counts_=None, core_fallback_=None)
+        return plan_one_cluster(self, X, self._ONE_CLUSTER, attributes)
 
     # -- public plan --------------------------------------------------------------
     def _plan(self, X):
+        one_cluster = self._plan_one_cluster(X)
+        if one_cluster is not None:
+            return one_cluster
         n_features = X.shape[1]
         center = self._resolve_center(n_features)
         initializer, name = self._resolve_initializer(n_features, center)
@@ -427,6 +450,8 @@ class _PrivateStableBase(_BasePrivateClusterer):
 
     # -- private part -------------------------------------------------------------------
     def _fit_private(self, X, plan, rng):
+        if "one_cluster" in plan.values:
+            return fit_one_cluster(self, X, plan, rng)
         values = plan.values
         data = clipped_rows(X, values["center"], values["radius"])
         init_rng, refine_rng, select_rng = rng.spawn(3)
@@ -1101,6 +1126,7 @@ class PrivateStableKMedian(_PrivateStableBase):
     }
     _REFINE_KEY = "median"
     _POWER = 1
+    _ONE_CLUSTER = "median"
     _CHUNKED_INPUT = True
     _DEFAULT_SPLIT = {"init": 0.5, "median": 0.4, "select": 0.1}
 
