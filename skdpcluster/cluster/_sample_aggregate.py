@@ -5,6 +5,8 @@ the chunks' T·k centres into k initial centres, then the core steps of
 :class:`~skdpcluster.PrivateStableKMeans` on the rows.
 """
 
+import math
+import warnings
 from dataclasses import replace
 from numbers import Integral
 
@@ -12,10 +14,12 @@ from sklearn.cluster import KMeans
 
 from skdpcluster.ktuple._tuples import generate_tuples
 from skdpcluster.averaging import _project_onto_ball
-from skdpcluster.cluster._stable import PrivateStableKMeans, _store_parameters
+from skdpcluster.cluster._stable import PrivateStableKMeans, _store_parameters, plan_budget
 from skdpcluster.cluster._stable_init import GridInitializer
 from skdpcluster.utils._compat import HasMethods, Interval, StrOptions
+from skdpcluster.exceptions import UtilityWarning
 from skdpcluster.utils._docstrings import shared_params
+from skdpcluster.utils._warnings import warn_user
 
 __all__ = ["SampleAggregateStableKMeans"]
 
@@ -46,9 +50,12 @@ def aggregate_chunk_centers(points, n_clusters, *, rho, data_radius, neighbourin
     info : dict
     """
     group = _group_factor(n_clusters)
-    centers, events, info = GridInitializer().fit_centers(
-        points, n_clusters, budget={"rho": rho / group}, data_radius=data_radius,
-        neighbouring=neighbouring, rng=rng)
+    with warnings.catch_warnings():
+        # Too few heavy cells: the estimator warns (UtilityWarning), naming what would help.
+        warnings.filterwarnings("ignore", message="GridInitializer: only", category=UserWarning)
+        centers, events, info = GridInitializer().fit_centers(
+            points, n_clusters, budget={"rho": rho / group}, data_radius=data_radius,
+            neighbouring=neighbouring, rng=rng)
     events = [replace(event, rho=event.rho * group,
                       label=event.label.replace("stable/grid_init", "sample_aggregate"),
                       details={**event.details, "group_privacy": (
@@ -282,3 +289,58 @@ class SampleAggregateStableKMeans(PrivateStableKMeans):
         if "initializer" in plan.values:  # not the one-cluster plan (a private mean)
             plan.values["initializer"].resolved_chunks(X.shape[0], self.n_clusters)
         return plan
+
+    # -- honest utility signals -------------------------------------------------------
+    def _heavy_cell_need(self, n_features, rho_init):
+        r"""Chunk centres a heavy cell needs, and rows that give each cluster that many (public).
+
+        Each chunk gives about one centre per cluster, so a cluster brings about
+        T = ``n_chunks`` points to the aggregation's grid, whose noisy counts
+        (budget :math:`
+ho/k^2`, group privacy) must clear the threshold
+        :math:`	au` of :meth:`GridInitializer.heavy_cell_threshold`. With
+        ``n_chunks="auto"`` (:math:`T = n/(50k)`) that is about
+        :math:`50k	au` rows.
+        """
+        threshold = GridInitializer().heavy_cell_threshold(
+            n_features, rho_init / _group_factor(self.n_clusters), self.neighbouring)
+        return threshold, math.ceil(ROWS_PER_CLUSTER * self.n_clusters * threshold)
+
+    def _warn_if_noise_dominates(self, n_samples, n_features):
+        """Also warn, before spending, when the chunks are too few for any heavy cell (public)."""
+        super()._warn_if_noise_dominates(n_samples, n_features)
+        if self.n_clusters == 1:
+            return
+        fractions = self._fractions("zcdp", False)
+        rho_init = plan_budget("zcdp", fractions, self.epsilon, self.delta).initializer["rho"]
+        threshold, rows = self._heavy_cell_need(n_features, rho_init)
+        n_chunks = SampleAggregateInitializer(self.n_chunks).resolved_chunks(n_samples,
+                                                                            self.n_clusters)
+        if n_chunks < threshold:
+            warn_user(
+                f"{type(self).__name__}: with {n_samples} rows there are {n_chunks} chunks, so "
+                f"each cluster gives about {n_chunks} chunk centres, fewer than the about "
+                f"{threshold:.0f} a grid cell of the private aggregation needs to clear its "
+                f"noise (epsilon={self.epsilon}, group privacy over {self.n_clusters} centres "
+                "per chunk; a public estimate). The initial centres will be filler points. "
+                f"About {rows} rows (or a larger epsilon) would help; PrivateStableKMeans needs "
+                "far fewer.", UtilityWarning)
+
+    def _quality(self, start, chosen, values):
+        """The stable ``quality_``, and a :class:`UtilityWarning` when the aggregation's released
+        number of heavy cells is below ``n_clusters`` (post-processing: free)."""
+        quality = super()._quality(start, chosen, values)
+        n_heavy, info = quality["n_heavy_cells"], start["info"]
+        _, rows = self._heavy_cell_need(values["center"].size,
+                                        values["budget"].initializer["rho"])
+        quality.update(heavy_cells_short=n_heavy < self.n_clusters, rows_suggested=rows)
+        if n_heavy < self.n_clusters:
+            warn_user(
+                f"{type(self).__name__}: the private aggregation of the {info['n_chunks']} "
+                f"chunks' centres found {n_heavy} heavy grid cells for n_clusters="
+                f"{self.n_clusters} (a function of its released noisy counts), so "
+                f"{self.n_clusters - n_heavy} initial centres are filler points and the core "
+                "steps may not recover the clusters; status_ stays 'success' (the aggregation "
+                f"has no private test). About {rows} rows (or a larger epsilon) would help; "
+                "PrivateStableKMeans needs far fewer.", UtilityWarning)
+        return quality

@@ -27,7 +27,7 @@ from skdpcluster.averaging import (
 )
 from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _BasePrivateClusterer
 from skdpcluster.cluster._highdim import HighDimInitializer
-from skdpcluster.cluster._ktuple import KTupleClusterer
+from skdpcluster.cluster._ktuple import _COST_KEYS, KTupleClusterer
 from skdpcluster.cluster._one_cluster import fit_one_cluster, plan_one_cluster
 from skdpcluster.cluster._stable_init import (
     GridInitializer,
@@ -355,7 +355,10 @@ class _PrivateStableBase(_BasePrivateClusterer):
             return None
         attributes = {"initial_centers_": None, "candidate_centers_": {}, "initializer_": None,
                       "selected_": f"private_{self._ONE_CLUSTER}", "initializer_status_": None,
-                      "initializer_info_": {}, "budget_": None}
+                      "initializer_info_": {}, "budget_": None,
+                      "quality_": {"test": None, "test_passed": None,
+                                   "selected": f"private_{self._ONE_CLUSTER}",
+                                   "n_heavy_cells": None, **dict.fromkeys(_COST_KEYS)}}
         if self._ONE_CLUSTER == "mean":
             attributes.update(core_noisy_counts_=None, core_fallback_=None)
         return plan_one_cluster(self, X, self._ONE_CLUSTER, attributes)
@@ -478,11 +481,30 @@ class _PrivateStableBase(_BasePrivateClusterer):
             "initializer_status_": start["status"],
             "initializer_info_": start["info"],
             "labels_": data.training_labels(X, candidates[chosen], order, center),
+            "quality_": self._quality(start, chosen, values),
             **diagnostics,
         }
         status = "success" if start["status"] == "success" else "fallback"
         return PrivateFit(centers, True, events, attributes=attributes,
                           rho=events[-1].rho, status=status)
+
+    def _quality(self, start, chosen, values):
+        """``quality_``: the private test that ran, its released outcome and released values.
+
+        Only released values: the initializer's status (its private test's
+        outcome), the exponential mechanism's choice and the number of heavy
+        grid cells (a function of the released noisy counts). The selection
+        releases an index, not a cost: there is no noisy cost to report.
+        """
+        initializer = values["initializer"]
+        fallible = bool(getattr(initializer, "can_fail", True))
+        test = None
+        if fallible:
+            test = "ktuple" if isinstance(initializer, KTupleInitializer) else type(initializer).__name__
+        info = start["info"].get("fallback", start["info"])
+        return {"test": test, "test_passed": start["status"] == "success" if fallible else None,
+                "selected": chosen, "n_heavy_cells": info.get("n_heavy_cells"),
+                **dict.fromkeys(_COST_KEYS)}
 
     def _report_fallback(self):
         """Nothing to add: the initializer's fallback has already warned, naming what ran."""
