@@ -18,6 +18,7 @@ from skdpcluster.cluster._stable import (
     core_step,
     one_median_privacy,
 )
+from skdpcluster.cluster._ktuple import _COST_KEYS
 from skdpcluster.cluster._stable_init import SUM_COUNT_SENSITIVITY, GridInitializer
 from skdpcluster.datasets import make_separated_mixture
 from skdpcluster.exceptions import InsufficientDataError, PrivacyLeakWarning
@@ -51,6 +52,10 @@ def test_recovers_the_separated_mixture(mixture, Estimator):
     est = Estimator(n_clusters=4, data_radius=RADIUS, accountant=acc, random_state=0).fit(X)
     assert est.status_ == "success" and est.initializer_ == "grid"
     assert est.initializer_status_ == "success"
+    # quality_ (issue #14): the grid has no private test; released values only
+    assert est.quality_ == {"test": None, "test_passed": None, "selected": est.selected_,
+                            "n_heavy_cells": est.initializer_info_["n_heavy_cells"],
+                            **dict.fromkeys(_COST_KEYS)}
     assert adjusted_rand_score(y, est.labels_) >= 0.99
     assert kmeans_cost(X, est.cluster_centers_) <= 1.01 * optimum
     assert np.array_equal(est.cluster_centers_, est.cluster_centers_[np.lexsort(
@@ -191,6 +196,8 @@ def test_ktuple_failure_falls_back_to_the_grid_and_is_charged():
         est = PrivateStableKMeans(4, initializer=KTupleClusterer(method="noisy_centers"),
                                   data_radius=RADIUS, accountant=acc, random_state=0).fit(X)
     assert est.initializer_status_ == "fallback_grid"
+    assert est.quality_["test"] == "ktuple" and est.quality_["test_passed"] is False
+    assert est.quality_["n_heavy_cells"] == est.initializer_info_["fallback"]["n_heavy_cells"]
     labels = {e.label.split("/")[0] for e in est.privacy_ledger_}
     assert {"partition_test", "stable"} <= labels  # the failed test is charged, then the grid
     budget = est.budget_
@@ -206,6 +213,7 @@ def test_default_ktuple_initializer_passes_where_noisy_centers_falls_back():
     est = PrivateStableKMeans(4, initializer="ktuple", data_radius=RADIUS,
                               accountant=BudgetAccountant(), random_state=0).fit(X)
     assert est.initializer_status_ == "success"
+    assert est.quality_["test"] == "ktuple" and est.quality_["test_passed"] is True
     assert adjusted_rand_score(y, est.labels_) >= 0.99
 
 

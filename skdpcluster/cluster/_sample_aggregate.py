@@ -26,6 +26,11 @@ __all__ = ["SampleAggregateStableKMeans"]
 #: Rows per cluster and chunk of ``n_chunks="auto"`` (spec §9.9: non-private k-means
 #: recovers every cluster from about 50 rows of it).
 ROWS_PER_CLUSTER = 50
+#: Margin of the rows suggested by the utility warnings over the bare threshold: a cluster's
+#: chunk centres can straddle a cell boundary of the (randomly shifted) grid and split their
+#: count. Measured at k = d = 4, epsilon = 1 (``benchmarks/bench_local.py``'s mixture): 2e5 rows
+#: (1x) gave 2 heavy cells, 4e5 (2x) gave 4 in 2 of 2 runs.
+HEAVY_CELL_MARGIN = 2.0
 
 
 def _group_factor(n_clusters):
@@ -296,15 +301,15 @@ class SampleAggregateStableKMeans(PrivateStableKMeans):
 
         Each chunk gives about one centre per cluster, so a cluster brings about
         T = ``n_chunks`` points to the aggregation's grid, whose noisy counts
-        (budget :math:`
-ho/k^2`, group privacy) must clear the threshold
-        :math:`	au` of :meth:`GridInitializer.heavy_cell_threshold`. With
-        ``n_chunks="auto"`` (:math:`T = n/(50k)`) that is about
-        :math:`50k	au` rows.
+        (budget :math:`\rho/k^2`, group privacy) must clear the threshold
+        :math:`\tau` of :meth:`GridInitializer.heavy_cell_threshold`. With
+        ``n_chunks="auto"`` (:math:`T = n/(50k)`) that is at least
+        :math:`50k\tau` rows; the suggestion is :data:`HEAVY_CELL_MARGIN` times that.
         """
         threshold = GridInitializer().heavy_cell_threshold(
             n_features, rho_init / _group_factor(self.n_clusters), self.neighbouring)
-        return threshold, math.ceil(ROWS_PER_CLUSTER * self.n_clusters * threshold)
+        rows = HEAVY_CELL_MARGIN * ROWS_PER_CLUSTER * self.n_clusters * threshold
+        return threshold, math.ceil(rows)
 
     def _warn_if_noise_dominates(self, n_samples, n_features):
         """Also warn, before spending, when the chunks are too few for any heavy cell (public)."""
