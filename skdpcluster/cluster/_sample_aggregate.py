@@ -173,7 +173,8 @@ class SampleAggregateStableKMeans(PrivateStableKMeans):
     Parameters
     ----------
     n_clusters : int, default=8
-        Number of clusters k (>= 1).
+        Number of clusters k (>= 1); ``n_clusters=1`` is the private mean of
+        :class:`PrivateStableKMeans` (no chunks).
     epsilon : float, default=1.0
         Privacy parameter of the whole fit, > 0.
     delta : float, default=1e-6
@@ -222,6 +223,13 @@ class SampleAggregateStableKMeans(PrivateStableKMeans):
         ``"success"`` whenever centres are released (the aggregation has no
         private test, so no ``"fallback"``); ``"failure"`` only when a
         private step raised.
+    quality_ : dict
+        As in :class:`PrivateStableKMeans`, plus ``"heavy_cells_short"``
+        (the released number of heavy cells of the aggregation is below
+        ``n_clusters``: a :class:`~skdpcluster.UtilityWarning` was emitted)
+        and ``"rows_suggested"`` (public: rows at which the chunks would
+        clear the aggregation's noise threshold with a margin of
+        :data:`HEAVY_CELL_MARGIN`).
     labels_ : ndarray of shape (n_samples,)
         **Not private.**
     budget_ : dict

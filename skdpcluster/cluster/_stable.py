@@ -835,6 +835,14 @@ _SHARED_ATTRIBUTES = r"""
         (decided from the initializer's private output).
     initializer_info_ : dict
         Public diagnostics of the initializer (grid level, heavy cells, ...).
+    quality_ : dict
+        Private quality signals, released values only: ``"test"``
+        (``"ktuple"`` when a fallible initializer's private test ran, else
+        ``None``), ``"test_passed"`` (its released outcome, or ``None``),
+        ``"selected"`` (the selection's choice; it releases no cost),
+        ``"n_heavy_cells"`` (of the grid initializer, from its released
+        noisy counts) and the ``estimate_cost`` keys of
+        :class:`~skdpcluster.KTupleClusterer` (``None``).
     status_ : {"success", "fallback", "failure"}
         Centres are always released: ``"success"`` when the initializer
         returned centres, ``"fallback"`` when it failed and its reserved share
