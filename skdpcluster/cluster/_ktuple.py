@@ -13,10 +13,11 @@ from sklearn.utils.validation import validate_data
 from skdpcluster.ktuple._tuples import allocate_blocks, generate_tuples_of_rows
 from skdpcluster.accountant import BudgetAccountant
 from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _BasePrivateClusterer, _restore_on_error
+from skdpcluster.cluster._cost_estimate import COST_KEYS, CostEstimateMixin
 from skdpcluster.cluster._one_cluster import R_MIN_FRACTION as DEFAULT_R_MIN_FRACTION
 from skdpcluster.cluster._one_cluster import fit_one_cluster, plan_one_cluster
 from skdpcluster.exceptions import InsufficientDataError
-from skdpcluster.mechanisms import PrivacyEvent, laplace_mechanism
+from skdpcluster.mechanisms import PrivacyEvent
 from skdpcluster.ktuple import min_tuples
 from skdpcluster.averaging import _project_onto_ball
 from skdpcluster.ktuple._framework import canonical_order, check_tuple_parameters, conditioning_event
@@ -32,7 +33,6 @@ from skdpcluster.ktuple.noisy_centers import _check_modes as check_noisy_centers
 from skdpcluster.ktuple.noisy_centers import default_separation, private_k_noisy_centers
 from skdpcluster.ktuple.partition import _outer_ell, compute_m_eps1
 from skdpcluster.utils._compat import HasMethods, Interval, StrOptions, fit_context
-from skdpcluster.utils._data import as_rows
 from skdpcluster.utils._docstrings import shared_params
 from skdpcluster.utils._progress import phase
 
@@ -46,13 +46,10 @@ LOCATED_ROWS_PER_CLUSTER = 5
 #: Share of (epsilon, delta) that ``fallback_share="auto"`` reserves for the general method with
 #: the paper's methods (``"located"`` on rows reserves nothing: see :class:`_GeneralMethodOnRows`).
 AUTO_FALLBACK_SHARE = 0.1
-#: Share of epsilon spent on the private cost estimate when ``estimate_cost=True``.
-COST_SHARE = 0.05
-_COST_KEYS = ("clipped_cost", "mean_clipped_cost", "cost_clip", "cost_noise_scale")
 
 
 @shared_params
-class KTupleClusterer(_BasePrivateClusterer):
+class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
     r"""Differentially private k-tuple clustering (Cohen et al., ICML 2021).
 
     The rows are split at random into ``n_tuples`` disjoint blocks; a
@@ -175,9 +172,11 @@ class KTupleClusterer(_BasePrivateClusterer):
         ``0`` turns the fallback off: a failed test releases nothing
         (``status_="failure"``) and too few rows raise.
     estimate_cost : bool, default=False
-        Spend 5% of epsilon (:data:`COST_SHARE`, pure DP; the fit gets the
+        Spend 5% of epsilon
+        (:data:`~skdpcluster.cluster._cost_estimate.COST_SHARE`, pure DP; the fit gets the
         rest) on a private estimate of the released centres' clipped
-        k-means cost (:func:`private_clipped_cost`), stored in ``quality_``.
+        k-means cost
+        (:func:`~skdpcluster.cluster._cost_estimate.private_clipped_cost`), stored in ``quality_``.
         Charged whatever the outcome.
     on_failure : {"warn", "raise"}, default="warn"
         When the private test fails: ``"warn"`` releases the fallback
@@ -499,19 +498,6 @@ class KTupleClusterer(_BasePrivateClusterer):
         unproven = {} if main_plan is None else dict(main_plan.unproven)
         return PrivateFitPlan(cost, values, attributes, unproven)
 
-    def _plan_with_cost_estimate(self, X):
-        """``estimate_cost=True``: the fit on ``1 - COST_SHARE`` of epsilon, then the cost on the rest.
-
-        The share is public; it is charged whether or not centres are released.
-        """
-        main = clone(self).set_params(estimate_cost=False,
-                                      epsilon=(1.0 - COST_SHARE) * self.epsilon)
-        main_plan = main._plan(X)
-        epsilon_cost = COST_SHARE * self.epsilon
-        values = {"cost_main": main, "cost_main_plan": main_plan, "cost_epsilon": epsilon_cost}
-        cost = (main_plan.cost[0] + epsilon_cost, main_plan.cost[1])
-        return PrivateFitPlan(cost, values, dict(main_plan.attributes), dict(main_plan.unproven))
-
     def _plan_one_cluster(self, X):
         """``n_clusters=1``: the private average of the rows in the bound's ball (public plan,
         :func:`~skdpcluster.cluster._one_cluster.plan_one_cluster`).
@@ -595,19 +581,10 @@ class KTupleClusterer(_BasePrivateClusterer):
     def _fit_private(self, X, plan, rng):
         """The release, its private quality signals and (``estimate_cost=True``) its cost."""
         if "cost_main" in plan.values:
-            main_rng, cost_rng = rng.spawn(2)
-            result = plan.values["cost_main"]._fit_private(X, plan.values["cost_main_plan"],
-                                                           main_rng)
-            estimate, event = private_clipped_cost(X, result.centers,
-                                                   epsilon=plan.values["cost_epsilon"],
-                                                   data_radius=plan.attributes.get("data_radius_"),
-                                                   rng=cost_rng)
-            result.events = list(result.events) + [event]
-            result.attributes["quality_"].update(estimate)
-            return result
+            return self._fit_with_cost_estimate(X, plan, rng)
         result = self._fit_release(X, plan, rng)
         result.attributes["quality_"] = {**self._test_outcome(result, plan),
-                                         **dict.fromkeys(_COST_KEYS)}
+                                         **dict.fromkeys(COST_KEYS)}
         return result
 
     def _test_outcome(self, result, plan):
@@ -778,74 +755,8 @@ class KTupleClusterer(_BasePrivateClusterer):
         result = self._aggregate(tuples, plan, rng)
         result.attributes["labels_"] = np.empty(0, dtype=np.intp)
         result.attributes["quality_"] = {**self._test_outcome(result, plan),
-                                         **dict.fromkeys(_COST_KEYS)}
+                                         **dict.fromkeys(COST_KEYS)}
         return result
-
-
-def _clipped_cost_sensitivity(clip):
-    """Replace-one sensitivity of ``sum_x min(cost_x, clip)``: one term moves within [0, clip]."""
-    return clip
-
-
-def cost_clip(centers, data_radius=None):
-    r"""The public clip :math:`\tau` of :func:`private_clipped_cost`, from released values only.
-
-    :math:`\tau = (g/2)^2` with :math:`g` the median distance from a released
-    centre to its nearest other centre (rows of well separated clusters lie
-    within :math:`g/2` of their centre, so they are rarely clipped); for one
-    centre :math:`\tau = \Lambda^2` (``data_radius``, public or released).
-    """
-    if len(centers) == 1:
-        return float(data_radius) ** 2
-    gaps = np.linalg.norm(centers[:, None, :] - centers[None, :, :], axis=-1)
-    np.fill_diagonal(gaps, np.inf)
-    return float(np.median(gaps.min(axis=1)) / 2.0) ** 2
-
-
-def private_clipped_cost(X, centers, *, epsilon, rng, data_radius=None):
-    r"""Private estimate of the clipped k-means cost of released centres: Laplace, :math:`\varepsilon`-DP.
-
-    Releases :math:`\tilde C = \sum_x \min(\min_j\|x - c_j\|^2, \tau) +
-    \mathrm{Lap}(\tau/\varepsilon)`, the *truncated cost* of the selection
-    step of Shechner (2021; ``spec/shechner_stable.md`` §9.5), with
-    :math:`\tau` = :func:`cost_clip` of the released centres.
-    **Privacy.** The centres and :math:`\tau` are released (or public)
-    values, so given them each row adds one term in :math:`[0, \tau]`:
-    replacing one row moves the sum by at most :math:`\tau`, and the
-    Laplace mechanism (Dwork & Roth 2014, Theorem 3.6) is
-    :math:`\varepsilon`-DP under replace-one; it composes adaptively with
-    the release of the centres. ``n_samples`` is public under replace-one,
-    so ``mean_clipped_cost`` (:math:`\tilde C / n`) is post-processing.
-    Without centres nothing is computed and ``epsilon`` is charged unused,
-    so the charge never depends on the outcome.
-
-    Parameters
-    ----------
-    X : ndarray of shape (n_samples, n_features), or rows of :mod:`skdpcluster.utils._data`
-        A rows object (Dask input) is read in one map-reduce of per-chunk sums.
-    centers : ndarray of shape (k, n_features) or None
-    epsilon : float
-    rng : numpy.random.Generator
-    data_radius : float, default=None
-        The bound, used for one centre only.
-
-    Returns
-    -------
-    estimate : dict
-        ``"clipped_cost"``, ``"mean_clipped_cost"``, ``"cost_clip"`` and
-        ``"cost_noise_scale"`` (all ``None`` without centres).
-    event : PrivacyEvent
-    """
-    if centers is None:
-        return dict.fromkeys(_COST_KEYS), PrivacyEvent(
-            "unused_budget", float(epsilon), 0.0, label="KTupleClusterer/cost_estimate_unused")
-    clip = cost_clip(np.asarray(centers, dtype=float), data_radius)
-    cost = as_rows(X).map_reduce(_clipped_cost_sum, centers, clip)
-    noisy, event = laplace_mechanism(
-        float(cost), sensitivity=_clipped_cost_sensitivity(clip),
-        epsilon=epsilon, rng=rng, label="KTupleClusterer/clipped_cost")
-    return {"clipped_cost": float(noisy), "mean_clipped_cost": float(noisy) / X.shape[0],
-            "cost_clip": clip, "cost_noise_scale": event.scale}, event
 
 
 def _labels_or_none(X, centers):
@@ -853,15 +764,6 @@ def _labels_or_none(X, centers):
     if centers is None:
         return np.full(X.shape[0], -1, dtype=np.intp)
     return pairwise_distances_argmin(X, centers).astype(np.intp)  # chunked: bounded memory
-
-
-def _clipped_cost_sum(chunk, centers, clip):
-    """``sum_x min(min_j ||x - c_j||^2, clip)`` over a chunk of rows (one pass of a map-reduce)."""
-    nearest = np.full(chunk.X.shape[0], np.inf)
-    with np.errstate(over="ignore"):  # an extreme row costs inf and is clipped to tau
-        for center in centers:
-            np.minimum(nearest, np.square(chunk.X - center).sum(axis=1), out=nearest)
-    return float(np.minimum(nearest, clip).sum())
 
 
 def plan_fallback(X, n_clusters, epsilon, delta, data_radius, data_center, n_jobs):

@@ -264,13 +264,14 @@ class SampleAggregateStableKMeans(PrivateStableKMeans):
     _parameter_constraints: dict = {
         **{name: rule for name, rule in PrivateStableKMeans._parameter_constraints.items()
            if name not in ("initializer", "fallback", "beta", "neighbouring",
-                           "final_lloyd_step")},
+                           "final_lloyd_step", "estimate_cost")},
         "n_chunks": [StrOptions({"auto"}), Interval(Integral, 1, None, closed="left")],
         "base_estimator": [None, HasMethods(["fit"])],
     }
     #: Fixed: the chunking is private under replace-one neighbours only.
     neighbouring = "replace_one"
     final_lloyd_step = False
+    estimate_cost = False
 
     def __init__(
         self,

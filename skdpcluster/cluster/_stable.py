@@ -27,7 +27,8 @@ from skdpcluster.averaging import (
 )
 from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _BasePrivateClusterer
 from skdpcluster.cluster._highdim import HighDimInitializer
-from skdpcluster.cluster._ktuple import _COST_KEYS, KTupleClusterer
+from skdpcluster.cluster._cost_estimate import COST_KEYS, CostEstimateMixin
+from skdpcluster.cluster._ktuple import KTupleClusterer
 from skdpcluster.cluster._one_cluster import fit_one_cluster, plan_one_cluster
 from skdpcluster.cluster._stable_init import (
     GridInitializer,
@@ -314,7 +315,7 @@ def _canonical(centers):
     return centers[_canonical_order(centers)]
 
 
-class _PrivateStableBase(_BasePrivateClusterer):
+class _PrivateStableBase(CostEstimateMixin, _BasePrivateClusterer):
     """Plan, initializer, selection and attributes shared by the two estimators.
 
     Subclasses set ``_REFINE_KEY``, ``_DEFAULT_SPLIT``, ``_POWER`` (2 for
@@ -333,6 +334,7 @@ class _PrivateStableBase(_BasePrivateClusterer):
         "budget_split": [None, dict],
         "selection": [StrOptions({"truncated", "full", "none"})],
         "neighbouring": [StrOptions({"replace_one", "add_remove"})],
+        "estimate_cost": ["boolean"],
     }
     _REFINE_KEY = "core"
     _POWER = 2
@@ -358,13 +360,15 @@ class _PrivateStableBase(_BasePrivateClusterer):
                       "initializer_info_": {}, "budget_": None,
                       "quality_": {"test": None, "test_passed": None,
                                    "selected": f"private_{self._ONE_CLUSTER}",
-                                   "n_heavy_cells": None, **dict.fromkeys(_COST_KEYS)}}
+                                   "n_heavy_cells": None, **dict.fromkeys(COST_KEYS)}}
         if self._ONE_CLUSTER == "mean":
             attributes.update(core_noisy_counts_=None, core_fallback_=None)
         return plan_one_cluster(self, X, self._ONE_CLUSTER, attributes)
 
     # -- public plan --------------------------------------------------------------
     def _plan(self, X):
+        if self.estimate_cost:
+            return self._plan_with_cost_estimate(X)
         one_cluster = self._plan_one_cluster(X)
         if one_cluster is not None:
             return one_cluster
@@ -453,6 +457,8 @@ class _PrivateStableBase(_BasePrivateClusterer):
 
     # -- private part -------------------------------------------------------------------
     def _fit_private(self, X, plan, rng):
+        if "cost_main" in plan.values:
+            return self._fit_with_cost_estimate(X, plan, rng)
         if "one_cluster" in plan.values:
             return fit_one_cluster(self, X, plan, rng)
         values = plan.values
@@ -504,7 +510,7 @@ class _PrivateStableBase(_BasePrivateClusterer):
         info = start["info"].get("fallback", start["info"])
         return {"test": test, "test_passed": start["status"] == "success" if fallible else None,
                 "selected": chosen, "n_heavy_cells": info.get("n_heavy_cells"),
-                **dict.fromkeys(_COST_KEYS)}
+                **dict.fromkeys(COST_KEYS)}
 
     def _report_fallback(self):
         """Nothing to add: the initializer's fallback has already warned, naming what ran."""
@@ -793,8 +799,21 @@ _SHARED_DOC = r"""
         exact number of rows is never used (every division is by a noisy
         count), the fit is then private under add/remove as well, except
         with the ``"ktuple"`` initializer, which treats the number of rows
-        as public (replace-one only). ``"add_remove"`` uses the smaller
-        sensitivities and gives the guarantee under add/remove only.
+        as public (replace-one only), and for k-means with
+        ``n_clusters=1``, whose private average divides by the number of
+        rows (with ``"add_remove"`` it divides by a noisy count instead).
+        ``"add_remove"`` uses the smaller sensitivities and gives the
+        guarantee under add/remove only.
+    estimate_cost : bool, default=False
+        Spend 5% of epsilon
+        (:data:`~skdpcluster.cluster._cost_estimate.COST_SHARE`, pure DP;
+        the fit gets the rest) on a private estimate of the released
+        centres' clipped cost (k-means: squared distances; k-median:
+        distances), stored in ``quality_`` as for
+        :class:`~skdpcluster.KTupleClusterer`
+        (:func:`~skdpcluster.cluster._cost_estimate.private_clipped_cost`).
+        Charged whatever the outcome. ``mean_clipped_cost`` divides by the
+        number of rows (public under replace-one).
     data_radius : float, "data" or None, default=None
         Public bound :math:`\Lambda`: rows are projected onto
         :math:`B(\mathrm{data\_center}, \Lambda)` (a per-row map, so
@@ -842,7 +861,8 @@ _SHARED_ATTRIBUTES = r"""
         ``"selected"`` (the selection's choice; it releases no cost),
         ``"n_heavy_cells"`` (of the grid initializer, from its released
         noisy counts) and the ``estimate_cost`` keys of
-        :class:`~skdpcluster.KTupleClusterer` (``None``).
+        :class:`~skdpcluster.KTupleClusterer` (``None`` unless
+        ``estimate_cost=True``).
     status_ : {"success", "fallback", "failure"}
         Centres are always released: ``"success"`` when the initializer
         returned centres, ``"fallback"`` when it failed and its reserved share
@@ -1023,6 +1043,7 @@ class PrivateStableKMeans(_PrivateStableBase):
         final_lloyd_step=False,
         selection="truncated",
         neighbouring="replace_one",
+        estimate_cost=False,
         data_radius=None,
         data_center=None,
         accountant=None,
@@ -1176,6 +1197,7 @@ class PrivateStableKMedian(_PrivateStableBase):
         median_domain="local",
         selection="truncated",
         neighbouring="replace_one",
+        estimate_cost=False,
         data_radius=None,
         data_center=None,
         accountant=None,
