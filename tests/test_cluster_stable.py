@@ -18,7 +18,7 @@ from skdpcluster.cluster._stable import (
     core_step,
     one_median_privacy,
 )
-from skdpcluster.cluster._ktuple import _COST_KEYS
+from skdpcluster.cluster._cost_estimate import COST_KEYS
 from skdpcluster.cluster._stable_init import SUM_COUNT_SENSITIVITY, GridInitializer
 from skdpcluster.datasets import make_separated_mixture
 from skdpcluster.exceptions import InsufficientDataError, PrivacyLeakWarning
@@ -55,7 +55,7 @@ def test_recovers_the_separated_mixture(mixture, Estimator):
     # quality_ (issue #14): the grid has no private test; released values only
     assert est.quality_ == {"test": None, "test_passed": None, "selected": est.selected_,
                             "n_heavy_cells": est.initializer_info_["n_heavy_cells"],
-                            **dict.fromkeys(_COST_KEYS)}
+                            **dict.fromkeys(COST_KEYS)}
     assert adjusted_rand_score(y, est.labels_) >= 0.99
     assert kmeans_cost(X, est.cluster_centers_) <= 1.01 * optimum
     assert np.array_equal(est.cluster_centers_, est.cluster_centers_[np.lexsort(
@@ -71,6 +71,26 @@ def test_recovers_the_separated_mixture(mixture, Estimator):
     assert len(acc.ledger) == 1 and len(acc.ledger[0].events) == len(est.privacy_ledger_)
     labels = est.set_params(accountant=None).fit_predict(X)  # refits (and charges) with the seed
     assert np.array_equal(labels, est.labels_)
+
+
+@pytest.mark.parametrize("Estimator", ESTIMATORS)
+def test_estimate_cost_releases_the_clipped_cost_in_quality(mixture, Estimator):
+    """Issue #14, item 4: the k-tuple clusterer's opt-in cost estimate, on the stable estimators."""
+    X, _, _ = mixture
+    accountant = BudgetAccountant()
+    est = Estimator(4, data_radius=RADIUS, estimate_cost=True, random_state=0,
+                    accountant=accountant).fit(X)
+    (event,) = [e for e in est.privacy_ledger_ if e.label == f"{Estimator.__name__}/clipped_cost"]
+    assert event.epsilon == pytest.approx(0.05) and event.mechanism == "laplace"
+    assert accountant.total()[0] <= 1.0 + 1e-9 and accountant.total()[1] <= 1e-6
+    quality = est.quality_
+    assert quality["cost_noise_scale"] == pytest.approx(quality["cost_clip"] / 0.05)
+    distances = np.sqrt(((X[:, None, :] - est.cluster_centers_[None]) ** 2).sum(-1).min(1))
+    exact = np.minimum(distances**Estimator._POWER, quality["cost_clip"]).sum()
+    assert abs(quality["clipped_cost"] - exact) <= 8 * quality["cost_noise_scale"]  # P = e^-8
+    # separated unit Gaussians in d = 4, rarely clipped: E||z||^2 = 4, E||z|| = 1.88 (chi, 4 dof)
+    assert quality["mean_clipped_cost"] < 1.1 * {2: 4.0, 1: 1.88}[Estimator._POWER]
+    assert quality["selected"] == est.selected_
 
 
 @pytest.mark.parametrize(
