@@ -103,7 +103,8 @@ def test_recovers_the_optimum_with_enough_rows(mixture):
     with warnings.catch_warnings():
         warnings.simplefilter("error", UtilityWarning)  # enough heavy cells: nothing to warn about
         est = SampleAggregateStableKMeans(n_clusters=4, epsilon=4.0, data_radius=20.0,
-                                          random_state=0, accountant=BudgetAccountant()).fit(mixture)
+                                          random_state=0, accountant=BudgetAccountant())
+        est.fit(mixture)
     assert not est.quality_["heavy_cells_short"] and est.quality_["n_heavy_cells"] >= 4
     reference = KMeans(4, n_init=3, random_state=0).fit(mixture)
     assert est.score(mixture) / reference.score(mixture) < 1.01
@@ -132,7 +133,7 @@ def _benchmark_mixture(n):
 
 
 def test_short_aggregation_warns_and_reports_it_in_quality():
-    """n = 2e4 (benchmarks/results/local_sa.csv: 10-13 x sklearn's cost) said nothing but success."""
+    """At n = 2e4 (benchmarks/bench_local.py's mixture) it said nothing but 'success'."""
     X = _benchmark_mixture(20_000)
     with pytest.warns(UtilityWarning) as record:
         est = SampleAggregateStableKMeans(n_clusters=4, data_radius=20.0, random_state=0,
@@ -148,7 +149,8 @@ def test_short_aggregation_warns_and_reports_it_in_quality():
 
 def test_public_heavy_cell_warning_comes_before_spending():
     accountant = BudgetAccountant(epsilon=0.5)
-    with pytest.warns(UtilityWarning, match=r"with 20000 rows there are 100 chunks.*About \d+ rows"):
+    match = r"with 20000 rows there are 100 chunks.*About \d+ rows"
+    with pytest.warns(UtilityWarning, match=match):
         with pytest.raises(BudgetExceededError):
             SampleAggregateStableKMeans(n_clusters=4, data_radius=20.0,
                                         accountant=accountant).fit(_benchmark_mixture(20_000))

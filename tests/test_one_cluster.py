@@ -1,4 +1,4 @@
-"""n_clusters=1 through skdpcluster.averaging (issue #14): one private mean or 1-median per estimator."""
+"""n_clusters=1 through skdpcluster.averaging (issue #14): a private mean or 1-median."""
 
 import warnings
 
@@ -31,7 +31,7 @@ def _fit(Estimator, X, **params):
     accountant = BudgetAccountant()
     params = {"data_radius": RADIUS, "random_state": 0, **params}
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # no initializer/heavy-cell warning: the old path did not run
+        warnings.simplefilter("error")  # no initializer warning: the old path did not run
         est = Estimator(n_clusters=1, accountant=accountant, **params).fit(X)
     return est, accountant
 
@@ -46,7 +46,8 @@ def _mean_band(event, n_rows, radius):
     """
     axis = event.details["axis"]
     width = 2.0 * radius * (1 + 2e-4)
-    sigma = analytic_gaussian_sigma(width / n_rows, axis["epsilon_gaussian"], axis["delta_gaussian"])
+    sigma = analytic_gaussian_sigma(width / n_rows, axis["epsilon_gaussian"],
+                                    axis["delta_gaussian"])
     return 5.0 * sigma * np.sqrt(event.details["n_axes"])
 
 
@@ -105,7 +106,7 @@ def test_one_cluster_stable_attributes_and_quality(blob):
     est = PrivateStableKMeans(n_clusters=2, data_radius=RADIUS, random_state=0,
                               accountant=BudgetAccountant()).fit(blob)
     assert est.core_noisy_counts_ is not None
-    est.set_params(n_clusters=1, random_state=1).fit(blob)  # no attribute of the k-cluster fit survives
+    est.set_params(n_clusters=1, random_state=1).fit(blob)  # nothing of the k = 2 fit survives
     assert est.core_noisy_counts_ is None and est.budget_ is None
 
 

@@ -131,7 +131,7 @@ def private_clipped_cost(X, centers, *, epsilon, rng, data_radius=None, power=2)
 
 
 def _clipped_cost_sum(chunk, centers, clip, power):
-    """``sum_x min(min_j ||x - c_j||^power, clip)`` over a chunk of rows (one pass of a map-reduce)."""
+    """``sum_x min(min_j ||x - c_j||^power, clip)`` over a chunk of rows (one map-reduce pass)."""
     nearest = np.full(chunk.X.shape[0], np.inf)
     with np.errstate(over="ignore"):  # an extreme row costs inf and is clipped to tau
         for center in centers:

@@ -614,7 +614,8 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
             "labels_": _nearest_labels(data.X, centers),
         }
         if self.n_clusters == 1:  # the one round is the private mean: the ledger says so
-            lloyd_events = [e.with_label(e.label.replace("/lloyd_1/", "/mean/")) for e in lloyd_events]
+            lloyd_events = [e.with_label(e.label.replace("/lloyd_1/", "/mean/"))
+                            for e in lloyd_events]
         ledger = price_events(events + lloyd_events, values["budget"], self.neighbouring,
                               self.privacy_unit)
         return PrivateFit(centers, True, ledger, attributes=attributes)

@@ -36,7 +36,6 @@ from skdpcluster.cluster._highdim_candidates import (
     project_rows,
     swap_sample,
 )
-from skdpcluster.cluster._one_cluster import fit_one_cluster, plan_one_cluster
 from skdpcluster.cluster._highdim_recovery import (
     CELL_FACTOR,
     noisy_cluster_means,
@@ -44,6 +43,7 @@ from skdpcluster.cluster._highdim_recovery import (
     sparse_cluster_means,
     sparsify_rows,
 )
+from skdpcluster.cluster._one_cluster import fit_one_cluster, plan_one_cluster
 from skdpcluster.cluster._stable_init import nearest_centers
 from skdpcluster.mechanisms import exponential_mechanism
 from skdpcluster.utils import check_random_state

@@ -1,4 +1,4 @@
-r"""One cluster (``n_clusters=1``): the private mean or 1-median of the rows, from :mod:`skdpcluster.averaging`.
+r"""One cluster (``n_clusters=1``): a private mean or 1-median from :mod:`skdpcluster.averaging`.
 
 With one cluster there is nothing to separate: the k-means centre is the
 mean of the rows and the k-median centre their 1-median. The central
@@ -122,7 +122,7 @@ def _private_mean(points, values, estimator, neighbouring, rng):
 
 
 def _private_median(X, values, estimator, neighbouring, rng):
-    """The private 1-median of one cell, the bound's ball, from its centre (in memory or chunked)."""
+    """The private 1-median of one cell, the bound's ball, from its centre (in memory or chunks)."""
     # Imported here: cluster._stable imports cluster._ktuple, which imports this module.
     from skdpcluster.cluster._stable import clipped_rows  # noqa: PLC0415
 

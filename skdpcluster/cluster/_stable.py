@@ -26,8 +26,8 @@ from skdpcluster.averaging import (
     private_one_medians_of_rows,
 )
 from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _BasePrivateClusterer
-from skdpcluster.cluster._highdim import HighDimInitializer
 from skdpcluster.cluster._cost_estimate import COST_KEYS, CostEstimateMixin
+from skdpcluster.cluster._highdim import HighDimInitializer
 from skdpcluster.cluster._ktuple import KTupleClusterer
 from skdpcluster.cluster._one_cluster import fit_one_cluster, plan_one_cluster
 from skdpcluster.cluster._stable_init import (
@@ -506,7 +506,8 @@ class _PrivateStableBase(CostEstimateMixin, _BasePrivateClusterer):
         fallible = bool(getattr(initializer, "can_fail", True))
         test = None
         if fallible:
-            test = "ktuple" if isinstance(initializer, KTupleInitializer) else type(initializer).__name__
+            test = ("ktuple" if isinstance(initializer, KTupleInitializer)
+                    else type(initializer).__name__)
         info = start["info"].get("fallback", start["info"])
         return {"test": test, "test_passed": start["status"] == "success" if fallible else None,
                 "selected": chosen, "n_heavy_cells": info.get("n_heavy_cells"),
