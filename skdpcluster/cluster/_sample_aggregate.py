@@ -336,9 +336,9 @@ class SampleAggregateStableKMeans(PrivateStableKMeans):
                 f"each cluster gives about {n_chunks} chunk centres, fewer than the about "
                 f"{threshold:.0f} a grid cell of the private aggregation needs to clear its "
                 f"noise (epsilon={self.epsilon}, group privacy over {self.n_clusters} centres "
-                "per chunk; a public estimate). The initial centres will be filler points. "
-                f"About {rows} rows (or a larger epsilon) would help; PrivateStableKMeans needs "
-                "far fewer.", UtilityWarning)
+                "per chunk; a public estimate): the initial centres are likely to be filler "
+                f"points. About {rows} rows (or a larger epsilon) would help; "
+                "PrivateStableKMeans needs far fewer.", UtilityWarning)
 
     def _quality(self, start, chosen, values):
         """The stable ``quality_``, and a :class:`UtilityWarning` when the aggregation's released
