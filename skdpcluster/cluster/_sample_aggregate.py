@@ -28,8 +28,9 @@ __all__ = ["SampleAggregateStableKMeans"]
 ROWS_PER_CLUSTER = 50
 #: Margin of the rows suggested by the utility warnings over the bare threshold: a cluster's
 #: chunk centres can straddle a cell boundary of the (randomly shifted) grid and split their
-#: count. Measured at k = d = 4, epsilon = 1 (``benchmarks/bench_local.py``'s mixture): 2e5 rows
-#: (1x) gave 2 heavy cells, 4e5 (2x) gave 4 in 2 of 2 runs.
+#: count. Measured at k = d = 4, epsilon = 1 (``benchmarks/bench_local.py``'s mixture, radius 20,
+#: seeds 0 and 1): 2e5 rows (1x) gave 2 and 1 heavy cells (cost 4.7 and 8.1 x sklearn's), 4e5
+#: (2x) gave 4 and 4 (1.003 and 1.93 x): enough heavy cells are needed, not always sufficient.
 HEAVY_CELL_MARGIN = 2.0
 
 
