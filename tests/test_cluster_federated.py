@@ -447,9 +447,19 @@ def test_sphere_packing_spreads_centres_in_the_ball():
 
 
 def test_one_cluster_is_a_private_mean(data):
+    """Issue #14: k = 1 is one sum/count round on the whole budget (it ran FedDP-Init and Lloyd)."""
     X, _, clients, server, _ = data
-    est = _fresh(n_clusters=1, epsilon=4.0).fit(X, client_ids=clients, X_server=server)
-    assert np.allclose(est.cluster_centers_[0], X.mean(axis=0), atol=0.1)
+    accountant = BudgetAccountant()
+    est = _fresh(n_clusters=1, epsilon=4.0, accountant=accountant).fit(
+        X, client_ids=clients, X_server=server)
+    assert est.init_ == "mean" and est.n_lloyd_iter_ == 1 and est.status_ == "success"
+    sums, counts = est.privacy_ledger_
+    assert (sums.label, counts.label) == ("federated/mean/sums", "federated/mean/counts")
+    # noisy sum / noisy count: 5 sd of the sum's Gaussian per coordinate over n - 5 sd of the count
+    band = 5 * sums.scale * math.sqrt(X.shape[1]) / (len(X) - 5 * counts.scale)
+    assert band < 0.05
+    assert np.linalg.norm(est.cluster_centers_[0] - X.mean(axis=0)) < band
+    assert accountant.total()[0] <= 4.0 + 1e-9 and accountant.total()[1] <= 1e-6
 
 
 @pytest.mark.parametrize("check", [c for c, _ in dp_checks()], ids=[n for _, n in dp_checks()])

@@ -1,13 +1,19 @@
 """SampleAggregateStableKMeans: group-privacy aggregation, accounting, validation, utility."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
 from sklearn.cluster import KMeans
 
 from dp_stats import event_counts, mu_lower_bound
-from skdpcluster import BudgetAccountant, SampleAggregateStableKMeans
+from skdpcluster import (
+    BudgetAccountant,
+    BudgetExceededError,
+    SampleAggregateStableKMeans,
+    UtilityWarning,
+)
 from skdpcluster.cluster import _sample_aggregate, _stable_init
 from skdpcluster.cluster._stable_init import GRID_LEVELS, GRID_SHARES
 from skdpcluster.datasets import make_separated_mixture
@@ -94,8 +100,12 @@ def test_ledger_and_group_privacy_accounting(mixture):
 
 def test_recovers_the_optimum_with_enough_rows(mixture):
     """At n = 3e5, epsilon = 4 the cost is within 1% of non-private k-means (measured 1.00001)."""
-    est = SampleAggregateStableKMeans(n_clusters=4, epsilon=4.0, data_radius=20.0,
-                                      random_state=0, accountant=BudgetAccountant()).fit(mixture)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UtilityWarning)  # enough heavy cells: nothing to warn about
+        est = SampleAggregateStableKMeans(n_clusters=4, epsilon=4.0, data_radius=20.0,
+                                          random_state=0, accountant=BudgetAccountant())
+        est.fit(mixture)
+    assert not est.quality_["heavy_cells_short"] and est.quality_["n_heavy_cells"] >= 4
     reference = KMeans(4, n_init=3, random_state=0).fit(mixture)
     assert est.score(mixture) / reference.score(mixture) < 1.01
 
@@ -112,3 +122,37 @@ def test_too_many_chunks_raise_before_spending():
 def test_auto_chunks_on_small_data_is_one_chunk():
     agg = _sample_aggregate.SampleAggregateInitializer()
     assert agg.resolved_chunks(150, 4) == 1 and agg.resolved_chunks(400, 4) == 2
+
+
+# -- honest utility signals (issue #14) -----------------------------------------------------------
+
+def _benchmark_mixture(n):
+    """The mixture of ``benchmarks/bench_local.py`` (k = d = 4, means 10/sqrt(2) apart)."""
+    return make_separated_mixture(n, n_clusters=4, n_features=4, separation=10 / 2**0.5,
+                                  random_state=0)[0]
+
+
+def test_short_aggregation_warns_and_reports_it_in_quality():
+    """At n = 2e4 (benchmarks/bench_local.py's mixture) it said nothing but 'success'."""
+    X = _benchmark_mixture(20_000)
+    with pytest.warns(UtilityWarning) as record:
+        est = SampleAggregateStableKMeans(n_clusters=4, data_radius=20.0, random_state=0,
+                                          accountant=BudgetAccountant()).fit(X)
+    messages = [str(w.message) for w in record if w.category is UtilityWarning]
+    assert any("found 0 heavy grid cells for n_clusters=4" in m for m in messages)
+    assert all("About " in m and "rows" in m for m in messages)
+    assert est.status_ == "success"  # no private test, no reserved share: a warned success
+    assert est.quality_["n_heavy_cells"] == est.initializer_info_["n_heavy_cells"] == 0
+    assert est.quality_["heavy_cells_short"] and est.quality_["rows_suggested"] > 2e5
+    assert not any(w.category is UserWarning for w in record)  # the grid's generic text is replaced
+
+
+def test_public_heavy_cell_warning_comes_before_spending():
+    accountant = BudgetAccountant(epsilon=0.5)
+    match = r"with 20000 rows there are 100 chunks.*About \d+ rows"
+    with pytest.warns(UtilityWarning, match=match):
+        with pytest.raises(BudgetExceededError):
+            SampleAggregateStableKMeans(n_clusters=4, data_radius=20.0,
+                                        accountant=accountant).fit(_benchmark_mixture(20_000))
+    assert accountant.ledger == []
+

@@ -18,6 +18,7 @@ from skdpcluster.cluster._stable import (
     core_step,
     one_median_privacy,
 )
+from skdpcluster.cluster._cost_estimate import COST_KEYS
 from skdpcluster.cluster._stable_init import SUM_COUNT_SENSITIVITY, GridInitializer
 from skdpcluster.datasets import make_separated_mixture
 from skdpcluster.exceptions import InsufficientDataError, PrivacyLeakWarning
@@ -51,6 +52,10 @@ def test_recovers_the_separated_mixture(mixture, Estimator):
     est = Estimator(n_clusters=4, data_radius=RADIUS, accountant=acc, random_state=0).fit(X)
     assert est.status_ == "success" and est.initializer_ == "grid"
     assert est.initializer_status_ == "success"
+    # quality_ (issue #14): the grid has no private test; released values only
+    assert est.quality_ == {"test": None, "test_passed": None, "selected": est.selected_,
+                            "n_heavy_cells": est.initializer_info_["n_heavy_cells"],
+                            **dict.fromkeys(COST_KEYS)}
     assert adjusted_rand_score(y, est.labels_) >= 0.99
     assert kmeans_cost(X, est.cluster_centers_) <= 1.01 * optimum
     assert np.array_equal(est.cluster_centers_, est.cluster_centers_[np.lexsort(
@@ -66,6 +71,26 @@ def test_recovers_the_separated_mixture(mixture, Estimator):
     assert len(acc.ledger) == 1 and len(acc.ledger[0].events) == len(est.privacy_ledger_)
     labels = est.set_params(accountant=None).fit_predict(X)  # refits (and charges) with the seed
     assert np.array_equal(labels, est.labels_)
+
+
+@pytest.mark.parametrize("Estimator", ESTIMATORS)
+def test_estimate_cost_releases_the_clipped_cost_in_quality(mixture, Estimator):
+    """Issue #14, item 4: the k-tuple clusterer's opt-in cost estimate, on the stable estimators."""
+    X, _, _ = mixture
+    accountant = BudgetAccountant()
+    est = Estimator(4, data_radius=RADIUS, estimate_cost=True, random_state=0,
+                    accountant=accountant).fit(X)
+    (event,) = [e for e in est.privacy_ledger_ if e.label == f"{Estimator.__name__}/clipped_cost"]
+    assert event.epsilon == pytest.approx(0.05) and event.mechanism == "laplace"
+    assert accountant.total()[0] <= 1.0 + 1e-9 and accountant.total()[1] <= 1e-6
+    quality = est.quality_
+    assert quality["cost_noise_scale"] == pytest.approx(quality["cost_clip"] / 0.05)
+    distances = np.sqrt(((X[:, None, :] - est.cluster_centers_[None]) ** 2).sum(-1).min(1))
+    exact = np.minimum(distances**Estimator._POWER, quality["cost_clip"]).sum()
+    assert abs(quality["clipped_cost"] - exact) <= 8 * quality["cost_noise_scale"]  # P = e^-8
+    # separated unit Gaussians in d = 4, rarely clipped: E||z||^2 = 4, E||z|| = 1.88 (chi, 4 dof)
+    assert quality["mean_clipped_cost"] < 1.1 * {2: 4.0, 1: 1.88}[Estimator._POWER]
+    assert quality["selected"] == est.selected_
 
 
 @pytest.mark.parametrize(
@@ -191,6 +216,8 @@ def test_ktuple_failure_falls_back_to_the_grid_and_is_charged():
         est = PrivateStableKMeans(4, initializer=KTupleClusterer(method="noisy_centers"),
                                   data_radius=RADIUS, accountant=acc, random_state=0).fit(X)
     assert est.initializer_status_ == "fallback_grid"
+    assert est.quality_["test"] == "ktuple" and est.quality_["test_passed"] is False
+    assert est.quality_["n_heavy_cells"] == est.initializer_info_["fallback"]["n_heavy_cells"]
     labels = {e.label.split("/")[0] for e in est.privacy_ledger_}
     assert {"partition_test", "stable"} <= labels  # the failed test is charged, then the grid
     budget = est.budget_
@@ -206,6 +233,7 @@ def test_default_ktuple_initializer_passes_where_noisy_centers_falls_back():
     est = PrivateStableKMeans(4, initializer="ktuple", data_radius=RADIUS,
                               accountant=BudgetAccountant(), random_state=0).fit(X)
     assert est.initializer_status_ == "success"
+    assert est.quality_["test"] == "ktuple" and est.quality_["test_passed"] is True
     assert adjusted_rand_score(y, est.labels_) >= 0.99
 
 

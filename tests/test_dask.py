@@ -6,6 +6,7 @@ import warnings
 
 import numpy as np
 import pytest
+from sklearn.base import clone
 
 da = pytest.importorskip("dask.array")
 dask = pytest.importorskip("dask")
@@ -455,3 +456,18 @@ def test_map_reduce_over_more_chunks_than_one_batch():
     sums, counts = rows.map_reduce(lambda chunk: (chunk.X.sum(axis=0), len(chunk.X)))
     np.testing.assert_array_equal(sums, X.sum(axis=0))
     assert counts == len(X)
+
+
+def test_stable_one_cluster_on_dask_input(mixture):
+    """Issue #14: k-median's 1-median runs pass by pass (the in-memory release); k-means keeps
+    its k-cluster path on Dask input (the private average needs the rows in memory)."""
+    chunked_X = da.from_array(mixture, chunks=CHUNK_ROWS)
+    median = PrivateStableKMedian(1, data_radius=RADIUS, random_state=0)
+    in_memory, chunked = _fit(clone(median), mixture), _fit(clone(median), chunked_X)
+    assert [e.label for e in chunked.privacy_ledger_] == ["PrivateStableKMedian/private_one_median"]
+    np.testing.assert_allclose(chunked.cluster_centers_, in_memory.cluster_centers_, rtol=0,
+                               atol=1e-9 * RADIUS)
+    assert _ledger(chunked) == _ledger(in_memory)
+    assert np.array_equal(np.asarray(chunked.labels_), np.zeros(len(mixture)))
+    mean = _fit(PrivateStableKMeans(1, data_radius=RADIUS, random_state=0), chunked_X)
+    assert mean.status_ == "success" and mean.privacy_ledger_[-1].label == "stable/zcdp_total"

@@ -9,6 +9,7 @@ from sklearn.metrics import adjusted_rand_score
 from skdpcluster import BudgetAccountant
 from skdpcluster.datasets import make_separated_mixture
 from skdpcluster.local import LocalPrivateStableKMeans
+from skdpcluster.local._ldp import AverageRound
 from skdpcluster.local._stable import ROUNDS, split_users
 from skdpcluster.mechanisms import analytic_gaussian_sigma
 
@@ -95,8 +96,20 @@ def test_a_round_without_users_does_not_crash():
 
 
 def test_one_cluster_is_a_local_mean():
+    """Issue #14: k = 1 is one LDP-AVG round of all users (it ran the three k-means rounds)."""
     rng = np.random.default_rng(1)
-    X = rng.normal(3.0, 1.0, size=(40_000, 2))
-    est = _fit(X, n_clusters=1, data_radius=10.0)
-    assert est.selected_ in ("core", "initial")
-    assert np.linalg.norm(est.candidate_centers_["core"][0] - 3.0) < 1.0
+    X = rng.normal(3.0, 1.0, size=(100_000, 2))
+    accountant = BudgetAccountant()
+    est = _fit(X, n_clusters=1, data_radius=10.0, accountant=accountant)  # epsilon = 4
+    assert est.status_ == "success" and est.selected_ == "mean" and est.n_rounds_ == 1
+    assert est.rounds_ == [{"name": "mean", "n_users": len(X), "epsilon": 4.0, "delta": 1e-6}]
+    assert [e.label for e in est.privacy_ledger_] == [
+        "local/mean/block_vector", "local/mean/region_index", "local/per_user_guarantee"]
+    # Each user's block vector carries N(0, sigma^2) per entry (sigma: analytic calibration of
+    # L2 sensitivity 2 at (eps/2, delta)), in units of Lambda: the mean's noise per coordinate
+    # is Lambda sigma sqrt(n) / n; the noisy count is within 1.1 n (its sd is ~1% of n here).
+    sigma = AverageRound("mean", None, 4.0, 1e-6, np.zeros(2), 10.0).sigma
+    band = 5.0 * 10.0 * sigma * math.sqrt(2 / len(X)) * 1.1
+    assert band < 1.2
+    assert np.linalg.norm(est.cluster_centers_[0] - X.mean(axis=0)) < band
+    assert accountant.total() == pytest.approx((4.0, 1e-6))

@@ -626,40 +626,44 @@ def test_averages_output_unchanged_by_the_seams():
 
 
 # ---------------------------------------------------------------------------
-# KTupleClusterer(estimate_cost=True): the clipped-cost estimate (issue #14)
+# estimate_cost=True (KTupleClusterer, PrivateStableKMeans/KMedian): the clipped cost (issue #14)
 # ---------------------------------------------------------------------------
 
-COST_CENTRES = np.array([[-5.0], [5.0]])  # gap 10: the clip tau is (10 / 2)^2 = 25
+COST_CENTRES = np.array([[-5.0], [5.0]])  # gap 10: the clip tau is (10 / 2)^power
 
 
-def _clipped_cost_samples(n_draws, seed):
+def _clipped_cost_samples(n_draws, seed, power):
     """The worst case: a row at a centre (cost 0) replaced by one at the clip (cost tau)."""
-    from skdpcluster.cluster._ktuple import private_clipped_cost
+    from skdpcluster.cluster._cost_estimate import private_clipped_cost
 
     rows_a = np.array([[-5.0], [5.0], [-5.0], [5.0]])
     rows_b = np.array([[-5.0], [5.0], [-5.0], [0.0]])
     rng = np.random.default_rng(seed)
     samples = []
     for rows in (rows_a, rows_b):
-        draws = [private_clipped_cost(rows, COST_CENTRES, epsilon=1.0, rng=rng) for _ in range(n_draws)]
+        draws = [private_clipped_cost(rows, COST_CENTRES, epsilon=1.0, rng=rng, power=power)
+                 for _ in range(n_draws)]
         samples.append(np.array([estimate["clipped_cost"] for estimate, _ in draws]))
     return samples, draws[-1][1]
 
 
+@pytest.mark.parametrize("power", [2, 1], ids=["kmeans", "kmedian"])
 @pytest.mark.parametrize("factor, should_pass", VERDICTS)
-def test_ktuple_clipped_cost_within_its_epsilon(monkeypatch, factor, should_pass):
+def test_clipped_cost_within_its_epsilon(monkeypatch, factor, should_pass, power):
     """The cost estimate is epsilon-DP given the released centres: Laplace at sensitivity tau.
 
     Each row adds one term in [0, tau], so a replacement moves the sum by tau;
-    the pair realises it. The mutant halves ``_clipped_cost_sensitivity``
-    (true loss 2 epsilon).
+    the pair realises it (for the k-means and the k-median cost of the stable
+    estimators alike). The mutant halves ``_clipped_cost_sensitivity`` (true
+    loss 2 epsilon).
     """
-    from skdpcluster.cluster import _ktuple
+    from skdpcluster.cluster import _cost_estimate
 
-    _scale_function(monkeypatch, _ktuple, "_clipped_cost_sensitivity", factor)
-    samples, event = _clipped_cost_samples(15_000, seed=21)
+    _scale_function(monkeypatch, _cost_estimate, "_clipped_cost_sensitivity", factor)
+    samples, event = _clipped_cost_samples(15_000, seed=21, power=power)
     assert event.epsilon == 1.0 and event.details.get("proven", True)
-    bound = _epsilon_bound(samples, 25.0 * np.linspace(-1.0, 4.0, 21))
+    tau = 5.0**power
+    bound = _epsilon_bound(samples, tau * np.linspace(-1.0, 4.0, 21))
     assert (bound <= event.epsilon) is should_pass
     if should_pass:
         assert bound > 0.7 * event.epsilon

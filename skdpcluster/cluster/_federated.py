@@ -119,7 +119,19 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
     Parameters
     ----------
     n_clusters : int, default=8
-        Number of clusters k.
+        Number of clusters k. ``n_clusters=1`` is the private mean: one
+        FedDP-Lloyd round from the public ``data_center`` (one Voronoi cell:
+        every row), i.e. the clients' clipped sum and count, each released
+        once by the round's Gaussian mechanism on the whole budget, and their
+        ratio (``init_="mean"``, ``n_lloyd_iter_=1``; ``init``,
+        ``n_lloyd_iter`` and ``X_server`` are not used). At
+        ``privacy_unit="client"`` it is the mean of the clients' clipped
+        contributions: a client's sum and count are scaled by one factor so
+        that they stay within ``client_clip["lloyd_sums"]`` (default: the
+        radius) and ``client_clip["lloyd_counts"]`` (default 1), so with the
+        defaults every client weighs about as much as one row, and the noise
+        is that of a mean over the number of clients, not of rows; raise
+        ``client_clip`` (the noise grows with it) for clients with many rows.
     epsilon : float, default=1.0
         Privacy parameter of the whole fit.
     delta : float, default=1e-6
@@ -407,15 +419,30 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         return FederatedExecutor(build_shards(rows, data.client_ids), self.executor, self.n_jobs)
 
     def _check_n_clusters(self):
-        """Any k >= 1: k-means with one cluster is a private mean."""
+        """Any k >= 1: k-means with one cluster is a private mean (:meth:`_resolve_one_cluster`)."""
+
+    def _resolve_one_cluster(self, data, center):
+        r"""``(init, public centres, n_lloyd)``; for ``n_clusters=1``, the one-round private mean.
+
+        With one cluster the Voronoi cell of any centre is every row, so one
+        FedDP-Lloyd round from the public centre :math:`\mu` is the private
+        mean: the clients' clipped sum and count, each released once by the
+        round's Gaussian mechanism at the privacy unit's sensitivity (one row,
+        or one client's clipped contribution, ``client_clip``), on the whole
+        budget; the mean is their ratio (post-processing). No server data and
+        no initialisation are used.
+        """
+        if self.n_clusters == 1:
+            return "public", np.zeros((1, data.X.shape[1])), 1
+        init, public_centers = self._resolve_init(data.server, data.X.shape[1], center)
+        return init, public_centers, self._resolved_lloyd_iter(init)
 
     # -- public plan ----------------------------------------------------------------
     def _plan(self, data):
         n_features = data.X.shape[1]
         center = self._resolve_center(n_features)
-        init, public_centers = self._resolve_init(data.server, n_features, center)
+        init, public_centers, n_lloyd = self._resolve_one_cluster(data, center)
         radius, unproven = self._resolve_federated_radius(data, center)
-        n_lloyd = self._resolved_lloyd_iter(init)
         active = self._active_steps(init, n_lloyd, min(self.n_clusters, n_features) < n_features)
         unit_bounds = self._unit_bounds(radius)
         budget = self._budget(active, n_lloyd, unit_bounds)
@@ -425,7 +452,8 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         values = {"center": center, "radius": radius, "init": init, "public": public_centers,
                   "n_lloyd": n_lloyd, "budget": budget, "estimator": estimator,
                   "client_bounds": unit_bounds if self.privacy_unit == "client" else {}}
-        attributes = {"data_radius_": radius, "init_": init, "n_lloyd_iter_": n_lloyd,
+        attributes = {"data_radius_": radius, "n_lloyd_iter_": n_lloyd,
+                      "init_": "mean" if self.n_clusters == 1 else init,
                       "budget_": budget.as_dict()}
         if self.verbose:
             print(f"[{type(self).__name__}] plan: init={init}, T={n_lloyd}, "
@@ -585,6 +613,9 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
             "n_rounds_": executor.n_rounds,
             "labels_": _nearest_labels(data.X, centers),
         }
+        if self.n_clusters == 1:  # the one round is the private mean: the ledger says so
+            lloyd_events = [e.with_label(e.label.replace("/lloyd_1/", "/mean/"))
+                            for e in lloyd_events]
         ledger = price_events(events + lloyd_events, values["budget"], self.neighbouring,
                               self.privacy_unit)
         return PrivateFit(centers, True, ledger, attributes=attributes)

@@ -43,6 +43,7 @@ from skdpcluster.cluster._highdim_recovery import (
     sparse_cluster_means,
     sparsify_rows,
 )
+from skdpcluster.cluster._one_cluster import fit_one_cluster, plan_one_cluster
 from skdpcluster.cluster._stable_init import nearest_centers
 from skdpcluster.mechanisms import exponential_mechanism
 from skdpcluster.utils import check_random_state
@@ -263,7 +264,21 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
     _RECOVERIES = ("mean",)
 
     def _check_n_clusters(self):
-        """k = 1 is allowed: the local search then has no second-nearest slot (d2 = inf)."""
+        """k = 1 is allowed: a private mean (or 1-median), see :meth:`_plan_one_cluster`."""
+
+    def _plan_one_cluster(self, X):
+        """``n_clusters=1``: the private mean (k-median: 1-median) on the whole budget, or ``None``.
+
+        ``None`` (Algorithm 4 with one centre) for ``recovery="sparse"``, whose
+        bound is the sparse one. :mod:`~skdpcluster.cluster._one_cluster` spends
+        delta: ``delta=0`` is refused there, before any randomness.
+        """
+        if self.n_clusters != 1 or self.recovery == "sparse":
+            return None
+        attributes = {"n_samples_noisy_": None, "settings_": None, "projection_dim_": None,
+                      "n_candidates_": [], "candidate_depth_": [], "selected_trial_": None,
+                      "budget_": None}
+        return plan_one_cluster(self, X, "mean" if self._POWER == 2 else "median", attributes)
 
     # -- public plan ----------------------------------------------------------------
     def _auto(self, name):
@@ -311,6 +326,9 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
     def _plan(self, X):
         n_features = X.shape[1]
         self._check_options(n_features)
+        one_cluster = self._plan_one_cluster(X)
+        if one_cluster is not None:
+            return one_cluster
         n_trials = self._n_trials()
         n_mean_steps = 1 + self._auto("n_refine_iter")
         budget = HighDimBudget.from_fractions(
@@ -357,6 +375,8 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
         return _Data(X, row_map, radius)
 
     def _fit_private(self, X, plan, rng):
+        if "one_cluster" in plan.values:
+            return fit_one_cluster(self, X, plan, rng)
         center, budget = plan.values["center"], plan.values["budget"]
         data = self._prepare(X, center, plan.values["radius"])
         count_rng, select_rng, *trial_rngs = rng.spawn(2 + budget.n_trials)

@@ -13,10 +13,13 @@ from sklearn.utils.validation import validate_data
 from skdpcluster.ktuple._tuples import allocate_blocks, generate_tuples_of_rows
 from skdpcluster.accountant import BudgetAccountant
 from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _BasePrivateClusterer, _restore_on_error
+from skdpcluster.cluster._cost_estimate import COST_KEYS, CostEstimateMixin
+from skdpcluster.cluster._one_cluster import R_MIN_FRACTION as DEFAULT_R_MIN_FRACTION
+from skdpcluster.cluster._one_cluster import fit_one_cluster, plan_one_cluster
 from skdpcluster.exceptions import InsufficientDataError
-from skdpcluster.mechanisms import PrivacyEvent, laplace_mechanism
+from skdpcluster.mechanisms import PrivacyEvent
 from skdpcluster.ktuple import min_tuples
-from skdpcluster.averaging import _project_onto_ball, private_average
+from skdpcluster.averaging import _project_onto_ball
 from skdpcluster.ktuple._framework import canonical_order, check_tuple_parameters, conditioning_event
 from skdpcluster.ktuple.averages import AVERAGES_SEPARATION, per_cluster_budget, private_k_averages
 from skdpcluster.ktuple.located import (
@@ -30,7 +33,6 @@ from skdpcluster.ktuple.noisy_centers import _check_modes as check_noisy_centers
 from skdpcluster.ktuple.noisy_centers import default_separation, private_k_noisy_centers
 from skdpcluster.ktuple.partition import _outer_ell, compute_m_eps1
 from skdpcluster.utils._compat import HasMethods, Interval, StrOptions, fit_context
-from skdpcluster.utils._data import as_rows
 from skdpcluster.utils._docstrings import shared_params
 from skdpcluster.utils._progress import phase
 
@@ -39,20 +41,15 @@ __all__ = ["KTupleClusterer"]
 #: Rows per tuple that ``n_tuples="auto"`` aims for with ``method="averages"``
 #: (the paper's "about 15 k samples" per tuple, spec §10.1).
 AVERAGES_ROWS_PER_CLUSTER = 15
-#: Resolution of the private averages relative to the data radius when ``r_min=None``.
-DEFAULT_R_MIN_FRACTION = 1e-4
 #: Rows per cluster in one block that ``n_tuples="auto"`` aims for with ``method="located"``.
 LOCATED_ROWS_PER_CLUSTER = 5
 #: Share of (epsilon, delta) that ``fallback_share="auto"`` reserves for the general method with
 #: the paper's methods (``"located"`` on rows reserves nothing: see :class:`_GeneralMethodOnRows`).
 AUTO_FALLBACK_SHARE = 0.1
-#: Share of epsilon spent on the private cost estimate when ``estimate_cost=True``.
-COST_SHARE = 0.05
-_COST_KEYS = ("clipped_cost", "mean_clipped_cost", "cost_clip", "cost_noise_scale")
 
 
 @shared_params
-class KTupleClusterer(_BasePrivateClusterer):
+class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
     r"""Differentially private k-tuple clustering (Cohen et al., ICML 2021).
 
     The rows are split at random into ``n_tuples`` disjoint blocks; a
@@ -94,7 +91,7 @@ class KTupleClusterer(_BasePrivateClusterer):
         Number of clusters k. The tuple path needs k >= 2; ``n_clusters=1``
         releases the private average of the rows in the bound's ball
         (:func:`~skdpcluster.averaging.private_average`, Proposition 2.9,
-        on the whole budget, at most epsilon=50; ``method_="private_average"``,
+        on the whole budget; ``method_="private_average"``,
         ``status_="success"``).
     method : {"auto", "located", "noisy_centers", "averages"}, default="auto"
         The private aggregation of the tuples. ``"auto"`` is ``"located"``
@@ -175,9 +172,11 @@ class KTupleClusterer(_BasePrivateClusterer):
         ``0`` turns the fallback off: a failed test releases nothing
         (``status_="failure"``) and too few rows raise.
     estimate_cost : bool, default=False
-        Spend 5% of epsilon (:data:`COST_SHARE`, pure DP; the fit gets the
+        Spend 5% of epsilon
+        (:data:`~skdpcluster.cluster._cost_estimate.COST_SHARE`, pure DP; the fit gets the
         rest) on a private estimate of the released centres' clipped
-        k-means cost (:func:`private_clipped_cost`), stored in ``quality_``.
+        k-means cost
+        (:func:`~skdpcluster.cluster._cost_estimate.private_clipped_cost`), stored in ``quality_``.
         Charged whatever the outcome.
     on_failure : {"warn", "raise"}, default="warn"
         When the private test fails: ``"warn"`` releases the fallback
@@ -499,21 +498,9 @@ class KTupleClusterer(_BasePrivateClusterer):
         unproven = {} if main_plan is None else dict(main_plan.unproven)
         return PrivateFitPlan(cost, values, attributes, unproven)
 
-    def _plan_with_cost_estimate(self, X):
-        """``estimate_cost=True``: the fit on ``1 - COST_SHARE`` of epsilon, then the cost on the rest.
-
-        The share is public; it is charged whether or not centres are released.
-        """
-        main = clone(self).set_params(estimate_cost=False,
-                                      epsilon=(1.0 - COST_SHARE) * self.epsilon)
-        main_plan = main._plan(X)
-        epsilon_cost = COST_SHARE * self.epsilon
-        values = {"cost_main": main, "cost_main_plan": main_plan, "cost_epsilon": epsilon_cost}
-        cost = (main_plan.cost[0] + epsilon_cost, main_plan.cost[1])
-        return PrivateFitPlan(cost, values, dict(main_plan.attributes), dict(main_plan.unproven))
-
     def _plan_one_cluster(self, X):
-        """``n_clusters=1``: the private average of the rows in the bound's ball (public plan).
+        """``n_clusters=1``: the private average of the rows in the bound's ball (public plan,
+        :func:`~skdpcluster.cluster._one_cluster.plan_one_cluster`).
 
         The private average reads the rows in memory: Dask input is refused here, before
         any randomness or budget is spent.
@@ -523,28 +510,10 @@ class KTupleClusterer(_BasePrivateClusterer):
                 "KTupleClusterer(n_clusters=1) does not accept Dask input: its private average "
                 "needs the rows in memory. Pass X.compute() (if it fits in memory), or use "
                 "PrivateStableKMeans(n_clusters=1), which accepts Dask input.")
-        center = self._resolve_center(X.shape[1])
-        radius, unproven = self._resolve_radius(X, center)
-        r_min = self.r_min if self.r_min is not None else DEFAULT_R_MIN_FRACTION * radius
         attributes = {"n_tuples_": 0, "m_": None, "ell_": np.nan, "separation_": np.nan,
                       "located_info_": None, "method_": "private_average",
-                      "data_radius_": radius, "fallback_info_": None}
-        values = {"one_cluster": True, "center": center, "data_radius": radius, "r_min": r_min}
-        return PrivateFitPlan((float(self.epsilon), float(self.delta)), values, attributes,
-                              unproven)
-
-    def _fit_one_cluster(self, X, plan, rng):
-        r"""One centre: :func:`~skdpcluster.averaging.private_average` (Cohen et al. 2021,
-        Proposition 2.9) of the rows projected onto the bound's ball, dividing by the public
-        ``n_samples``; :math:`(\varepsilon, \delta)`-DP under replace-one."""
-        center = plan.values["center"]
-        mean, event = private_average(
-            X - center, n_public=X.shape[0], data_radius=plan.values["data_radius"],
-            r_min=plan.values["r_min"], epsilon=self.epsilon,
-            delta=self.delta, beta=self.beta, rng=rng, neighbouring="replace_one")
-        centers = (mean + center)[None, :]
-        return PrivateFit(centers, True, [event.with_label("KTupleClusterer/private_average")],
-                          attributes={"labels_": np.zeros(X.shape[0], dtype=np.intp)})
+                      "fallback_info_": None}
+        return plan_one_cluster(self, X, "mean", attributes)
 
     def _resolved_fallback_share(self, X):
         """``fallback_share`` with ``"auto"`` resolved from public values, and the reason a
@@ -612,19 +581,10 @@ class KTupleClusterer(_BasePrivateClusterer):
     def _fit_private(self, X, plan, rng):
         """The release, its private quality signals and (``estimate_cost=True``) its cost."""
         if "cost_main" in plan.values:
-            main_rng, cost_rng = rng.spawn(2)
-            result = plan.values["cost_main"]._fit_private(X, plan.values["cost_main_plan"],
-                                                           main_rng)
-            estimate, event = private_clipped_cost(X, result.centers,
-                                                   epsilon=plan.values["cost_epsilon"],
-                                                   data_radius=plan.attributes.get("data_radius_"),
-                                                   rng=cost_rng)
-            result.events = list(result.events) + [event]
-            result.attributes["quality_"].update(estimate)
-            return result
+            return self._fit_with_cost_estimate(X, plan, rng)
         result = self._fit_release(X, plan, rng)
         result.attributes["quality_"] = {**self._test_outcome(result, plan),
-                                         **dict.fromkeys(_COST_KEYS)}
+                                         **dict.fromkeys(COST_KEYS)}
         return result
 
     def _test_outcome(self, result, plan):
@@ -647,7 +607,7 @@ class KTupleClusterer(_BasePrivateClusterer):
     def _fit_release(self, X, plan, rng):
         """The tuple path (if planned), then the fallback on its reserved share if needed."""
         if "one_cluster" in plan.values:
-            return self._fit_one_cluster(X, plan, rng)
+            return fit_one_cluster(self, X, plan, rng)
         if "fallback" not in plan.values:
             return self._fit_tuple_path(X, plan, rng)
         main_rng, fallback_rng = rng.spawn(2)
@@ -795,74 +755,8 @@ class KTupleClusterer(_BasePrivateClusterer):
         result = self._aggregate(tuples, plan, rng)
         result.attributes["labels_"] = np.empty(0, dtype=np.intp)
         result.attributes["quality_"] = {**self._test_outcome(result, plan),
-                                         **dict.fromkeys(_COST_KEYS)}
+                                         **dict.fromkeys(COST_KEYS)}
         return result
-
-
-def _clipped_cost_sensitivity(clip):
-    """Replace-one sensitivity of ``sum_x min(cost_x, clip)``: one term moves within [0, clip]."""
-    return clip
-
-
-def cost_clip(centers, data_radius=None):
-    r"""The public clip :math:`\tau` of :func:`private_clipped_cost`, from released values only.
-
-    :math:`\tau = (g/2)^2` with :math:`g` the median distance from a released
-    centre to its nearest other centre (rows of well separated clusters lie
-    within :math:`g/2` of their centre, so they are rarely clipped); for one
-    centre :math:`\tau = \Lambda^2` (``data_radius``, public or released).
-    """
-    if len(centers) == 1:
-        return float(data_radius) ** 2
-    gaps = np.linalg.norm(centers[:, None, :] - centers[None, :, :], axis=-1)
-    np.fill_diagonal(gaps, np.inf)
-    return float(np.median(gaps.min(axis=1)) / 2.0) ** 2
-
-
-def private_clipped_cost(X, centers, *, epsilon, rng, data_radius=None):
-    r"""Private estimate of the clipped k-means cost of released centres: Laplace, :math:`\varepsilon`-DP.
-
-    Releases :math:`\tilde C = \sum_x \min(\min_j\|x - c_j\|^2, \tau) +
-    \mathrm{Lap}(\tau/\varepsilon)`, the *truncated cost* of the selection
-    step of Shechner (2021; ``spec/shechner_stable.md`` §9.5), with
-    :math:`\tau` = :func:`cost_clip` of the released centres.
-    **Privacy.** The centres and :math:`\tau` are released (or public)
-    values, so given them each row adds one term in :math:`[0, \tau]`:
-    replacing one row moves the sum by at most :math:`\tau`, and the
-    Laplace mechanism (Dwork & Roth 2014, Theorem 3.6) is
-    :math:`\varepsilon`-DP under replace-one; it composes adaptively with
-    the release of the centres. ``n_samples`` is public under replace-one,
-    so ``mean_clipped_cost`` (:math:`\tilde C / n`) is post-processing.
-    Without centres nothing is computed and ``epsilon`` is charged unused,
-    so the charge never depends on the outcome.
-
-    Parameters
-    ----------
-    X : ndarray of shape (n_samples, n_features), or rows of :mod:`skdpcluster.utils._data`
-        A rows object (Dask input) is read in one map-reduce of per-chunk sums.
-    centers : ndarray of shape (k, n_features) or None
-    epsilon : float
-    rng : numpy.random.Generator
-    data_radius : float, default=None
-        The bound, used for one centre only.
-
-    Returns
-    -------
-    estimate : dict
-        ``"clipped_cost"``, ``"mean_clipped_cost"``, ``"cost_clip"`` and
-        ``"cost_noise_scale"`` (all ``None`` without centres).
-    event : PrivacyEvent
-    """
-    if centers is None:
-        return dict.fromkeys(_COST_KEYS), PrivacyEvent(
-            "unused_budget", float(epsilon), 0.0, label="KTupleClusterer/cost_estimate_unused")
-    clip = cost_clip(np.asarray(centers, dtype=float), data_radius)
-    cost = as_rows(X).map_reduce(_clipped_cost_sum, centers, clip)
-    noisy, event = laplace_mechanism(
-        float(cost), sensitivity=_clipped_cost_sensitivity(clip),
-        epsilon=epsilon, rng=rng, label="KTupleClusterer/clipped_cost")
-    return {"clipped_cost": float(noisy), "mean_clipped_cost": float(noisy) / X.shape[0],
-            "cost_clip": clip, "cost_noise_scale": event.scale}, event
 
 
 def _labels_or_none(X, centers):
@@ -870,15 +764,6 @@ def _labels_or_none(X, centers):
     if centers is None:
         return np.full(X.shape[0], -1, dtype=np.intp)
     return pairwise_distances_argmin(X, centers).astype(np.intp)  # chunked: bounded memory
-
-
-def _clipped_cost_sum(chunk, centers, clip):
-    """``sum_x min(min_j ||x - c_j||^2, clip)`` over a chunk of rows (one pass of a map-reduce)."""
-    nearest = np.full(chunk.X.shape[0], np.inf)
-    with np.errstate(over="ignore"):  # an extreme row costs inf and is clipped to tau
-        for center in centers:
-            np.minimum(nearest, np.square(chunk.X - center).sum(axis=1), out=nearest)
-    return float(np.minimum(nearest, clip).sum())
 
 
 def plan_fallback(X, n_clusters, epsilon, delta, data_radius, data_center, n_jobs):

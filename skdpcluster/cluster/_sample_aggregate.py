@@ -5,6 +5,8 @@ the chunks' T·k centres into k initial centres, then the core steps of
 :class:`~skdpcluster.PrivateStableKMeans` on the rows.
 """
 
+import math
+import warnings
 from dataclasses import replace
 from numbers import Integral
 
@@ -12,16 +14,24 @@ from sklearn.cluster import KMeans
 
 from skdpcluster.ktuple._tuples import generate_tuples
 from skdpcluster.averaging import _project_onto_ball
-from skdpcluster.cluster._stable import PrivateStableKMeans, _store_parameters
+from skdpcluster.cluster._stable import PrivateStableKMeans, _store_parameters, plan_budget
 from skdpcluster.cluster._stable_init import GridInitializer
 from skdpcluster.utils._compat import HasMethods, Interval, StrOptions
+from skdpcluster.exceptions import UtilityWarning
 from skdpcluster.utils._docstrings import shared_params
+from skdpcluster.utils._warnings import warn_user
 
 __all__ = ["SampleAggregateStableKMeans"]
 
 #: Rows per cluster and chunk of ``n_chunks="auto"`` (spec §9.9: non-private k-means
 #: recovers every cluster from about 50 rows of it).
 ROWS_PER_CLUSTER = 50
+#: Margin of the rows suggested by the utility warnings over the bare threshold: a cluster's
+#: chunk centres can straddle a cell boundary of the (randomly shifted) grid and split their
+#: count. Measured at k = d = 4, epsilon = 1 (``benchmarks/bench_local.py``'s mixture, radius 20,
+#: seeds 0 and 1): 2e5 rows (1x) gave 2 and 1 heavy cells (cost 4.7 and 8.1 x sklearn's), 4e5
+#: (2x) gave 4 and 4 (1.003 and 1.93 x): enough heavy cells are needed, not always sufficient.
+HEAVY_CELL_MARGIN = 2.0
 
 
 def _group_factor(n_clusters):
@@ -46,9 +56,12 @@ def aggregate_chunk_centers(points, n_clusters, *, rho, data_radius, neighbourin
     info : dict
     """
     group = _group_factor(n_clusters)
-    centers, events, info = GridInitializer().fit_centers(
-        points, n_clusters, budget={"rho": rho / group}, data_radius=data_radius,
-        neighbouring=neighbouring, rng=rng)
+    with warnings.catch_warnings():
+        # Too few heavy cells: the estimator warns (UtilityWarning), naming what would help.
+        warnings.filterwarnings("ignore", message="GridInitializer: only", category=UserWarning)
+        centers, events, info = GridInitializer().fit_centers(
+            points, n_clusters, budget={"rho": rho / group}, data_radius=data_radius,
+            neighbouring=neighbouring, rng=rng)
     events = [replace(event, rho=event.rho * group,
                       label=event.label.replace("stable/grid_init", "sample_aggregate"),
                       details={**event.details, "group_privacy": (
@@ -161,7 +174,8 @@ class SampleAggregateStableKMeans(PrivateStableKMeans):
     Parameters
     ----------
     n_clusters : int, default=8
-        Number of clusters k (>= 1).
+        Number of clusters k (>= 1); ``n_clusters=1`` is the private mean of
+        :class:`PrivateStableKMeans` (no chunks).
     epsilon : float, default=1.0
         Privacy parameter of the whole fit, > 0.
     delta : float, default=1e-6
@@ -210,6 +224,13 @@ class SampleAggregateStableKMeans(PrivateStableKMeans):
         ``"success"`` whenever centres are released (the aggregation has no
         private test, so no ``"fallback"``); ``"failure"`` only when a
         private step raised.
+    quality_ : dict
+        As in :class:`PrivateStableKMeans`, plus ``"heavy_cells_short"``
+        (the released number of heavy cells of the aggregation is below
+        ``n_clusters``: a :class:`~skdpcluster.UtilityWarning` was emitted)
+        and ``"rows_suggested"`` (public: rows at which the chunks would
+        clear the aggregation's noise threshold with a margin of
+        :data:`HEAVY_CELL_MARGIN`).
     labels_ : ndarray of shape (n_samples,)
         **Not private.**
     budget_ : dict
@@ -244,13 +265,14 @@ class SampleAggregateStableKMeans(PrivateStableKMeans):
     _parameter_constraints: dict = {
         **{name: rule for name, rule in PrivateStableKMeans._parameter_constraints.items()
            if name not in ("initializer", "fallback", "beta", "neighbouring",
-                           "final_lloyd_step")},
+                           "final_lloyd_step", "estimate_cost")},
         "n_chunks": [StrOptions({"auto"}), Interval(Integral, 1, None, closed="left")],
         "base_estimator": [None, HasMethods(["fit"])],
     }
     #: Fixed: the chunking is private under replace-one neighbours only.
     neighbouring = "replace_one"
     final_lloyd_step = False
+    estimate_cost = False
 
     def __init__(
         self,
@@ -279,5 +301,61 @@ class SampleAggregateStableKMeans(PrivateStableKMeans):
 
     def _plan(self, X):
         plan = super()._plan(X)
-        plan.values["initializer"].resolved_chunks(X.shape[0], self.n_clusters)
+        if "initializer" in plan.values:  # not the one-cluster plan (a private mean)
+            plan.values["initializer"].resolved_chunks(X.shape[0], self.n_clusters)
         return plan
+
+    # -- honest utility signals -------------------------------------------------------
+    def _heavy_cell_need(self, n_features, rho_init):
+        r"""Chunk centres a heavy cell needs, and rows that give each cluster that many (public).
+
+        Each chunk gives about one centre per cluster, so a cluster brings about
+        T = ``n_chunks`` points to the aggregation's grid, whose noisy counts
+        (budget :math:`\rho/k^2`, group privacy) must clear the threshold
+        :math:`\tau` of :meth:`GridInitializer.heavy_cell_threshold`. With
+        ``n_chunks="auto"`` (:math:`T = n/(50k)`) that is at least
+        :math:`50k\tau` rows; the suggestion is :data:`HEAVY_CELL_MARGIN` times that.
+        """
+        threshold = GridInitializer().heavy_cell_threshold(
+            n_features, rho_init / _group_factor(self.n_clusters), self.neighbouring)
+        rows = HEAVY_CELL_MARGIN * ROWS_PER_CLUSTER * self.n_clusters * threshold
+        return threshold, math.ceil(rows)
+
+    def _warn_if_noise_dominates(self, n_samples, n_features):
+        """Also warn, before spending, when the chunks are too few for any heavy cell (public)."""
+        super()._warn_if_noise_dominates(n_samples, n_features)
+        if self.n_clusters == 1:
+            return
+        fractions = self._fractions("zcdp", False)
+        rho_init = plan_budget("zcdp", fractions, self.epsilon, self.delta).initializer["rho"]
+        threshold, rows = self._heavy_cell_need(n_features, rho_init)
+        n_chunks = SampleAggregateInitializer(self.n_chunks).resolved_chunks(n_samples,
+                                                                            self.n_clusters)
+        if n_chunks < threshold:
+            warn_user(
+                f"{type(self).__name__}: with {n_samples} rows there are {n_chunks} chunks, so "
+                f"each cluster gives about {n_chunks} chunk centres, fewer than the about "
+                f"{threshold:.0f} a grid cell of the private aggregation needs to clear its "
+                f"noise (epsilon={self.epsilon}, group privacy over {self.n_clusters} centres "
+                "per chunk; a public estimate): the initial centres are likely to be filler "
+                f"points. About {rows} rows (or a larger epsilon) would help; "
+                "PrivateStableKMeans needs far fewer.", UtilityWarning)
+
+    def _quality(self, start, chosen, values):
+        """The stable ``quality_``, and a :class:`UtilityWarning` when the aggregation's released
+        number of heavy cells is below ``n_clusters`` (post-processing: free)."""
+        quality = super()._quality(start, chosen, values)
+        n_heavy, info = quality["n_heavy_cells"], start["info"]
+        _, rows = self._heavy_cell_need(values["center"].size,
+                                        values["budget"].initializer["rho"])
+        quality.update(heavy_cells_short=n_heavy < self.n_clusters, rows_suggested=rows)
+        if n_heavy < self.n_clusters:
+            warn_user(
+                f"{type(self).__name__}: the private aggregation of the {info['n_chunks']} "
+                f"chunks' centres found {n_heavy} heavy grid cells for n_clusters="
+                f"{self.n_clusters} (a function of its released noisy counts), so "
+                f"{self.n_clusters - n_heavy} initial centres are filler points and the core "
+                "steps may not recover the clusters; status_ stays 'success' (the aggregation "
+                f"has no private test). About {rows} rows (or a larger epsilon) would help; "
+                "PrivateStableKMeans needs far fewer.", UtilityWarning)
+        return quality

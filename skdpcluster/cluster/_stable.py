@@ -26,8 +26,10 @@ from skdpcluster.averaging import (
     private_one_medians_of_rows,
 )
 from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _BasePrivateClusterer
+from skdpcluster.cluster._cost_estimate import COST_KEYS, CostEstimateMixin
 from skdpcluster.cluster._highdim import HighDimInitializer
 from skdpcluster.cluster._ktuple import KTupleClusterer
+from skdpcluster.cluster._one_cluster import fit_one_cluster, plan_one_cluster
 from skdpcluster.cluster._stable_init import (
     GridInitializer,
     KTupleInitializer,
@@ -313,7 +315,7 @@ def _canonical(centers):
     return centers[_canonical_order(centers)]
 
 
-class _PrivateStableBase(_BasePrivateClusterer):
+class _PrivateStableBase(CostEstimateMixin, _BasePrivateClusterer):
     """Plan, initializer, selection and attributes shared by the two estimators.
 
     Subclasses set ``_REFINE_KEY``, ``_DEFAULT_SPLIT``, ``_POWER`` (2 for
@@ -332,16 +334,44 @@ class _PrivateStableBase(_BasePrivateClusterer):
         "budget_split": [None, dict],
         "selection": [StrOptions({"truncated", "full", "none"})],
         "neighbouring": [StrOptions({"replace_one", "add_remove"})],
+        "estimate_cost": ["boolean"],
     }
     _REFINE_KEY = "core"
     _POWER = 2
     _DEFAULT_SPLIT = {"init": 0.6, "core": 0.3, "select": 0.1}
 
     def _check_n_clusters(self):
-        """k = 1 is allowed: the core ball is then the whole domain (spec §11, A12)."""
+        """k = 1 is allowed: a private mean (or 1-median), see :meth:`_plan_one_cluster`."""
+
+    #: The one-cluster statistic of :mod:`skdpcluster.cluster._one_cluster`.
+    _ONE_CLUSTER = "mean"
+
+    def _plan_one_cluster(self, X):
+        """``n_clusters=1``: the private mean (1-median) on the whole budget, or ``None``.
+
+        ``None`` (the k-cluster path, whose core ball is then the whole
+        domain, spec §11, A12) for a mean on Dask input: the private average
+        needs the rows in memory. The 1-median runs pass by pass.
+        """
+        if self.n_clusters != 1 or (self._ONE_CLUSTER == "mean" and hasattr(X, "map_reduce")):
+            return None
+        attributes = {"initial_centers_": None, "candidate_centers_": {}, "initializer_": None,
+                      "selected_": f"private_{self._ONE_CLUSTER}", "initializer_status_": None,
+                      "initializer_info_": {}, "budget_": None,
+                      "quality_": {"test": None, "test_passed": None,
+                                   "selected": f"private_{self._ONE_CLUSTER}",
+                                   "n_heavy_cells": None, **dict.fromkeys(COST_KEYS)}}
+        if self._ONE_CLUSTER == "mean":
+            attributes.update(core_noisy_counts_=None, core_fallback_=None)
+        return plan_one_cluster(self, X, self._ONE_CLUSTER, attributes)
 
     # -- public plan --------------------------------------------------------------
     def _plan(self, X):
+        if self.estimate_cost:
+            return self._plan_with_cost_estimate(X)
+        one_cluster = self._plan_one_cluster(X)
+        if one_cluster is not None:
+            return one_cluster
         n_features = X.shape[1]
         center = self._resolve_center(n_features)
         initializer, name = self._resolve_initializer(n_features, center)
@@ -427,6 +457,10 @@ class _PrivateStableBase(_BasePrivateClusterer):
 
     # -- private part -------------------------------------------------------------------
     def _fit_private(self, X, plan, rng):
+        if "cost_main" in plan.values:
+            return self._fit_with_cost_estimate(X, plan, rng)
+        if "one_cluster" in plan.values:
+            return fit_one_cluster(self, X, plan, rng)
         values = plan.values
         data = clipped_rows(X, values["center"], values["radius"])
         init_rng, refine_rng, select_rng = rng.spawn(3)
@@ -453,11 +487,31 @@ class _PrivateStableBase(_BasePrivateClusterer):
             "initializer_status_": start["status"],
             "initializer_info_": start["info"],
             "labels_": data.training_labels(X, candidates[chosen], order, center),
+            "quality_": self._quality(start, chosen, values),
             **diagnostics,
         }
         status = "success" if start["status"] == "success" else "fallback"
         return PrivateFit(centers, True, events, attributes=attributes,
                           rho=events[-1].rho, status=status)
+
+    def _quality(self, start, chosen, values):
+        """``quality_``: the private test that ran, its released outcome and released values.
+
+        Only released values: the initializer's status (its private test's
+        outcome), the exponential mechanism's choice and the number of heavy
+        grid cells (a function of the released noisy counts). The selection
+        releases an index, not a cost: there is no noisy cost to report.
+        """
+        initializer = values["initializer"]
+        fallible = bool(getattr(initializer, "can_fail", True))
+        test = None
+        if fallible:
+            test = ("ktuple" if isinstance(initializer, KTupleInitializer)
+                    else type(initializer).__name__)
+        info = start["info"].get("fallback", start["info"])
+        return {"test": test, "test_passed": start["status"] == "success" if fallible else None,
+                "selected": chosen, "n_heavy_cells": info.get("n_heavy_cells"),
+                **dict.fromkeys(COST_KEYS)}
 
     def _report_fallback(self):
         """Nothing to add: the initializer's fallback has already warned, naming what ran."""
@@ -746,8 +800,21 @@ _SHARED_DOC = r"""
         exact number of rows is never used (every division is by a noisy
         count), the fit is then private under add/remove as well, except
         with the ``"ktuple"`` initializer, which treats the number of rows
-        as public (replace-one only). ``"add_remove"`` uses the smaller
-        sensitivities and gives the guarantee under add/remove only.
+        as public (replace-one only), and for k-means with
+        ``n_clusters=1``, whose private average divides by the number of
+        rows (with ``"add_remove"`` it divides by a noisy count instead).
+        ``"add_remove"`` uses the smaller sensitivities and gives the
+        guarantee under add/remove only.
+    estimate_cost : bool, default=False
+        Spend 5% of epsilon
+        (:data:`~skdpcluster.cluster._cost_estimate.COST_SHARE`, pure DP;
+        the fit gets the rest) on a private estimate of the released
+        centres' clipped cost (k-means: squared distances; k-median:
+        distances), stored in ``quality_`` as for
+        :class:`~skdpcluster.KTupleClusterer`
+        (:func:`~skdpcluster.cluster._cost_estimate.private_clipped_cost`).
+        Charged whatever the outcome. ``mean_clipped_cost`` divides by the
+        number of rows (public under replace-one).
     data_radius : float, "data" or None, default=None
         Public bound :math:`\Lambda`: rows are projected onto
         :math:`B(\mathrm{data\_center}, \Lambda)` (a per-row map, so
@@ -788,6 +855,15 @@ _SHARED_ATTRIBUTES = r"""
         (decided from the initializer's private output).
     initializer_info_ : dict
         Public diagnostics of the initializer (grid level, heavy cells, ...).
+    quality_ : dict
+        Private quality signals, released values only: ``"test"``
+        (``"ktuple"`` when a fallible initializer's private test ran, else
+        ``None``), ``"test_passed"`` (its released outcome, or ``None``),
+        ``"selected"`` (the selection's choice; it releases no cost),
+        ``"n_heavy_cells"`` (of the grid initializer, from its released
+        noisy counts) and the ``estimate_cost`` keys of
+        :class:`~skdpcluster.KTupleClusterer` (``None`` unless
+        ``estimate_cost=True``).
     status_ : {"success", "fallback", "failure"}
         Centres are always released: ``"success"`` when the initializer
         returned centres, ``"fallback"`` when it failed and its reserved share
@@ -968,6 +1044,7 @@ class PrivateStableKMeans(_PrivateStableBase):
         final_lloyd_step=False,
         selection="truncated",
         neighbouring="replace_one",
+        estimate_cost=False,
         data_radius=None,
         data_center=None,
         accountant=None,
@@ -1101,6 +1178,7 @@ class PrivateStableKMedian(_PrivateStableBase):
     }
     _REFINE_KEY = "median"
     _POWER = 1
+    _ONE_CLUSTER = "median"
     _CHUNKED_INPUT = True
     _DEFAULT_SPLIT = {"init": 0.5, "median": 0.4, "select": 0.1}
 
@@ -1120,6 +1198,7 @@ class PrivateStableKMedian(_PrivateStableBase):
         median_domain="local",
         selection="truncated",
         neighbouring="replace_one",
+        estimate_cost=False,
         data_radius=None,
         data_center=None,
         accountant=None,

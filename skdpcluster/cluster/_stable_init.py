@@ -615,6 +615,26 @@ class GridInitializer:
         _, vectors = np.linalg.eigh(matrix)
         return vectors[:, ::-1][:, :p], [event]
 
+    def _thresholds(self, n_features, n_dims, shares, neighbouring):
+        """The levels and, per level, the heavy-cell threshold :math:`\\tau_g` (public values)."""
+        levels = tuple(self._levels(n_dims))
+        sigma_counts, sigma_sums = self._noise_scales(n_features, shares, len(levels),
+                                                      neighbouring)
+        accuracy_floor = sigma_sums * math.sqrt(n_features) / GRID_CORESET_ERROR
+        cells = [shifted_cells_per_axis(g) ** n_dims for g in levels]
+        return levels, [max(sigma_counts * (math.sqrt(2.0 * math.log(size)) + 2.0),
+                            accuracy_floor) for size in cells]
+
+    def heavy_cell_threshold(self, n_features, rho, neighbouring):
+        """Smallest heavy-cell threshold over the levels: a cell needs at least this many rows.
+
+        A function of public values only (``n_features``, the budget, the
+        relation), for the estimators' utility messages.
+        """
+        shares = self._shares(n_features, rho)
+        return min(self._thresholds(n_features, self._dimension(n_features), shares,
+                                    neighbouring)[1])
+
     def _levels(self, p):
         """Cells per axis of every level (``g``, then its shifted grid has ``3g/2`` cells)."""
         return ([g for g in GRID_LEVELS if shifted_cells_per_axis(g) ** p <= self.max_grid_cells]
@@ -651,12 +671,9 @@ class GridInitializer:
         """
         n_features = rows.shape[1]
         n_dims = n_features if basis is None else basis.shape[1]
-        levels = tuple(self._levels(n_dims))
-        sigma_counts, sigma_sums = self._noise_scales(n_features, shares, len(levels),
-                                                      neighbouring)
-        accuracy_floor = sigma_sums * math.sqrt(n_features) / GRID_CORESET_ERROR
+        levels, thresholds = self._thresholds(n_features, n_dims, shares, neighbouring)
         grid = (levels, self._grid_shift(n_dims, data_radius, rng))
-        noisy_counts, thresholds, events = [], [], []
+        noisy_counts, events = [], []
         all_counts = rows.map_reduce(_grid_counts, basis, grid, data_radius)
         for g, counts in zip(levels, all_counts):
             counts = counts.astype(float)
@@ -665,8 +682,6 @@ class GridInitializer:
                 rho=shares["counts"] / len(levels), rng=rng,
                 label=f"stable/grid_init/counts_g{g}", neighbouring=neighbouring,
             )
-            thresholds.append(max(sigma_counts * (math.sqrt(2.0 * math.log(counts.size)) + 2.0),
-                                  accuracy_floor))
             noisy_counts.append(noisy)
             events.append(event)
         leaves = multiresolution_leaves([shifted_cells_per_axis(g) for g in levels], n_dims,

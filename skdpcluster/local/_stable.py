@@ -126,8 +126,10 @@ class LocalPrivateStableKMeans(_BasePrivateClusterer):
     Parameters
     ----------
     n_clusters : int, default=8
-        Number of clusters k (>= 1; with k = 1 the core ball is the whole
-        domain and the core round is a plain LDP mean).
+        Number of clusters k (>= 1). ``n_clusters=1`` is the local private
+        mean: one LDP-AVG round of all users over the data ball
+        (``n_rounds_=1``, ``selected_="mean"``, ``initial_centers_=None``),
+        each user sending one :math:`(\varepsilon, \delta)`-DP report.
     epsilon : float, default=1.0
         Each user's privacy parameter (local model), > 0.
     delta : float, default=1e-6
@@ -239,7 +241,7 @@ class LocalPrivateStableKMeans(_BasePrivateClusterer):
         return 2.0 * math.sqrt(self.n_clusters * n_features / n_samples) / self.epsilon
 
     def _check_n_clusters(self):
-        """k = 1 is allowed: the core ball is then the whole domain (spec §11, A12)."""
+        """k = 1 is allowed: one LDP-AVG round of all users, see :meth:`_fit_one_cluster`."""
 
     # -- public plan --------------------------------------------------------------
     def _groups(self):
@@ -265,10 +267,11 @@ class LocalPrivateStableKMeans(_BasePrivateClusterer):
                 "data to compute a bound. Pass data_radius=<a public bound on ||x - center||>.")
         center = self._resolve_center(X.shape[1])
         radius = self._checked_radius(float(self.data_radius), X.shape[0])
+        groups = {"mean": 1.0} if self.n_clusters == 1 else self._groups()
         plan = PrivateFitPlan(
             (float(self.epsilon), float(self.delta)),
-            {"center": center, "radius": radius, "groups": self._groups()},
-            {"data_radius_": radius, "n_rounds_": len(ROUNDS)},
+            {"center": center, "radius": radius, "groups": groups},
+            {"data_radius_": radius, "n_rounds_": len(groups)},
         )
         if self.verbose:
             print(f"[{type(self).__name__}] plan: {plan.values['groups']}")
@@ -276,6 +279,8 @@ class LocalPrivateStableKMeans(_BasePrivateClusterer):
 
     # -- the protocol ---------------------------------------------------------------
     def _fit_private(self, X, plan, rng):
+        if self.n_clusters == 1:
+            return self._fit_one_cluster(X, plan, rng)
         values = plan.values
         public_rng, *round_rngs = rng.spawn(4)
         users = split_users(len(X), values["groups"], public_rng)
@@ -307,6 +312,36 @@ class LocalPrivateStableKMeans(_BasePrivateClusterer):
         }
         return PrivateFit(candidates[chosen][order] + center, True,
                           self._ledger(round_events), attributes=attributes)
+
+    def _fit_one_cluster(self, X, plan, rng):
+        r"""k = 1: the local private mean, one LDP-AVG round of all users (thesis Claim 6.4).
+
+        Every user sends one LDP-AVG report over the single public region
+        :math:`B(\mu, \Lambda)` (the data ball, so no row is outside it): its
+        scaled offset :math:`(x - \mu)/\Lambda` as a noisy block vector and
+        its region index by randomized response, :math:`(\varepsilon,
+        \delta)`-DP in its row as in the k-cluster rounds. The server
+        releases :math:`\mu + \Lambda\,\mathrm{clip}_1(\tilde S/\tilde N)`,
+        or :math:`\mu` when the noisy count fails the acceptance rule
+        (post-processing). One round, one report per user.
+        """
+        values = plan.values
+        common = {"epsilon": float(self.epsilon), "delta": float(self.delta),
+                  "data_center": values["center"], "data_radius": values["radius"]}
+        phase("round 1: mean", users=len(X))
+        origin = np.zeros((1, X.shape[1]))
+        mean, fallback, events = self._core_round(X, origin, common, rng, name="mean",
+                                                  radii=np.array([values["radius"]]))
+        attributes = {
+            "initial_centers_": None, "candidate_centers_": {"mean": mean + values["center"]},
+            "selected_": "mean", "core_fallback_": fallback,
+            "rounds_": [{"name": "mean", "n_users": len(X),
+                         "epsilon": math.fsum(e.epsilon for e in events),
+                         "delta": math.fsum(e.delta for e in events)}],
+            "labels_": np.zeros(len(X), dtype=np.intp),
+        }
+        return PrivateFit(mean + values["center"], True, self._ledger({"mean": events}),
+                          attributes=attributes)
 
     def _ledger(self, round_events):
         """One report per round at zero cost, then the per-user guarantee (the fit's charge)."""
@@ -343,12 +378,14 @@ class LocalPrivateStableKMeans(_BasePrivateClusterer):
                                                      rng)
         return _canonical(_project_onto_ball(centers, 0.0, radius)), events
 
-    def _core_round(self, X, initial, common, rng):
-        """Round 2: LDP-AVG over the balls B(b_i, f D_i); accepted regions move to their mean."""
-        gaps = center_gaps(initial)
-        radii = np.where(np.isinf(gaps), 2.0 * common["data_radius"],
-                         self.core_radius_factor * gaps)
-        public_round = AverageRound("core", BallRegions(initial, radii), **common)
+    def _core_round(self, X, initial, common, rng, name="core", radii=None):
+        """Round 2: LDP-AVG over the balls B(b_i, f D_i) (or public ``radii``); accepted regions
+        move to their mean."""
+        if radii is None:
+            gaps = center_gaps(initial)
+            radii = np.where(np.isinf(gaps), 2.0 * common["data_radius"],
+                             self.core_radius_factor * gaps)
+        public_round = AverageRound(name, BallRegions(initial, radii), **common)
         estimate, events = simulate_round(X, public_round, rng)
         noisy = NoisyCells(estimate.sums, estimate.counts, estimate.sigma_sum,
                            estimate.sigma_count, [])

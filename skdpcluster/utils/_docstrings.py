@@ -16,7 +16,10 @@ import re
 _shared_params = {
     "n_clusters": """\
 n_clusters : int, default=8
-    Number of clusters k (>= 1).""",
+    Number of clusters k (>= 1). ``n_clusters=1`` releases a private mean
+    (k-median: a private 1-median) of the rows in the bound's ball through
+    :mod:`skdpcluster.averaging`, on the whole budget
+    (:mod:`skdpcluster.cluster._one_cluster`; ``status_="success"``).""",
     "epsilon": """\
 epsilon : float, default=1.0
     Privacy parameter of the whole fit, > 0.""",

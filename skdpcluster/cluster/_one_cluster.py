@@ -1,0 +1,159 @@
+r"""One cluster (``n_clusters=1``): a private mean or 1-median from :mod:`skdpcluster.averaging`.
+
+With one cluster there is nothing to separate: the k-means centre is the
+mean of the rows and the k-median centre their 1-median. The central
+estimators answer ``n_clusters=1`` with these two primitives, on the whole
+budget, instead of running their k-cluster machinery:
+
+* k-means (:class:`~skdpcluster.KTupleClusterer`,
+  :class:`~skdpcluster.PrivateStableKMeans`,
+  :class:`~skdpcluster.SampleAggregateStableKMeans`,
+  :class:`~skdpcluster.PrivateHighDimKMeans`):
+  :func:`~skdpcluster.averaging.private_average` (Cohen et al. 2021,
+  Proposition 2.9) of the rows projected onto the bound's ball;
+* k-median (:class:`~skdpcluster.PrivateStableKMedian`,
+  :class:`~skdpcluster.PrivateHighDimKMedian`): the private 1-median
+  (:func:`~skdpcluster.averaging.private_one_medians`, one cell whose domain
+  is the bound's ball; Shechner 2021, §5), in memory or pass by pass on Dask
+  rows.
+
+**Privacy.** Under replace-one the number of rows is public, so the mean
+divides by ``n_samples`` and is :math:`(\varepsilon, \delta)`-DP (Proposition
+2.9 with the review's Finding 6). Under add/remove (an estimator with
+``neighbouring="add_remove"``) the divisor is a Laplace count
+(:func:`~skdpcluster.averaging.private_count`) on :data:`COUNT_SHARE` of
+epsilon, and the average runs on the rest: basic composition gives
+:math:`(\varepsilon, \delta)`. The 1-median is :math:`(\varepsilon,
+\delta)`-DP under both relations (its count is noisy). The projection onto
+the ball is a per-row map, so neighbours stay neighbours. The charge is the
+planned :math:`(\varepsilon, \delta)` whatever the data.
+"""
+
+import numpy as np
+
+from skdpcluster.averaging import private_average, private_count, private_one_medians
+from skdpcluster.averaging.one_median import private_one_medians_of_rows
+from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan
+
+__all__ = ["fit_one_cluster", "plan_one_cluster"]
+
+#: Resolution of the private average relative to the data radius when ``r_min`` is not given.
+R_MIN_FRACTION = 1e-4
+#: Share of epsilon spent on the noisy count of the mean under add/remove neighbours.
+COUNT_SHARE = 0.1
+#: Gradient steps and step factor of the 1-median (those of PrivateStableKMedian's defaults).
+MEDIAN_ITERATIONS, MEDIAN_STEP_SCALE = 50, 0.5
+
+
+def plan_one_cluster(estimator, X, statistic, attributes=None):
+    """The public plan of a one-cluster fit: centre, bound and grid step (no randomness).
+
+    Parameters
+    ----------
+    estimator : private clusterer
+        Its ``epsilon``, ``delta``, ``data_center`` and ``data_radius`` are used
+        (the bound through its ``_resolve_radius``: a public value, or, with
+        ``data_radius="data"``, the exact one with its warning).
+    X : ndarray or rows object
+        The rows (Dask rows only for ``statistic="median"``).
+    statistic : {"mean", "median"}
+    attributes : dict, default=None
+        The estimator's fitted attributes of this path (``labels_`` and
+        ``data_radius_`` are set here).
+
+    Returns
+    -------
+    PrivateFitPlan
+    """
+    if statistic == "mean" and hasattr(X, "map_reduce"):
+        raise ValueError(
+            f"{type(estimator).__name__}(n_clusters=1) computes a private mean that needs the rows "
+            "in memory; this path should not have been planned for Dask input.")
+    if estimator.delta == 0:
+        raise ValueError(
+            f"delta=0: {type(estimator).__name__}(n_clusters=1) releases a private "
+            f"{statistic} (skdpcluster.averaging), which spends delta; pass delta > 0.")
+    center = estimator._resolve_center(X.shape[1])
+    radius, unproven = estimator._resolve_radius(X, center)
+    r_min = getattr(estimator, "r_min", None) or R_MIN_FRACTION * radius
+    values = {"one_cluster": statistic, "center": center, "data_radius": radius, "r_min": r_min}
+    attributes = {**(attributes or {}), "data_radius_": radius}
+    return PrivateFitPlan((float(estimator.epsilon), float(estimator.delta)), values, attributes,
+                          unproven)
+
+
+def fit_one_cluster(estimator, X, plan, rng):
+    """Release the planned one-cluster centre; the ledger names the averaging step.
+
+    Returns
+    -------
+    PrivateFit
+        One centre (original coordinates), ``labels_`` all 0 (lazy on Dask
+        rows), and the primitive's events labelled
+        ``"<Estimator>/private_average"`` or ``"<Estimator>/private_one_median"``.
+    """
+    owner = type(estimator).__name__
+    neighbouring = getattr(estimator, "neighbouring", "replace_one")
+    if plan.values["one_cluster"] == "mean":
+        centre, events = _private_mean(X - plan.values["center"], plan.values, estimator,
+                                       neighbouring, rng)
+    else:
+        centre, events = _private_median(X, plan.values, estimator, neighbouring, rng)
+    events = [event.with_label(f"{owner}/{event.mechanism}") for event in events]
+    return PrivateFit((centre + plan.values["center"])[None, :], True, events,
+                      attributes={"labels_": _one_cluster_labels(X)})
+
+
+def _private_mean(points, values, estimator, neighbouring, rng):
+    """Proposition 2.9 on the whole budget; under add/remove, first a noisy count as divisor."""
+    epsilon, delta = float(estimator.epsilon), float(estimator.delta)
+    events, n_public = [], float(points.shape[0])
+    count_rng, average_rng = rng.spawn(2)
+    if neighbouring == "add_remove":
+        noisy, count_event = private_count(points.shape[0], epsilon=COUNT_SHARE * epsilon,
+                                           rng=count_rng)
+        events, n_public = [count_event], max(float(noisy), 1.0)
+        epsilon -= count_event.epsilon
+    mean, event = private_average(
+        points, n_public=n_public, data_radius=values["data_radius"], r_min=values["r_min"],
+        epsilon=epsilon, delta=delta, beta=getattr(estimator, "beta", 0.05), rng=average_rng,
+        neighbouring=neighbouring)
+    return mean, events + [event]
+
+
+def _private_median(X, values, estimator, neighbouring, rng):
+    """The private 1-median of one cell, the bound's ball, from its centre (in memory or chunks)."""
+    # Imported here: cluster._stable imports cluster._ktuple, which imports this module.
+    from skdpcluster.cluster._stable import clipped_rows  # noqa: PLC0415
+
+    radius = values["data_radius"]
+    data = clipped_rows(X, values["center"], radius)
+    parameters = dict(
+        centers=np.zeros((1, X.shape[1])), radii=np.array([radius]),
+        epsilon=float(estimator.epsilon), delta=float(estimator.delta), rng=rng,
+        n_iter=getattr(estimator, "gd_iterations", MEDIAN_ITERATIONS),
+        step_scale=getattr(estimator, "gd_step_scale", MEDIAN_STEP_SCALE),
+        neighbouring=neighbouring)
+    if hasattr(data, "X"):
+        medians, event = private_one_medians(data.X, np.zeros(len(data.X), dtype=np.intp),
+                                             **parameters)
+    else:
+        medians, event = private_one_medians_of_rows(data, _single_cell, **parameters)
+    return medians[0], [event]
+
+
+def _single_cell(chunk):
+    """Every row of a chunk is in the one cell (picklable, for the Dask passes)."""
+    return np.zeros(len(chunk.X), dtype=np.intp)
+
+
+def _one_cluster_labels(X):
+    """Label 0 for every training row (a lazy Dask array for Dask rows)."""
+    if hasattr(X, "map_rows"):
+        return X.map_rows(_zero_labels, dtype=np.intp)
+    return np.zeros(X.shape[0], dtype=np.intp)
+
+
+def _zero_labels(block):
+    return np.zeros(len(block), dtype=np.intp)
+
