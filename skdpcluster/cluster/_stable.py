@@ -725,6 +725,10 @@ _SHARED_DOC = r"""
           ``fit_centers``); unless its ``can_fail`` attribute is False it
           may fail like ``"ktuple"`` and gets a ``"fallback"`` share.
 
+        On Dask input, ``"grid"``, ``"ktuple"`` (the blocks inside the chunks,
+        as :class:`~skdpcluster.KTupleClusterer` on Dask) and public centres
+        run; an object runs if its ``accepts_chunked_rows`` is True.
+
         The default is ``"grid"``, from ``benchmarks/bench_stable.py`` (k = 4,
         d = 4, unit-variance components whose closest means are 10 standard
         deviations apart, ``data_radius=20``, delta = 1e-6): at epsilon = 1
@@ -749,6 +753,8 @@ _SHARED_DOC = r"""
         that is not an easy instance. Which branch runs is decided by the
         initializer's released status; both branches spend the same share, so
         the accounting is unchanged (``"fallback"`` in ``budget_``).
+        ``"highdim"`` reads the rows in memory: with a fallible initializer it
+        is refused on Dask input, before anything is spent.
     base_estimator : estimator, default=None
         Non-private clusterer of the ``"ktuple"`` initializer (see
         :class:`~skdpcluster.KTupleClusterer`); unused otherwise.

@@ -478,6 +478,21 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
     assignment; the learner needs about :math:`d^2` rows per component, and
     its accuracy scales with ``sigma_max``, so a tight public bound helps.
 
+    **Dask input** (issue #20; the guide's "Fitting out of core on Dask"):
+    ``fit`` accepts a :class:`dask.array.Array` or a dask dataframe of numeric
+    columns with known chunk sizes. The split of step 1 is drawn inside every
+    chunk (``n_tuples * samples_per_tuple`` tuple rows in all, whole blocks per
+    chunk, in proportion to the public chunk sizes), the tuples of step 2 are
+    computed where the chunks live, and every statistic of steps 4-6 (counts,
+    clipped sums, the learner's moments) is one map-reduce, with the noise
+    added once in the driver by the same mechanisms. A changed row is still in
+    one part and, in the tuple rows, in one block, so the privacy analysis is
+    unchanged. With one chunk the release is the in-memory one, bit for bit;
+    with several, the split and the blocks are random within the chunks: the
+    same distribution when the rows are in random order across chunks.
+    ``sigma_min=None`` or ``sigma_max=None`` (bounds from the data) is refused
+    on Dask input before anything is spent.
+
     Read more in ``spec/cohen_ktuple.md`` §9.
 
     Parameters
@@ -628,8 +643,9 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         The learner's bounds for every component; all ``nan`` for a bound
         computed from the data (``sigma_min=None`` or ``sigma_max=None``).
     labels_ : ndarray of shape (n_samples,)
-        :meth:`predict` on the training rows (-1 after a failure). **Not
-        private**: a function of the training data.
+        :meth:`predict` on the training rows (-1 after a failure); a lazy
+        Dask array after a fit on Dask input. **Not private**: a function of
+        the training data.
     n_tuples_, samples_per_tuple_, n_fresh_ : int
         Blocks, rows per block, and fresh rows (public).
     m_, ell_, separation_, data_radius_ : int, float, float, float
