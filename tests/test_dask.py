@@ -573,6 +573,29 @@ def test_mixture_dask_fit_in_chunks_draws_the_blocks_inside_the_chunks(far_mixtu
     assert np.mean(chunked.labels_.compute() == in_memory.labels_) > 0.99
 
 
+@pytest.mark.slow  # 2 x 30 fits: about a minute on 2 busy cores
+def test_mixture_dask_fit_in_chunks_has_the_in_memory_distribution(far_mixture):
+    """On rows in random order, the chunked split and blocks give releases distributed as in
+    memory: over 30 seeds each, the held-out log-likelihood of the released mixture passes a
+    two-sample Kolmogorov-Smirnov test, and the k-tuple test passes about as often."""
+    from scipy.stats import ks_2samp
+
+    held_out, _ = make_separated_mixture(2_000, n_clusters=4, n_features=3, separation=40,
+                                         random_state=99)
+    chunked_input = da.from_array(far_mixture, chunks=CHUNK_ROWS)
+    results = {"memory": [], "chunks": []}
+    for seed in range(30):
+        estimator = PrivateGaussianMixture(4, data_radius=FAR_RADIUS, random_state=seed)
+        for name, X in (("memory", far_mixture), ("chunks", chunked_input)):
+            fitted = _fit(estimator, X)
+            results[name].append((fitted.score(held_out), fitted.status_ == "success"))
+    memory, chunks = (np.array(results[name]) for name in ("memory", "chunks"))
+    assert ks_2samp(memory[:, 0], chunks[:, 0]).pvalue > 1e-3
+    # Success counts of two binomial(30, p) samples: a difference above 13 has probability
+    # below 4e-4 whatever p (computed exactly over p in [0.01, 0.99]).
+    assert abs(memory[:, 1].sum() - chunks[:, 1].sum()) <= 13
+
+
 def test_mixture_dask_split_changes_one_row_of_one_part_when_one_row_is_replaced(mixture):
     """Privacy of step 1 on chunks: the split is data-independent, so a replaced row is in the
     tuple rows or in the fresh rows of both neighbours, at the same place."""
