@@ -19,7 +19,6 @@ from scipy import linalg
 from scipy.special import logsumexp
 from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.exceptions import NotFittedError
-from sklearn.metrics import pairwise_distances_argmin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from skdpcluster.ktuple._tuples import allocate_blocks, generate_tuples_of_rows
@@ -29,6 +28,7 @@ from skdpcluster.cluster._base import (
     PrivateFitPlan,
     _PrivateFitMixin,
 )
+from skdpcluster.cluster._stable_init import nearest_centers
 from skdpcluster.cluster._ktuple import (
     AUTO_FALLBACK_SHARE,
     KTupleClusterer,
@@ -222,19 +222,19 @@ def _components(fresh, centers):
         counts = fresh.map_reduce(_component_counts, centers)
         return [fresh.with_chunks(partial(_component_chunk, centers=centers, component=j))
                 for j in range(k)], counts
-    labels = pairwise_distances_argmin(fresh, centers)
+    labels = nearest_centers(fresh, centers)[0]
     return [fresh[labels == j] for j in range(k)], np.bincount(labels, minlength=k)
 
 
 def _component_counts(chunk, centers):
     """Rows of a chunk nearest to each centre (one pass of a map-reduce)."""
-    return np.bincount(pairwise_distances_argmin(chunk.X, centers), minlength=len(centers))
+    return np.bincount(nearest_centers(chunk.X, centers)[0], minlength=len(centers))
 
 
 def _component_chunk(block, centers, component):
     """The rows of a chunk nearest to ``centers[component]``."""
     rows = np.asarray(block, dtype=np.float64)
-    return RowChunk(rows[pairwise_distances_argmin(rows, centers) == component])
+    return RowChunk(rows[nearest_centers(rows, centers)[0] == component])
 
 
 def _clipped_offset_sum(chunk, center, radius):
