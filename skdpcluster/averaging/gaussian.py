@@ -6,7 +6,7 @@ import math
 import numpy as np
 
 from skdpcluster.averaging._common import (
-    _check_finite_array,
+    _check_center,
     _check_generator,
     _check_points,
     _check_positive_int,
@@ -158,11 +158,7 @@ def _coinpress_covariance(rows, mean, n_public, sigma_min, sigma_max, rho_steps,
 def _rows_and_center(points, center):
     """``points`` as rows of :mod:`skdpcluster.utils._data` (an array is validated first)."""
     if hasattr(points, "map_reduce"):
-        center = _check_finite_array(center, "center", 1)
-        if center.shape != (points.shape[1],):
-            raise ValueError(f"center must have shape ({points.shape[1]},) to match points, got "
-                             f"{center.shape}.")
-        return points, center
+        return points, _check_center(center, points.shape[1])
     points, center = _check_points(points, center)
     return as_rows(points), center
 
