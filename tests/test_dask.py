@@ -610,7 +610,8 @@ def test_mixture_dask_split_changes_one_row_of_one_part_when_one_row_is_replaced
 
     def parts(X):
         rows = DaskRows(da.from_array(X, chunks=CHUNK_ROWS))
-        return [part.array.compute() for part in _split_rows(rows, layout, np.random.default_rng(4))]
+        split = _split_rows(rows, layout, np.random.default_rng(4))
+        return [part.array.compute() for part in split]
 
     (tuples, fresh), (tuples_n, fresh_n) = parts(mixture), parts(neighbour)
     assert len(tuples) == sum(layout) and len(fresh) == len(mixture) - sum(layout)

@@ -376,7 +376,7 @@ class _PrivateStableBase(_BasePrivateClusterer):
         return plan
 
     def _check_chunked_initializers(self, initializer, name, with_fallback):
-        """Refuse, before any randomness, an initializer (or fallback) that cannot read Dask rows."""
+        """Refuse, before any randomness, an initializer or fallback that cannot read Dask rows."""
         if not getattr(initializer, "accepts_chunked_rows", False):
             raise ValueError(
                 f"initializer={name!r} does not run on Dask input yet; use initializer='grid', "

@@ -156,7 +156,7 @@ class DaskRows:
         return DaskRows(self.array[rows], self.make_chunk)
 
     def split(self, n_first, rng):
-        """A random split of every chunk: its first ``n_first[i]`` rows in random order, and the rest.
+        """A random split of every chunk i: ``n_first[i]`` of its rows at random, and the rest.
 
         Chunk i's rows are permuted by its generator of
         :func:`chunk_generators` (``rng`` itself when there is one chunk, so
