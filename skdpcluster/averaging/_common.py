@@ -61,12 +61,17 @@ def _check_points(points, center=None):
         raise ValueError("points must have at least one column (feature).")
     if center is None:
         return points, None
+    return points, _check_center(center, points.shape[1])
+
+
+def _check_center(center, n_features):
+    """A finite centre of shape ``(n_features,)`` (the points' number of columns)."""
     center = _check_finite_array(center, "center", 1)
-    if center.shape != (points.shape[1],):
+    if center.shape != (n_features,):
         raise ValueError(
-            f"center must have shape ({points.shape[1]},) to match points, got {center.shape}."
+            f"center must have shape ({n_features},) to match points, got {center.shape}."
         )
-    return points, center
+    return center
 
 
 def _check_grid(data_radius, r_min):

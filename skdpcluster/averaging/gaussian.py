@@ -6,6 +6,7 @@ import math
 import numpy as np
 
 from skdpcluster.averaging._common import (
+    _check_center,
     _check_generator,
     _check_points,
     _check_positive_int,
@@ -17,6 +18,7 @@ from skdpcluster.mechanisms import (
     PrivacyEvent,
     zcdp_gaussian_mechanism,
 )
+from skdpcluster.utils._data import as_rows
 
 # Confidence of each CoinPress step; it sets the clipping radii and the
 # shrinking of the confidence sets, so it affects utility only, never privacy.
@@ -45,26 +47,32 @@ def _clip_rows(vectors, radius):
     return _project_onto_ball(vectors, 0.0, radius)
 
 
-def _coinpress_mean(scaled, n_public, radius, rho_steps, rng):
+def _scaled_offset_sum(chunk, center, scale, centre, clip_radius):
+    """``sum(clip((x - center) / scale - centre, clip_radius))`` over a chunk of rows."""
+    return _clip_rows((chunk.X - center) / scale - centre, clip_radius).sum(axis=0)
+
+
+def _coinpress_mean(rows, center, scale, n_public, radius, rho_steps, rng):
     r"""CoinPress mean steps (MVM, iterated as MVMRec; Biswas et al. 2020), add/remove version.
 
-    ``scaled`` has covariance at most the identity and mean in
+    In the coordinates :math:`y = (x - c)/s` of the ``rows`` (``center`` c,
+    ``scale`` s) the data has covariance at most the identity and mean in
     :math:`B(0, r)`. Each step clips to :math:`B(c_t, r_t + \gamma_1)`,
     releases :math:`c_t + \sum (\mathrm{clip}(y) - c_t)/n` with sensitivity
     :math:`(r_t + \gamma_1)/n`, then shrinks the ball to
     :math:`r_{t+1} = \gamma_2\sqrt{1/n + s_t^2}`, :math:`s_t` the noise sd.
-    Radii depend only on public values.
+    Radii depend only on public values. Each step is one pass over ``rows``.
     """
-    n_dim = scaled.shape[1]
+    n_dim = rows.shape[1]
     clip_margin = _chi_radius(n_dim, math.log(n_public / _COINPRESS_BETA))
     shrink = _chi_radius(n_dim, math.log(1.0 / _COINPRESS_BETA))
     centre = np.zeros(n_dim)
     for rho_step in rho_steps:
         clip_radius = radius + clip_margin
-        offsets = _clip_rows(scaled - centre, clip_radius)
+        total = rows.map_reduce(_scaled_offset_sum, center, scale, centre, clip_radius)
         sensitivity = clip_radius / n_public
         centre, _ = zcdp_gaussian_mechanism(
-            centre + offsets.sum(axis=0) / n_public, sensitivity=sensitivity, rho=rho_step,
+            centre + total / n_public, sensitivity=sensitivity, rho=rho_step,
             rng=rng, neighbouring="add_remove",
         )
         noise_sd = sensitivity / math.sqrt(2.0 * rho_step)
@@ -106,7 +114,13 @@ def _refine_whitening(estimate, transform, ratio, noise_norm, sampling):
     return inverse_sqrt @ transform, 1.0 / lower
 
 
-def _coinpress_covariance(centred, n_public, sigma_min, sigma_max, rho_steps, rng):
+def _whitened_second_moment(chunk, mean, transform, clip_norm):
+    """``sum(w w^T)`` over a chunk, ``w`` = ``(x - mean)`` whitened by ``transform`` and clipped."""
+    whitened = _clip_rows((chunk.X - mean) @ transform.T, clip_norm)
+    return whitened.T @ whitened
+
+
+def _coinpress_covariance(rows, mean, n_public, sigma_min, sigma_max, rho_steps, rng):
     r"""CoinPress covariance steps (MVC, iterated as MVCRec; Biswas et al. 2020), add/remove.
 
     Each step whitens with :math:`T`, clips to norm :math:`\sqrt{u}\gamma`,
@@ -117,19 +131,21 @@ def _coinpress_covariance(centred, n_public, sigma_min, sigma_max, rho_steps, rn
     :math:`2 s(\sqrt d + \sqrt{\log(2/\beta)})` with probability
     :math:`1-\beta` (Sudakov-Fernique comparison with :math:`2s\langle g, v\rangle`
     and Gaussian concentration). Returns the last estimate in the original
-    coordinates, :math:`T^{-1} Z T^{-\top}`.
+    coordinates, :math:`T^{-1} Z T^{-\top}`. The rows are centred at the private
+    ``mean``; each step is one pass over ``rows``.
     """
-    n_dim = centred.shape[1]
+    n_dim = rows.shape[1]
     clip_norm = _chi_radius(n_dim, math.log(n_public / _COINPRESS_BETA))
     log_two_over_beta = math.log(2.0 / _COINPRESS_BETA)
     sampling = math.sqrt(n_dim / n_public) + math.sqrt(2.0 * log_two_over_beta / n_public)
     spectral_factor = 2.0 * (math.sqrt(n_dim) + math.sqrt(log_two_over_beta))
     transform, ratio = np.eye(n_dim) / sigma_min, (sigma_max / sigma_min) ** 2
     for rho_step in rho_steps:
-        whitened = _clip_rows(centred @ transform.T, math.sqrt(ratio) * clip_norm)
+        moment = rows.map_reduce(_whitened_second_moment, mean, transform,
+                                 math.sqrt(ratio) * clip_norm)
         sensitivity = ratio * clip_norm**2 / n_public
         noisy_upper, _ = zcdp_gaussian_mechanism(
-            (whitened.T @ whitened / n_public)[np.triu_indices(n_dim)], sensitivity=sensitivity,
+            (moment / n_public)[np.triu_indices(n_dim)], sensitivity=sensitivity,
             rho=rho_step, rng=rng, neighbouring="add_remove",
         )
         estimate, used_transform = _symmetric_from_upper(noisy_upper, n_dim), transform
@@ -137,6 +153,14 @@ def _coinpress_covariance(centred, n_public, sigma_min, sigma_max, rho_steps, rn
         transform, ratio = _refine_whitening(estimate, transform, ratio, noise_norm, sampling)
     unwhiten = np.linalg.inv(used_transform)
     return unwhiten @ estimate @ unwhiten.T
+
+
+def _rows_and_center(points, center):
+    """``points`` as rows of :mod:`skdpcluster.utils._data` (an array is validated first)."""
+    if hasattr(points, "map_reduce"):
+        return points, _check_center(center, points.shape[1])
+    points, center = _check_points(points, center)
+    return as_rows(points), center
 
 
 def _project_spectrum(matrix, low, high):
@@ -201,7 +225,9 @@ def private_gaussian_estimate(
 
     Parameters
     ----------
-    points : array-like of shape (n_points, n_features)
+    points : array-like of shape (n_points, n_features), or rows of :mod:`skdpcluster.utils._data`
+        A rows object (Dask input, already validated) is read in one
+        map-reduce of per-chunk sums per step.
     n_public : float
         Public or noisy count, >= 1; every sum is divided by it.
     center : array-like of shape (n_features,)
@@ -226,7 +252,7 @@ def private_gaussian_estimate(
         ``"private_gaussian_estimate"`` with ``rho`` the total spent and
         ``epsilon = delta = 0``.
     """
-    points, center = _check_points(points, center)
+    rows, center = _rows_and_center(points, center)
     n_public = _check_real(n_public, "n_public", low=1.0, low_inclusive=True)
     radius = _check_real(radius, "radius")
     sigma_min = _check_real(sigma_min, "sigma_min")
@@ -237,11 +263,10 @@ def private_gaussian_estimate(
     rng = _check_generator(rng)
     rho_mean = [_split_evenly(rho / 2.0, n_iter_mean)] * n_iter_mean
     rho_cov = [_split_evenly(rho / 2.0, n_iter_cov)] * n_iter_cov
-    scaled_mean = _coinpress_mean(
-        (points - center) / sigma_max, n_public, radius / sigma_max, rho_mean, rng
-    )
+    scaled_mean = _coinpress_mean(rows, center, sigma_max, n_public, radius / sigma_max,
+                                  rho_mean, rng)
     mean = _project_onto_ball(center + sigma_max * scaled_mean, center, radius)
-    covariance = _coinpress_covariance(points - mean, n_public, sigma_min, sigma_max, rho_cov, rng)
+    covariance = _coinpress_covariance(rows, mean, n_public, sigma_min, sigma_max, rho_cov, rng)
     event = PrivacyEvent(
         "private_gaussian_estimate", 0.0, 0.0, rho=math.fsum(rho_mean + rho_cov),
         neighbouring="add_remove",

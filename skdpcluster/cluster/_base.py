@@ -210,7 +210,8 @@ class _PrivateFitMixin:
         if not self._CHUNKED_INPUT:
             raise ValueError(
                 f"{name}.fit does not accept Dask input yet (issue #20); PrivateStableKMeans, "
-                "PrivateStableKMedian, KTupleClusterer and FederatedPrivateKMeans do. Pass "
+                "PrivateStableKMedian, KTupleClusterer, FederatedPrivateKMeans and "
+                "PrivateGaussianMixture do (the guide's 'Fitting out of core on Dask'). Pass "
                 "X.compute() if it fits in memory.")
         if getattr(self, "data_radius", None) == "data":
             raise ValueError(

@@ -50,6 +50,7 @@ from skdpcluster.mechanisms import (
     zcdp_to_dp,
 )
 from skdpcluster.utils._compat import HasMethods, Interval, StrOptions
+from skdpcluster.utils._data import DaskRows
 from skdpcluster.utils._docstrings import shared_params
 from skdpcluster.utils._progress import phase
 from skdpcluster.utils._warnings import warn_user
@@ -269,7 +270,7 @@ class _ClippedChunks:
     def __init__(self, rows, center, radius):
         self.rows = rows.with_chunks(
             functools.partial(_ClippedData.from_rows, center=center, radius=radius))
-        self.radius = radius
+        self.center, self.radius = center, radius
 
     @property
     def shape(self):
@@ -279,8 +280,14 @@ class _ClippedChunks:
         return self.rows.map_reduce(func, *args)
 
     def initializer_input(self):
-        """The rows object itself: only chunk-aware initializers (``accepts_chunked_rows``) run."""
-        return self
+        """The clipped rows as rows of their own, what an in-memory initializer gets as an array.
+
+        A lazy Dask array (every pass clips the raw chunks again), so the
+        chunk-aware initializers (``accepts_chunked_rows``) see exactly the
+        rows they see in memory, including the k-tuple clusterer's blocks.
+        """
+        return DaskRows(self.rows.array.map_blocks(_clipped_block, self.center, self.radius,
+                                                   dtype=np.float64))
 
     def training_labels(self, X, centers, order, center):
         """A lazy Dask array of the nearest released centre of every raw row."""
@@ -292,6 +299,11 @@ def clipped_rows(X, center, radius):
     if hasattr(X, "map_reduce"):
         return _ClippedChunks(X, center, radius)
     return _ClippedData.from_rows(X, center, radius)
+
+
+def _clipped_block(block, center, radius):
+    """One chunk of rows centred and projected, as :meth:`_ClippedData.from_rows` does in memory."""
+    return _ClippedData.from_rows(np.asarray(block, dtype=np.float64), center, radius).X
 
 
 def _nearest_labels(X, centers):
@@ -379,10 +391,8 @@ class _PrivateStableBase(CostEstimateMixin, _BasePrivateClusterer):
         fractions = self._fractions(initializer.privacy_model, fallible)
         budget = plan_budget(initializer.privacy_model, fractions, self.epsilon, self.delta)
         radius, unproven = self._resolve_radius(X, center)
-        if hasattr(X, "map_reduce") and not getattr(initializer, "accepts_chunked_rows", False):
-            raise ValueError(
-                f"initializer={name!r} does not run on Dask input yet; use initializer='grid' or "
-                "public initial centres, or pass X.compute() if it fits in memory.")
+        if hasattr(X, "map_reduce"):
+            self._check_chunked_initializers(initializer, name, budget.rho_fallback > 0)
         if isinstance(initializer, KTupleInitializer):
             initializer.check_input(X, self.n_clusters, budget.initializer, radius)
         plan = PrivateFitPlan(
@@ -394,6 +404,20 @@ class _PrivateStableBase(CostEstimateMixin, _BasePrivateClusterer):
         if self.verbose:
             print(f"[{type(self).__name__}] plan: initializer={name}, budget={budget}")
         return plan
+
+    def _check_chunked_initializers(self, initializer, name, with_fallback):
+        """Refuse, before any randomness, an initializer or fallback that cannot read Dask rows."""
+        if not getattr(initializer, "accepts_chunked_rows", False):
+            raise ValueError(
+                f"initializer={name!r} does not run on Dask input yet; use initializer='grid', "
+                "'ktuple' or public initial centres, or pass X.compute() if it fits in memory.")
+        if with_fallback and not getattr(self._fallback_initializer(), "accepts_chunked_rows",
+                                         False):
+            raise ValueError(
+                f"fallback={self.fallback!r} does not run on Dask input yet (the high-dimensional "
+                f"method reads the rows in memory), and initializer={name!r} can fail its private "
+                "test and fall back to it; use fallback='grid', or pass X.compute() if it fits "
+                "in memory.")
 
     def _resolve_initializer(self, n_features, center):
         """The initializer object and its name; public centres are checked here."""
@@ -755,6 +779,10 @@ _SHARED_DOC = r"""
           ``fit_centers``); unless its ``can_fail`` attribute is False it
           may fail like ``"ktuple"`` and gets a ``"fallback"`` share.
 
+        On Dask input, ``"grid"``, ``"ktuple"`` (the blocks inside the chunks,
+        as :class:`~skdpcluster.KTupleClusterer` on Dask) and public centres
+        run; an object runs if its ``accepts_chunked_rows`` is True.
+
         The default is ``"grid"``, from ``benchmarks/bench_stable.py`` (k = 4,
         d = 4, unit-variance components whose closest means are 10 standard
         deviations apart, ``data_radius=20``, delta = 1e-6): at epsilon = 1
@@ -779,6 +807,8 @@ _SHARED_DOC = r"""
         that is not an easy instance. Which branch runs is decided by the
         initializer's released status; both branches spend the same share, so
         the accounting is unchanged (``"fallback"`` in ``budget_``).
+        ``"highdim"`` reads the rows in memory: with a fallible initializer it
+        is refused on Dask input, before anything is spent.
     base_estimator : estimator, default=None
         Non-private clusterer of the ``"ktuple"`` initializer (see
         :class:`~skdpcluster.KTupleClusterer`); unused otherwise.

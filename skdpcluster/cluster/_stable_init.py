@@ -808,6 +808,8 @@ class KTupleInitializer:
 
     privacy_model = "dp"
     can_fail = True
+    #: ``fit_centers`` also takes Dask rows: :class:`~skdpcluster.KTupleClusterer` accepts them.
+    accepts_chunked_rows = True
 
     def __init__(self, clusterer=None, base_estimator=None, beta=None, n_jobs=None):
         self.clusterer = clusterer

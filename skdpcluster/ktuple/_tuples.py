@@ -34,6 +34,7 @@ draws its random numbers from the block generators, so it matches
 scikit-learn's results, not its random streams (spec §10.5, ambiguity 29).
 """
 
+import copy
 import math
 from dataclasses import dataclass
 
@@ -44,6 +45,7 @@ from sklearn.cluster import KMeans
 from threadpoolctl import threadpool_limits
 
 from skdpcluster.utils import spawn_generators
+from skdpcluster.utils._data import chunk_generators
 from skdpcluster.utils._progress import advance
 
 __all__ = ["generate_tuples", "replace_bad_tuples", "sort_tuple_rows"]
@@ -661,21 +663,22 @@ _SEEDINGS = {"k-means++": _kmeans_plusplus, "random": _random_seeding}
 # ---------------------------------------------------------------------------
 
 
-def allocate_blocks(chunk_rows, n_tuples, n_clusters):
-    r"""Blocks per chunk: proportional to the chunk sizes, each block of >= ``n_clusters`` rows.
+def allocate_blocks(chunk_rows, n_tuples, min_rows):
+    r"""Blocks per chunk: proportional to the chunk sizes, each block of >= ``min_rows`` rows.
 
     ``chunk_rows`` (the chunk sizes) and ``n_tuples`` are public, so the
     allocation is too: chunk i gets :math:`\lfloor c_i t / n\rfloor` blocks,
     and the remaining blocks go, one each, to the chunks with the largest
-    remainders that still have room (:math:`k` rows per block).
+    remainders that still have room (``min_rows`` rows per block: k for the
+    k-tuple clusterer, the public block size of the mixture).
 
     Raises
     ------
     ValueError
-        When the chunks cannot hold ``n_tuples`` blocks of ``n_clusters`` rows.
+        When the chunks cannot hold ``n_tuples`` blocks of ``min_rows`` rows.
     """
     chunk_rows = np.asarray(chunk_rows, dtype=np.int64)
-    capacity = chunk_rows // n_clusters
+    capacity = chunk_rows // min_rows
     share = chunk_rows * n_tuples / chunk_rows.sum()
     blocks = np.minimum(np.floor(share).astype(np.int64), capacity)
     if capacity.sum() >= n_tuples:
@@ -686,35 +689,40 @@ def allocate_blocks(chunk_rows, n_tuples, n_clusters):
     else:
         raise ValueError(
             f"the chunks of X (sizes {chunk_rows.min()} to {chunk_rows.max()} rows) cannot hold "
-            f"{n_tuples} blocks of at least n_clusters={n_clusters} rows each: rechunk X into "
+            f"{n_tuples} blocks of at least {min_rows} rows each: rechunk X into "
             "larger chunks of rows (X.rechunk({0: ...}))."
         )
     return blocks
 
 
-def _tuples_of_chunk(block, base_estimator, n_clusters, n_tuples, rng):
+def _tuples_of_chunk(block, base_estimator, n_clusters, n_tuples, rng, options):
     return generate_tuples(np.asarray(block, dtype=np.float64), base_estimator, n_clusters,
-                           n_tuples, rng=rng)
+                           n_tuples, rng=copy.deepcopy(rng), **options)
 
 
-def generate_tuples_of_rows(rows, base_estimator, n_clusters, n_tuples, *, rng, n_jobs=None):
+def generate_tuples_of_rows(rows, base_estimator, n_clusters, n_tuples, *, rng, n_jobs=None,
+                            samples_per_tuple=None, output="centers"):
     """:func:`generate_tuples` on an array, or chunk by chunk on the rows of a Dask array.
 
     On a :class:`~skdpcluster.utils._data.DaskRows`, every chunk is cut into
-    its share of the blocks (:func:`allocate_blocks`) and clustered where it
-    lives, with its own child of ``rng`` (``rng.spawn``: the tuples do not
+    its share of the blocks (:func:`allocate_blocks`, blocks of at least
+    ``samples_per_tuple`` rows when given, else ``n_clusters``) and clustered
+    where it lives, with its own generator
+    (:func:`~skdpcluster.utils._data.chunk_generators`: the tuples do not
     depend on the scheduler); only the tuples travel. Each row is in at most
     one block, as in memory, so neighbouring datasets still give tuple sets
-    that differ in at most one tuple. The blocks are random within a chunk
-    instead of within all rows: the tuples have the in-memory distribution
-    when the rows are in random order across chunks (exchangeable).
+    that differ in at most one tuple. With one chunk the blocks and the
+    tuples are the in-memory ones; with several, the blocks are random within
+    a chunk instead of within all rows: the tuples have the in-memory
+    distribution when the rows are in random order across chunks
+    (exchangeable).
     """
+    options = {"samples_per_tuple": samples_per_tuple, "output": output}
     if not hasattr(rows, "map_chunks"):
         return generate_tuples(rows, base_estimator, n_clusters, n_tuples, rng=rng,
-                               n_jobs=n_jobs)
-    blocks = allocate_blocks(rows.chunk_rows, n_tuples, n_clusters)
-    children = rng.spawn(len(blocks))
-    args = [(base_estimator, n_clusters, int(t), child) if t else None
-            for t, child in zip(blocks, children)]
+                               n_jobs=n_jobs, **options)
+    blocks = allocate_blocks(rows.chunk_rows, n_tuples, samples_per_tuple or n_clusters)
+    generators = chunk_generators(rng, len(blocks))
+    args = [(base_estimator, n_clusters, int(t), generator, options) if t else None
+            for t, generator in zip(blocks, generators)]
     return np.concatenate(rows.map_chunks(_tuples_of_chunk, args))
-

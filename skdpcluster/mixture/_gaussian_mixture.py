@@ -11,6 +11,7 @@ and a noisy count per component give the means, covariances and weights.
 
 import math
 from dataclasses import dataclass
+from functools import partial
 from numbers import Integral, Real
 
 import numpy as np
@@ -18,16 +19,16 @@ from scipy import linalg
 from scipy.special import logsumexp
 from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.exceptions import NotFittedError
-from sklearn.metrics import pairwise_distances_argmin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from skdpcluster.ktuple._tuples import generate_tuples
+from skdpcluster.ktuple._tuples import allocate_blocks, generate_tuples_of_rows
 from skdpcluster.averaging import private_gaussian_estimate
 from skdpcluster.cluster._base import (
     PrivateFit,
     PrivateFitPlan,
     _PrivateFitMixin,
 )
+from skdpcluster.cluster._stable_init import nearest_centers
 from skdpcluster.cluster._ktuple import (
     AUTO_FALLBACK_SHARE,
     KTupleClusterer,
@@ -39,6 +40,13 @@ from skdpcluster.exceptions import InsufficientDataError, PrivacyLeakWarning
 from skdpcluster.mechanisms import PrivacyEvent, analytic_gaussian_sigma, zcdp_gaussian_mechanism
 from skdpcluster.utils import check_random_state
 from skdpcluster.utils._compat import Interval, StrOptions
+from skdpcluster.utils._data import (
+    DaskRows,
+    RowChunk,
+    as_rows,
+    check_dask_predict_input,
+    is_dask_collection,
+)
 from skdpcluster.utils._docstrings import shared_params
 from skdpcluster.utils._progress import phase
 from skdpcluster.utils._warnings import warn_user
@@ -145,6 +153,21 @@ class _FreshBudget:
                             neighbouring="replace_one", details=details)
 
 
+def _tuple_rows(X, with_tuples, n_tuples, samples_per_tuple):
+    """Rows of :math:`X_1` (public): ``n_tuples * samples_per_tuple``, per chunk on Dask rows.
+
+    On Dask rows every chunk holds whole blocks (:func:`allocate_blocks`; raises a
+    ValueError before any randomness when the chunks are too small); the fallback's
+    rows (``with_tuples=False``) are spread over the chunks in proportion to their sizes.
+    """
+    n_rows = n_tuples * samples_per_tuple
+    if not hasattr(X, "chunk_rows"):
+        return n_rows
+    if not with_tuples:
+        return allocate_blocks(X.chunk_rows, n_rows, 1)
+    return allocate_blocks(X.chunk_rows, n_tuples, samples_per_tuple) * samples_per_tuple
+
+
 def _parallel_event(tuple_events, fresh_event):
     """One event for the fit: the maximum of the two parts on disjoint rows."""
     tuple_cost = (math.fsum(e.cost()[0] for e in tuple_events),
@@ -165,38 +188,96 @@ def _parallel_event(tuple_events, fresh_event):
 # ---------------------------------------------------------------------------
 
 
-def _noisy_counts(labels, n_components, rho_pass, rng, stage):
-    """Counts of every label plus N(0, 1/(2 rho_pass)): the counts' share of a pass."""
-    counts = np.bincount(labels, minlength=n_components).astype(float)
-    return zcdp_gaussian_mechanism(counts, sensitivity=math.sqrt(2.0), rho=2.0 * rho_pass, rng=rng,
+def _noisy_counts(counts, n_components, rho_pass, rng, stage):
+    """Counts of every component plus N(0, 1/(2 rho_pass)): the counts' share of a pass."""
+    return zcdp_gaussian_mechanism(np.asarray(counts, dtype=float), sensitivity=math.sqrt(2.0),
+                                   rho=2.0 * rho_pass, rng=rng,
                                    label=f"gaussian_mixture/counts_{stage}",
                                    neighbouring="replace_one")
+
+
+def _bounded(rows):
+    """Every coordinate clipped to ``[-NUMERIC_BOUND, NUMERIC_BOUND]`` (a public per-row map)."""
+    return np.clip(rows, -NUMERIC_BOUND, NUMERIC_BOUND)
+
+
+def _split_rows(X, n_tuple_rows, rng):
+    """Step 1: the tuple rows :math:`X_1` and the fresh rows :math:`X_2` (bounded), at random.
+
+    In memory, the first ``n_tuple_rows`` rows of a permutation of all rows;
+    on Dask rows (``n_tuple_rows`` per chunk, public), the same split inside
+    every chunk (:meth:`~skdpcluster.utils._data.DaskRows.split`): the
+    in-memory split when there is one chunk.
+    """
+    if hasattr(X, "split"):
+        tuple_rows, fresh = X.split(n_tuple_rows, rng)
+        return tuple_rows, DaskRows(fresh.map_rows(_bounded, n_columns=fresh.shape[1]))
+    order = rng.permutation(X.shape[0])
+    return X[order[:n_tuple_rows]], _bounded(X[order[n_tuple_rows:]])
+
+
+def _components(fresh, centers):
+    """The fresh rows of every component (nearest centre) and their exact counts.
+
+    In memory, one assignment and k arrays; on Dask rows, one pass for the
+    counts and k lazy row sets, each assigning its chunks again on every pass.
+    """
+    k = len(centers)
+    if hasattr(fresh, "map_reduce"):
+        counts = fresh.map_reduce(_component_counts, centers)
+        return [fresh.with_chunks(partial(_component_chunk, centers=centers, component=j))
+                for j in range(k)], counts
+    labels = nearest_centers(fresh, centers)[0]
+    return [fresh[labels == j] for j in range(k)], np.bincount(labels, minlength=k)
+
+
+def _component_counts(chunk, centers):
+    """Rows of a chunk nearest to each centre (one pass of a map-reduce)."""
+    return np.bincount(nearest_centers(chunk.X, centers)[0], minlength=len(centers))
+
+
+def _component_chunk(block, centers, component):
+    """The rows of a chunk nearest to ``centers[component]``."""
+    rows = np.asarray(block, dtype=np.float64)
+    return RowChunk(rows[nearest_centers(rows, centers)[0] == component])
+
+
+def _clipped_offset_sum(chunk, center, radius):
+    """``sum(clip(x - center, radius))`` over a chunk of rows."""
+    offsets = chunk.X - center
+    norms = np.linalg.norm(offsets, axis=1, keepdims=True)
+    offsets *= np.minimum(1.0, radius / np.maximum(norms, np.finfo(float).tiny))
+    return offsets.sum(axis=0)
 
 
 def _clipped_mean(points, n_public, center, radius, rho, rng):
     """``center + sum(clip(x - center, radius)) / n_public`` plus Gaussian noise.
 
     Each clipped offset has norm at most ``radius``: add/remove sensitivity ``radius / n_public``.
+    ``points`` is an array or rows of :mod:`skdpcluster.utils._data` (one pass).
     """
-    offsets = points - center
-    norms = np.linalg.norm(offsets, axis=1, keepdims=True)
-    offsets *= np.minimum(1.0, radius / np.maximum(norms, np.finfo(float).tiny))
-    return zcdp_gaussian_mechanism(center + offsets.sum(axis=0) / n_public,
+    total = as_rows(points).map_reduce(_clipped_offset_sum, center, radius)
+    return zcdp_gaussian_mechanism(center + total / n_public,
                                    sensitivity=radius / n_public, rho=rho, rng=rng,
                                    label="gaussian_mixture/refine_mean", neighbouring="add_remove")
+
+
+def _centred_log_distance_sum(chunk, center, low, high, middle):
+    """``sum(clip(log||x - center||, low, high) - middle)`` over a chunk of rows."""
+    distances = np.maximum(np.linalg.norm(chunk.X - center, axis=1), np.finfo(float).tiny)
+    return (np.clip(np.log(distances), low, high) - middle).sum()
 
 
 def _log_scale(points, n_public, center, radius, rho, rng):
     """Private mean of ``log||x - center||``, clipped to ``[log(radius) - L, log(radius)]``.
 
     The clipped values are centred at the middle of the interval and summed, then divided
-    by ``n_public``: add/remove sensitivity ``L / (2 n_public)``.
+    by ``n_public``: add/remove sensitivity ``L / (2 n_public)``. One pass over ``points``.
     """
     high = math.log(radius)
     low, middle = high - LOG_SCALE_RANGE, high - LOG_SCALE_RANGE / 2.0
-    distances = np.maximum(np.linalg.norm(points - center, axis=1), np.finfo(float).tiny)
-    centred = np.clip(np.log(distances), low, high) - middle
-    return zcdp_gaussian_mechanism(middle + centred.sum() / n_public,
+    total = as_rows(points).map_reduce(_centred_log_distance_sum, center, low, high, middle)
+    return zcdp_gaussian_mechanism(middle + total / n_public,
                                    sensitivity=LOG_SCALE_RANGE / (2.0 * n_public), rho=rho,
                                    rng=rng, label="gaussian_mixture/refine_log_scale",
                                    neighbouring="add_remove")
@@ -303,6 +384,30 @@ def _weighted_log_prob(X, weights, means, precisions_cholesky, covariance_type):
     return log_prob + np.log(weights)
 
 
+#: Functions of the weighted log probabilities (n, k) of rows, by the method that returns them.
+_STATISTICS = {
+    "score_samples": lambda weighted: logsumexp(weighted, axis=1),
+    "predict_proba": lambda weighted: np.exp(weighted - logsumexp(weighted, axis=1,
+                                                                  keepdims=True)),
+    "predict": lambda weighted: weighted.argmax(axis=1).astype(np.intp),
+}
+
+
+def _statistic_of_rows(X, parameters, statistic):
+    """``_STATISTICS[statistic]`` of the rows ``X`` (an array, or one block of a Dask array).
+
+    ``parameters``: the released ``(weights, means, precisions_cholesky, covariance_type)``.
+    """
+    return _STATISTICS[statistic](_weighted_log_prob(X, *parameters))
+
+
+def _labels_or_none(X, parameters):
+    """Most likely component of every row; -1 everywhere when nothing was released (``None``)."""
+    if parameters is None:
+        return np.full(X.shape[0], -1, dtype=np.intp)
+    return _statistic_of_rows(X, parameters, "predict")
+
+
 # ---------------------------------------------------------------------------
 # The estimator
 # ---------------------------------------------------------------------------
@@ -379,6 +484,21 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
     :math:`2\sigma_{\max}\sqrt{2\log(2nk/\beta)}` apart for the nearest-centre
     assignment; the learner needs about :math:`d^2` rows per component, and
     its accuracy scales with ``sigma_max``, so a tight public bound helps.
+
+    **Dask input** (issue #20; the guide's "Fitting out of core on Dask"):
+    ``fit`` accepts a :class:`dask.array.Array` or a dask dataframe of numeric
+    columns with known chunk sizes. The split of step 1 is drawn inside every
+    chunk (``n_tuples * samples_per_tuple`` tuple rows in all, whole blocks per
+    chunk, in proportion to the public chunk sizes), the tuples of step 2 are
+    computed where the chunks live, and every statistic of steps 4-6 (counts,
+    clipped sums, the learner's moments) is one map-reduce, with the noise
+    added once in the driver by the same mechanisms. A changed row is still in
+    one part and, in the tuple rows, in one block, so the privacy analysis is
+    unchanged. With one chunk the release is the in-memory one, bit for bit;
+    with several, the split and the blocks are random within the chunks: the
+    same distribution when the rows are in random order across chunks.
+    ``sigma_min=None`` or ``sigma_max=None`` (bounds from the data) is refused
+    on Dask input before anything is spent.
 
     Read more in ``spec/cohen_ktuple.md`` §9.
 
@@ -530,8 +650,9 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         The learner's bounds for every component; all ``nan`` for a bound
         computed from the data (``sigma_min=None`` or ``sigma_max=None``).
     labels_ : ndarray of shape (n_samples,)
-        :meth:`predict` on the training rows (-1 after a failure). **Not
-        private**: a function of the training data.
+        :meth:`predict` on the training rows (-1 after a failure); a lazy
+        Dask array after a fit on Dask input. **Not private**: a function of
+        the training data.
     n_tuples_, samples_per_tuple_, n_fresh_ : int
         Blocks, rows per block, and fresh rows (public).
     m_, ell_, separation_, data_radius_ : int, float, float, float
@@ -642,6 +763,9 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         self.n_jobs = n_jobs
         self.verbose = verbose
 
+    #: Every pass over the rows is a map-reduce of :mod:`skdpcluster.utils._data` (Dask input).
+    _CHUNKED_INPUT = True
+
     def _check_n_clusters(self):
         """Every ``n_components >= 1`` is accepted: one component skips the k-tuple part."""
 
@@ -674,13 +798,18 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
 
     def _plan(self, X):
         n_samples, n_features = X.shape
+        if hasattr(X, "map_reduce") and None in (self.sigma_min, self.sigma_max):
+            raise ValueError(
+                "PrivateGaussianMixture: sigma_min=None or sigma_max=None (bounds computed from "
+                "the data, not private) is not supported on Dask input; use 'auto' (derived "
+                "privately) or public floats.")
         center = self._resolve_center(n_features)
         radius, unproven = self.data_radius, {}
         if self._needs_radius(X):
             radius, unproven = self._resolve_radius(X, center)
         unproven.update(self._check_sigma_bounds())
         if self.n_components == 1:
-            return self._plan_one_component(n_samples, center, radius, unproven)
+            return self._plan_one_component(X, center, radius, unproven)
         auto = self.fallback_share == "auto"
         share = 0.0 if auto else float(self.fallback_share)
         in_share = False
@@ -715,7 +844,8 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
                       "n_fresh_": n_samples - n_tuples * samples_per_tuple}
         values = {"clusterer": clusterer, "tuple_plan": tuple_plan, "budget": budget,
                   "fallback": fallback, "fallback_reason": reason, "fallback_share": share,
-                  "general_in_share": in_share}
+                  "general_in_share": in_share,
+                  "tuple_rows": _tuple_rows(X, clusterer is not None, n_tuples, samples_per_tuple)}
         tuple_cost = (0.0, 0.0) if tuple_plan is None else tuple_plan.cost
         tuple_cost = (tuple_cost[0] + share * self.epsilon, tuple_cost[1] + share * self.delta)
         cost = (max(tuple_cost[0], budget.epsilon), max(tuple_cost[1], budget.delta))
@@ -723,7 +853,7 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
             print(f"[PrivateGaussianMixture] plan: {attributes}, cost={cost}")
         return PrivateFitPlan(cost, values, attributes, unproven)
 
-    def _plan_one_component(self, n_samples, center, radius, unproven):
+    def _plan_one_component(self, X, center, radius, unproven):
         """One component: no k-tuple part; the fresh part runs on every row from the bound.
 
         The refinement pass starts from the public (or privately released)
@@ -734,10 +864,11 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         budget = _FreshBudget.for_target(self.epsilon, self.delta)
         attributes = {"n_tuples_": 0, "m_": None, "ell_": np.nan, "separation_": np.nan,
                       "located_info_": None, "method_": "one_component",
-                      "data_radius_": radius, "samples_per_tuple_": 0, "n_fresh_": n_samples,
+                      "data_radius_": radius, "samples_per_tuple_": 0, "n_fresh_": X.shape[0],
                       "fallback_info_": None}
         values = {"clusterer": None, "tuple_plan": None, "budget": budget, "fallback": None,
-                  "one_component": (np.asarray(center, dtype=float)[None, :], float(radius))}
+                  "one_component": (np.asarray(center, dtype=float)[None, :], float(radius)),
+                  "tuple_rows": _tuple_rows(X, False, 0, 0)}
         return PrivateFitPlan((budget.epsilon, budget.delta), values, attributes, unproven)
 
     def _plan_tuple_part(self, X, radius, share):
@@ -800,12 +931,7 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
     # -- private part ---------------------------------------------------------------
     def _fit_private(self, X, plan, rng):
         split_rng, tuple_rng, ktuple_rng, fresh_rng, fallback_rng = rng.spawn(5)
-        n_rows = plan.attributes["n_tuples_"] * plan.attributes["samples_per_tuple_"]
-        if plan.values["clusterer"] is None:
-            n_rows = plan.attributes["samples_per_tuple_"]  # the fallback's rows
-        order = split_rng.permutation(X.shape[0])
-        tuple_rows = X[order[:n_rows]]
-        fresh = np.clip(X[order[n_rows:]], -NUMERIC_BOUND, NUMERIC_BOUND)
+        tuple_rows, fresh = _split_rows(X, plan.values["tuple_rows"], split_rng)
         radii = None
         if "one_component" in plan.values:
             (centers, radius), status = plan.values["one_component"], None
@@ -838,7 +964,7 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         released_signals = {"quality_": dict(_NO_TEST), "located_info_": None}
         if clusterer is not None:
             phase("tuple generation", blocks=plan.attributes["n_tuples_"])
-            tuples = generate_tuples(
+            tuples = generate_tuples_of_rows(
                 tuple_rows, clusterer._base_estimator(), self.n_components,
                 plan.attributes["n_tuples_"], rng=tuple_rng,
                 samples_per_tuple=plan.attributes["samples_per_tuple_"], output="label_means",
@@ -869,12 +995,16 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
                 "fallback" if released else "failure")
 
     def _training_labels(self, X, released):
-        """Most likely component of every training row (not private); -1 after a failure."""
-        if released["means_"] is None:
-            return np.full(X.shape[0], -1, dtype=np.intp)
-        log_prob = _weighted_log_prob(X, released["weights_"], released["means_"],
-                                      released["precisions_cholesky_"], self.covariance_type)
-        return log_prob.argmax(axis=1).astype(np.intp)
+        """Most likely component of every training row (not private); -1 after a failure.
+
+        A lazy Dask array for Dask rows.
+        """
+        parameters = (None if released["means_"] is None else
+                      (released["weights_"], released["means_"],
+                       released["precisions_cholesky_"], self.covariance_type))
+        if hasattr(X, "map_rows"):
+            return X.map_rows(_labels_or_none, parameters, dtype=np.intp)
+        return _labels_or_none(X, parameters)
 
     def _failure_attributes(self, plan):
         """After a failed private step: no parameters, as after a failed test."""
@@ -891,23 +1021,26 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         """Steps 4-6 on the fresh rows, given the private centres; returns attributes and events.
 
         ``radii``: the refinement pass's first clipping radii (public or released); ``None``
-        uses half the gap to the nearest other centre.
+        uses half the gap to the nearest other centre. ``fresh`` is an array or Dask rows:
+        then every statistic is one map-reduce (two passes for the counts, and per
+        component ``2 * REFINE_ROUNDS`` for the refinement and one per learner step, in
+        the order of the in-memory noise draws).
         """
         k = self.n_components
-        labels = pairwise_distances_argmin(fresh, centers)
-        counts, count_event = _noisy_counts(labels, k, budget.rho_refine, rng, "refine")
+        points, exact = _components(fresh, centers)
+        counts, count_event = _noisy_counts(exact, k, budget.rho_refine, rng, "refine")
         if radii is None:
             radii = np.maximum(_nearest_gaps(centers) / 2.0, np.finfo(float).tiny)
         refined, events = [], [count_event]
         for j in range(k):
-            *result, refine_events = _refine_component(fresh[labels == j], max(counts[j], 1.0),
+            *result, refine_events = _refine_component(points[j], max(counts[j], 1.0),
                                                        centers[j], radii[j], budget.rho_refine, rng)
             refined.append(result)
             events += refine_events
-        labels = pairwise_distances_argmin(fresh, np.array([r[0] for r in refined]))
-        counts, count_event = _noisy_counts(labels, k, budget.rho_learner, rng, "learner")
+        points, exact = _components(fresh, np.array([r[0] for r in refined]))
+        counts, count_event = _noisy_counts(exact, k, budget.rho_learner, rng, "learner")
         events.append(count_event)
-        estimates = [self._learn_component(fresh[labels == j], counts[j], *refined[j],
+        estimates = [self._learn_component(points[j], counts[j], *refined[j],
                                            budget.rho_learner, rng) for j in range(k)]
         events += [estimate[-1] for estimate in estimates]
         return self._release(estimates, counts), events
@@ -963,31 +1096,41 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
                 "(status_='failure'). Fit on better separated or more data."
             )
 
-    def _estimate_weighted_log_prob(self, X):
+    def _log_prob_statistic(self, X, statistic):
+        """A ``statistic`` of :data:`_STATISTICS` of every row of ``X``; lazy for a Dask ``X``."""
         self._check_released()
+        parameters = (self.weights_, self.means_, self.precisions_cholesky_, self.covariance_type)
+        if is_dask_collection(X):
+            X = check_dask_predict_input(X, self)
+            if statistic == "predict_proba":
+                layout = {"chunks": (X.chunks[0], (self.n_components,))}
+            else:
+                layout = {"drop_axis": 1}
+            dtype = np.intp if statistic == "predict" else np.float64
+            return X.map_blocks(_statistic_of_rows, parameters, statistic, dtype=dtype, **layout)
         X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
-        return _weighted_log_prob(X, self.weights_, self.means_, self.precisions_cholesky_,
-                                  self.covariance_type)
+        return _statistic_of_rows(X, parameters, statistic)
 
     def score_samples(self, X):
         """Log-likelihood of every row under the released mixture.
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : array-like or dask.array.Array of shape (n_samples, n_features)
 
         Returns
         -------
         log_prob : ndarray of shape (n_samples,)
+            A lazy Dask array (``map_blocks``) for a Dask input.
         """
-        return logsumexp(self._estimate_weighted_log_prob(X), axis=1)
+        return self._log_prob_statistic(X, "score_samples")
 
     def score(self, X, y=None):
         """Mean log-likelihood of ``X`` under the released mixture (higher is better).
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : array-like or dask.array.Array of shape (n_samples, n_features)
         y : Ignored
 
         Returns
@@ -1001,27 +1144,28 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : array-like or dask.array.Array of shape (n_samples, n_features)
 
         Returns
         -------
         resp : ndarray of shape (n_samples, n_components)
+            A lazy Dask array (``map_blocks``) for a Dask input.
         """
-        weighted = self._estimate_weighted_log_prob(X)
-        return np.exp(weighted - logsumexp(weighted, axis=1, keepdims=True))
+        return self._log_prob_statistic(X, "predict_proba")
 
     def predict(self, X):
         """Most likely component of every row under the released mixture.
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : array-like or dask.array.Array of shape (n_samples, n_features)
 
         Returns
         -------
         labels : ndarray of shape (n_samples,)
+            A lazy Dask array (``map_blocks``) for a Dask input.
         """
-        return self._estimate_weighted_log_prob(X).argmax(axis=1).astype(np.intp)
+        return self._log_prob_statistic(X, "predict")
 
     def sample(self, n_samples=1):
         """Draw rows from the released mixture (post-processing: no privacy cost).

@@ -22,11 +22,13 @@ Dask is optional: nothing here imports it unless the input is a Dask
 collection, which is recognised by its module name.
 """
 
+import copy
 import sys
 
 import numpy as np
 
-__all__ = ["DaskRows", "InMemoryRows", "RowChunk", "as_rows", "is_dask_collection"]
+__all__ = ["DaskRows", "InMemoryRows", "RowChunk", "as_rows", "chunk_generators",
+           "is_dask_collection"]
 
 
 def is_dask_collection(X):
@@ -147,6 +149,42 @@ class DaskRows:
         """Rows of every chunk (public: the array's metadata)."""
         return self.array.chunks[0]
 
+    def __getitem__(self, rows):
+        """The rows of a slice, lazily (a public view: no value is read)."""
+        if not isinstance(rows, slice):
+            raise TypeError(f"DaskRows takes a slice of rows, got {type(rows).__name__}.")
+        return DaskRows(self.array[rows], self.make_chunk)
+
+    def split(self, n_first, rng):
+        """A random split of every chunk i: ``n_first[i]`` of its rows at random, and the rest.
+
+        Chunk i's rows are permuted by its generator of
+        :func:`chunk_generators` (``rng`` itself when there is one chunk, so
+        that the split is then the in-memory ``X[rng.permutation(n)]``); the
+        sizes ``n_first`` are public, so the split never depends on the
+        values. Nothing is computed here: both parts are lazy, and every pass
+        over them permutes the chunk again (from a copy of its generator, so
+        the same rows every time).
+
+        Returns
+        -------
+        first, rest : DaskRows or None
+            float64 rows; ``None`` for a part with no rows.
+        """
+        import dask
+        import dask.array as da
+
+        generators = chunk_generators(rng, len(self.chunk_rows))
+        blocks = self.array.to_delayed().ravel()
+        parts = ([], [])
+        for block, generator, n, size in zip(blocks, generators, n_first, self.chunk_rows):
+            for part, first, n_rows in zip(parts, (True, False), (n, size - n)):
+                if n_rows:
+                    task = dask.delayed(_split_part, pure=True)(block, generator, int(n), first)
+                    part.append(da.from_delayed(task, shape=(n_rows, self.shape[1]),
+                                                dtype=np.float64))
+        return tuple(DaskRows(da.concatenate(part)) if part else None for part in parts)
+
     def map_chunks(self, func, per_chunk_args):
         """``[func(block, *per_chunk_args[i]) for every chunk i]``, computed where the chunks live.
 
@@ -170,6 +208,25 @@ class DaskRows:
             return self.array.map_blocks(func, *args, drop_axis=1, dtype=dtype)
         return self.array.map_blocks(func, *args, chunks=(self.array.chunks[0], (n_columns,)),
                                      dtype=dtype)
+
+
+def chunk_generators(rng, n_chunks):
+    """One generator per chunk: ``rng`` itself for one chunk, else ``rng.spawn(n_chunks)``.
+
+    With one chunk, a chunk-wise step draws exactly what the in-memory step
+    draws from ``rng`` (same data, same seed, same release); with several,
+    every chunk has its own stream, so nothing depends on the scheduler.
+    A task must draw from a copy (:func:`copy.deepcopy`): a threaded
+    scheduler passes the object itself, and a pass may run a task again.
+    """
+    return [rng] if n_chunks == 1 else rng.spawn(n_chunks)
+
+
+def _split_part(block, generator, n_first, first):
+    """The first ``n_first`` rows of a random permutation of ``block``, or the rest (float64)."""
+    order = copy.deepcopy(generator).permutation(len(block))
+    rows = np.asarray(block, dtype=np.float64)
+    return rows[order[:n_first]] if first else rows[order[n_first:]]
 
 
 def _count_nonfinite(chunk):
