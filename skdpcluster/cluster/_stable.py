@@ -48,6 +48,7 @@ from skdpcluster.mechanisms import (
     zcdp_to_dp,
 )
 from skdpcluster.utils._compat import HasMethods, Interval, StrOptions
+from skdpcluster.utils._data import cached_statistic
 from skdpcluster.utils._docstrings import shared_params
 from skdpcluster.utils._progress import phase
 from skdpcluster.utils._warnings import warn_user
@@ -213,6 +214,7 @@ class _ClippedData:
     radius: float
     outside: np.ndarray
     _memo: dict = field(default_factory=dict, repr=False, compare=False)
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_rows(cls, X, center, radius):
@@ -222,6 +224,10 @@ class _ClippedData:
         clipped[outside] *= (radius / np.sqrt(sq_norms[outside]))[:, None]
         sq_norms[outside] = np.einsum("ij,ij->i", clipped[outside], clipped[outside])
         return cls(clipped, sq_norms, radius, outside)
+
+    def cached(self, key, compute):
+        """``compute()`` once per key (:func:`~skdpcluster.utils._data.cached_statistic`)."""
+        return cached_statistic(self._cache, key, compute)
 
     def map_reduce(self, func, *args):
         """``func(self, *args)``: in memory the rows are one chunk (see ``utils/_data.py``)."""
