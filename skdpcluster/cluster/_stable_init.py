@@ -796,11 +796,12 @@ def _finest_cell_counts(chunk, basis, grid, data_radius):
 
 
 def _level_counts(finest_counts, levels, n_dims):
-    """Counts of every level (float arrays) from the counts of the finest: exact sums of integers."""
-    finest = shifted_cells_per_axis(levels[-1])
-    return [np.bincount(coarse_cell_map(finest, n_dims, levels[-1] // g),
-                        weights=finest_counts, minlength=shifted_cells_per_axis(g) ** n_dims)
-            for g in levels]
+    """Counts of every level (float arrays), each added up from the next finer: sums of integers."""
+    counts = [finest_counts.astype(float)]
+    for g in levels[-2::-1]:
+        counts.append(np.bincount(coarse_cell_map(shifted_cells_per_axis(2 * g), n_dims, 2),
+                                  weights=counts[-1], minlength=shifted_cells_per_axis(g) ** n_dims))
+    return counts[::-1]
 
 
 def _leaf_sums(chunk, basis, grid, data_radius, cell_leaves, n_leaves):
