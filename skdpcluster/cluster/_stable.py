@@ -20,11 +20,8 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from skdpcluster.averaging import (
-    _project_onto_ball,
-    private_one_medians,
-    private_one_medians_of_rows,
-)
+from skdpcluster.averaging import _project_onto_ball, private_one_medians_of_rows
+from skdpcluster.averaging.one_median import cell_order, one_medians_of_sorted
 from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _BasePrivateClusterer
 from skdpcluster.cluster._highdim import HighDimInitializer
 from skdpcluster.cluster._ktuple import KTupleClusterer
@@ -569,8 +566,13 @@ class _PrivateStableBase(_BasePrivateClusterer):
 
 
 def _median_cells(chunk, initial, compact):
-    """The median cell of every row of a chunk: ``compact`` of its nearest initial centre."""
-    return compact[chunk.assign(initial)[0]]
+    """The median cell of every row of a chunk: ``compact`` of its nearest initial centre.
+
+    Not memoised (:meth:`_ClippedData.assign`): in memory it runs once, and the
+    memo would hold its distances through the medians' steps, the fit's peak
+    memory; the selection computes them again (one pass).
+    """
+    return compact[nearest_centers(chunk.X, initial, chunk.sq_norms)[0]]
 
 
 def _truncated_costs(chunk, candidates, tau, power):
@@ -1152,10 +1154,8 @@ class PrivateStableKMedian(_PrivateStableBase):
         """Private 1-medians of the cells: in memory on the sorted rows, else pass by pass."""
         if not isinstance(data, _ClippedData):
             return private_one_medians_of_rows(data, cell_labels, **parameters)
-        labels = cell_labels(data)
-        keep = labels < len(parameters["centers"])
-        X, labels = (data.X, labels) if keep.all() else (data.X[keep], labels[keep])
-        return private_one_medians(X, labels, **parameters)
+        counts, order = cell_order(cell_labels(data), len(parameters["centers"]))
+        return one_medians_of_sorted(data.X[order], counts, **parameters)
 
     def _median_domains(self, initial, radius):
         """Centre and radius of every cell's domain (public: functions of B and Lambda)."""
