@@ -591,3 +591,36 @@ def test_same_seed_gives_the_release_recorded_before_the_speed_work(name, record
     assert fitted.selected_ == recorded["selected"]
     assert repr(fitted.initializer_info_) == recorded["info"]
     np.testing.assert_allclose(fitted.cluster_centers_, recorded["centers"], rtol=0, atol=1e-7)
+
+
+def test_grid_cells_of_every_level_follow_from_the_finest_level():
+    """Issue #17: one cell index per row (the finest level, in blocks) gives every level's cells.
+
+    The nested shifted grids share their origin and their widths differ by
+    powers of two, so the coarse cell of a row computed directly equals the
+    coarse cell of its finest cell (:func:`coarse_cell_map`), and the level
+    counts added up from the finest ones equal the direct counts.
+    """
+    from skdpcluster.cluster._stable_init import (
+        GRID_BLOCK_ROWS,
+        _cell_indices,
+        _level_counts,
+        coarse_cell_map,
+        shifted_cells_per_axis,
+    )
+
+    rng = np.random.default_rng(0)
+    radius, levels = 3.0, (2, 4, 8, 16, 32)
+    X = rng.normal(size=(GRID_BLOCK_ROWS + 1_000, 6))
+    X *= np.minimum(1.0, radius / np.linalg.norm(X, axis=1))[:, None]
+    basis = np.linalg.qr(rng.normal(size=(6, 3)))[0][:, ::-1]
+    shift = rng.uniform(0.0, radius, size=3)
+    finest = _cell_indices(X, basis, levels[-1], radius, shift)
+    assert np.array_equal(finest, GridInitializer._cell_index(X @ basis, levels[-1], radius, shift))
+    cells = shifted_cells_per_axis(levels[-1])
+    counts = _level_counts(np.bincount(finest, minlength=cells**3), levels, 3)
+    for g, level_counts in zip(levels, counts):
+        direct = GridInitializer._cell_index(X @ basis, g, radius, shift)
+        assert np.array_equal(coarse_cell_map(cells, 3, levels[-1] // g)[finest], direct)
+        assert np.array_equal(level_counts,
+                              np.bincount(direct, minlength=shifted_cells_per_axis(g) ** 3))
