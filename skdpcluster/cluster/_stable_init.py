@@ -403,7 +403,7 @@ class MultiresolutionLeaves:
         return np.where(deepest >= 0, self.leaf_of_node[np.maximum(deepest, 0)], -1)
 
     def finest_cell_leaves(self, levels, n_dims):
-        """Leaf of every cell of the finest level (``-1``: dropped): :meth:`row_leaves` of the cells.
+        """Leaf of every cell of the finest level (``-1``: dropped): :meth:`row_leaves` of them.
 
         The cell of a row at every level is a function of its finest cell
         (:func:`coarse_cell_map`), so so is its leaf: a row's leaf is this
@@ -814,8 +814,9 @@ def _level_counts(finest_counts, levels, n_dims):
     """Counts of every level (float arrays), each added up from the next finer: sums of integers."""
     counts = [finest_counts.astype(float)]
     for g in levels[-2::-1]:
-        counts.append(np.bincount(coarse_cell_map(shifted_cells_per_axis(2 * g), n_dims, 2),
-                                  weights=counts[-1], minlength=shifted_cells_per_axis(g) ** n_dims))
+        parents = coarse_cell_map(shifted_cells_per_axis(2 * g), n_dims, 2)
+        counts.append(np.bincount(parents, weights=counts[-1],
+                                  minlength=shifted_cells_per_axis(g) ** n_dims))
     return counts[::-1]
 
 
