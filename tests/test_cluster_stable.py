@@ -1,7 +1,9 @@
 """PrivateStableKMeans and PrivateStableKMedian (Shechner 2021; spec/shechner_stable.md)."""
 
+import json
 import math
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -562,3 +564,91 @@ def test_no_heavy_cell_gives_centres_near_the_one_centre_solution():
                                                  random_state=seed, accountant=BudgetAccountant())
                           .fit(X).cluster_centers_) / one_centre for seed in range(5)]
     assert np.median(ratios) <= 1.02, ratios
+
+
+#: Fits whose releases were recorded from main at 038aa15 (before issue #17's speed work):
+#: name -> (estimator, parameters, (n_samples, n_clusters, n_features), on Dask).
+_RECORDED_FITS = {
+    "kmeans_projected": (PrivateStableKMeans, {"n_clusters": 4, "data_radius": 60.0,
+                                               "random_state": 0}, (20_000, 4, 6), False),
+    "kmeans_projected_seed1": (PrivateStableKMeans, {"n_clusters": 4, "data_radius": 60.0,
+                                                     "random_state": 1}, (20_000, 4, 6), False),
+    "kmeans_private_bound": (PrivateStableKMeans, {"n_clusters": 4, "random_state": 2},
+                             (20_000, 4, 3), False),
+    "kmeans_lloyd_full_add_remove": (PrivateStableKMeans, {
+        "n_clusters": 4, "data_radius": 40.0, "final_lloyd_step": True, "selection": "full",
+        "neighbouring": "add_remove", "random_state": 3}, (20_000, 4, 4), False),
+    "kmeans_many_cells": (PrivateStableKMeans, {"n_clusters": 20, "data_radius": 80.0,
+                                                "random_state": 4}, (30_000, 20, 10), False),
+    "kmedian_projected": (PrivateStableKMedian, {"n_clusters": 4, "data_radius": 60.0,
+                                                 "random_state": 0}, (20_000, 4, 6), False),
+    "kmedian_private_bound_global": (PrivateStableKMedian, {
+        "n_clusters": 2, "median_domain": "global", "random_state": 2}, (20_000, 2, 3), False),
+    "kmedian_many_cells": (PrivateStableKMedian, {"n_clusters": 20, "data_radius": 80.0,
+                                                  "random_state": 4}, (30_000, 20, 10), False),
+    "kmeans_dask": (PrivateStableKMeans, {"n_clusters": 4, "data_radius": 60.0,
+                                          "random_state": 0}, (20_000, 4, 6), True),
+    "kmedian_dask": (PrivateStableKMedian, {"n_clusters": 4, "data_radius": 60.0,
+                                            "random_state": 0}, (20_000, 4, 6), True),
+}
+
+
+@pytest.fixture(scope="module")
+def recorded_releases():
+    path = Path(__file__).with_name("stable_releases_038aa15.json")
+    return json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("name", list(_RECORDED_FITS))
+def test_same_seed_gives_the_release_recorded_before_the_speed_work(name, recorded_releases):
+    """Issue #17: the faster passes release what main (038aa15) released with the same seed.
+
+    Statistics may be added in another order (a relative rounding difference
+    of about n * 2^-53 in a sum), so centres agree to 1e-9 of the data scale
+    (radii up to 80: 1e-7) and every discrete choice (grid level, heavy cells, selection) is equal.
+    """
+    estimator, params, (n_samples, n_clusters, n_features), on_dask = _RECORDED_FITS[name]
+    X = make_separated_mixture(n_samples, n_clusters=n_clusters, n_features=n_features,
+                               separation=10, random_state=7)[0]
+    if on_dask:
+        X = pytest.importorskip("dask.array").from_array(X, chunks=(3_000, n_features))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fitted = estimator(accountant=BudgetAccountant(10, 1e-3), **params).fit(X)
+    recorded = recorded_releases[name]
+    assert fitted.selected_ == recorded["selected"]
+    assert repr(fitted.initializer_info_) == recorded["info"]
+    np.testing.assert_allclose(fitted.cluster_centers_, recorded["centers"], rtol=0, atol=1e-7)
+
+
+def test_grid_cells_of_every_level_follow_from_the_finest_level():
+    """Issue #17: one cell index per row (the finest level, in blocks) gives every level's cells.
+
+    The nested shifted grids share their origin and their widths differ by
+    powers of two, so the coarse cell of a row computed directly equals the
+    coarse cell of its finest cell (:func:`coarse_cell_map`), and the level
+    counts added up from the finest ones equal the direct counts.
+    """
+    from skdpcluster.cluster._stable_init import (
+        GRID_BLOCK_ROWS,
+        _cell_indices,
+        _level_counts,
+        coarse_cell_map,
+        shifted_cells_per_axis,
+    )
+
+    rng = np.random.default_rng(0)
+    radius, levels = 3.0, (2, 4, 8, 16, 32)
+    X = rng.normal(size=(GRID_BLOCK_ROWS + 1_000, 6))
+    X *= np.minimum(1.0, radius / np.linalg.norm(X, axis=1))[:, None]
+    basis = np.linalg.qr(rng.normal(size=(6, 3)))[0][:, ::-1]
+    shift = rng.uniform(0.0, radius, size=3)
+    finest = _cell_indices(X, basis, levels[-1], radius, shift)
+    assert np.array_equal(finest, GridInitializer._cell_index(X @ basis, levels[-1], radius, shift))
+    cells = shifted_cells_per_axis(levels[-1])
+    counts = _level_counts(np.bincount(finest, minlength=cells**3), levels, 3)
+    for g, level_counts in zip(levels, counts):
+        direct = GridInitializer._cell_index(X @ basis, g, radius, shift)
+        assert np.array_equal(coarse_cell_map(cells, 3, levels[-1] // g)[finest], direct)
+        assert np.array_equal(level_counts,
+                              np.bincount(direct, minlength=shifted_cells_per_axis(g) ** 3))

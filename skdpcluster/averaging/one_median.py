@@ -149,15 +149,26 @@ def _unit_sums(iterates, sorted_points, cells):
     :data:`_MEDIAN_BLOCK_ELEMENTS` values (cache-sized: 4x faster than whole
     cells at n = 10^6, d = 10): their differences to the cell's iterate, the
     inverse norms (zero rows stay zero: :math:`u(0) = 0`) and one
-    matrix-vector product give the block's sum.
+    matrix-vector product give the block's sum. The blocks are computed in
+    three buffers allocated once per call (half the time at n = 10^5, where
+    the allocations cost as much as the arithmetic; issue #17).
     """
     sums = np.zeros_like(iterates)
     block = max(1, _MEDIAN_BLOCK_ELEMENTS // sorted_points.shape[1])
+    size = min(block, len(sorted_points))
+    differences = np.empty((size, sorted_points.shape[1]))
+    norms, inverses = np.empty(size), np.empty(size)
     for cell, start, stop in cells:
         for first in range(start, stop, block):
-            rows = iterates[cell] - sorted_points[first:min(first + block, stop)]
-            norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
-            sums[cell] += np.divide(1.0, norms, out=np.zeros_like(norms), where=norms > 0) @ rows
+            rows = min(block, stop - first)
+            difference = np.subtract(iterates[cell], sorted_points[first:first + rows],
+                                     out=differences[:rows])
+            norm = np.sqrt(np.einsum("ij,ij->i", difference, difference, out=norms[:rows]),
+                           out=norms[:rows])
+            inverse = inverses[:rows]
+            inverse.fill(0.0)
+            np.divide(1.0, norm, out=inverse, where=norm > 0)
+            sums[cell] += inverse @ difference
     return sums
 
 
@@ -224,20 +235,43 @@ def private_one_medians(
     step_scale = _check_real(step_scale, "step_scale")
     _check_choice(neighbouring, "neighbouring", _MEDIAN_SENSITIVITIES)
     rng = _check_generator(rng)
-    sorted_points, counts, cells = _sorted_cells(points, labels, len(centers))
+    counts, order = cell_order(labels, len(centers))
+    return one_medians_of_sorted(points[order], counts, centers=centers, radii=radii,
+                                 epsilon=epsilon, delta=delta, rng=rng, n_iter=n_iter,
+                                 step_scale=step_scale, neighbouring=neighbouring)
+
+
+def one_medians_of_sorted(sorted_points, counts, *, centers, radii, epsilon, delta, rng, n_iter,
+                          step_scale, neighbouring):
+    """:func:`private_one_medians` on trusted points sorted by cell (:func:`cell_order`).
+
+    The releases are those of :func:`private_one_medians`. A caller that
+    builds the sorted copy as ``points[order]`` with ``counts, order =
+    cell_order(labels(), n_cells)`` keeps neither the labels nor a 64-bit
+    order alive beside it (the peak memory of a 10^6-row fit, issue #17).
+    """
+    cells = _cell_ranges(counts)
     return _median_descent(
         counts, lambda iterates: _unit_sums(iterates, sorted_points, cells), centers, radii,
         epsilon=epsilon, delta=delta, rng=rng, n_iter=n_iter, step_scale=step_scale,
         neighbouring=neighbouring)
 
 
-def _sorted_cells(points, labels, n_cells):
-    """Points sorted by cell, the cell counts and (cell, start, stop) of the non-empty cells."""
-    sorted_points = points[np.argsort(labels, kind="stable")]
-    counts = np.bincount(labels, minlength=n_cells)
+def cell_order(labels, n_cells):
+    """Cell counts, and the points of the cells in cell order (each cell in point order).
+
+    Points labelled ``n_cells`` are left out. The order is int32 when the
+    points allow it.
+    """
+    counts = np.bincount(labels, minlength=n_cells + 1)[:n_cells]
+    order = np.argsort(labels, kind="stable")[:counts.sum()]
+    return counts, order.astype(np.int32) if len(labels) < 2**31 else order
+
+
+def _cell_ranges(counts):
+    """(cell, start, stop) of the non-empty cells of points sorted by cell."""
     stops = np.cumsum(counts)
-    return sorted_points, counts, [(j, stops[j] - counts[j], stops[j])
-                                   for j in np.flatnonzero(counts)]
+    return [(j, stops[j] - counts[j], stops[j]) for j in np.flatnonzero(counts)]
 
 
 def _chunk_cell_counts(chunk, cell_labels, n_cells):
@@ -247,10 +281,8 @@ def _chunk_cell_counts(chunk, cell_labels, n_cells):
 
 def _chunk_unit_sums(chunk, cell_labels, iterates):
     """:func:`_unit_sums` of the rows of one chunk (the rows labelled ``len(iterates)`` dropped)."""
-    labels = cell_labels(chunk)
-    keep = labels < len(iterates)
-    sorted_points, _, cells = _sorted_cells(chunk.X[keep], labels[keep], len(iterates))
-    return _unit_sums(iterates, sorted_points, cells)
+    counts, order = cell_order(cell_labels(chunk), len(iterates))
+    return _unit_sums(iterates, chunk.X[order], _cell_ranges(counts))
 
 
 def private_one_medians_of_rows(rows, cell_labels, *, centers, radii, epsilon, delta, rng,

@@ -20,11 +20,8 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from skdpcluster.averaging import (
-    _project_onto_ball,
-    private_one_medians,
-    private_one_medians_of_rows,
-)
+from skdpcluster.averaging import _project_onto_ball, private_one_medians_of_rows
+from skdpcluster.averaging.one_median import cell_order, one_medians_of_sorted
 from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _BasePrivateClusterer
 from skdpcluster.cluster._cost_estimate import COST_KEYS, CostEstimateMixin
 from skdpcluster.cluster._highdim import HighDimInitializer
@@ -49,8 +46,8 @@ from skdpcluster.mechanisms import (
     zcdp_rho_for_dp,
     zcdp_to_dp,
 )
-from skdpcluster.utils._compat import HasMethods, Interval, StrOptions
-from skdpcluster.utils._data import DaskRows
+from skdpcluster.utils._compat import HasMethods, Interval, StrOptions, single_threaded
+from skdpcluster.utils._data import DaskRows, cached_statistic
 from skdpcluster.utils._docstrings import shared_params
 from skdpcluster.utils._progress import phase
 from skdpcluster.utils._warnings import warn_user
@@ -216,6 +213,7 @@ class _ClippedData:
     radius: float
     outside: np.ndarray
     _memo: dict = field(default_factory=dict, repr=False, compare=False)
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_rows(cls, X, center, radius):
@@ -225,6 +223,10 @@ class _ClippedData:
         clipped[outside] *= (radius / np.sqrt(sq_norms[outside]))[:, None]
         sq_norms[outside] = np.einsum("ij,ij->i", clipped[outside], clipped[outside])
         return cls(clipped, sq_norms, radius, outside)
+
+    def cached(self, key, compute):
+        """``compute()`` once per key (:func:`~skdpcluster.utils._data.cached_statistic`)."""
+        return cached_statistic(self._cache, key, compute)
 
     def map_reduce(self, func, *args):
         """``func(self, *args)``: in memory the rows are one chunk (see ``utils/_data.py``)."""
@@ -481,6 +483,18 @@ class _PrivateStableBase(CostEstimateMixin, _BasePrivateClusterer):
 
     # -- private part -------------------------------------------------------------------
     def _fit_private(self, X, plan, rng):
+        """The private fit, with the native thread pools (BLAS, OpenMP) limited to one thread.
+
+        Its passes multiply blocks of rows by a few centres or projection
+        vectors: memory-bound products that threads slow down (issue #17: a
+        10^6 x 10 by 10 x 3 projection took 0.6 s with two OpenBLAS threads
+        and 0.04 s with one on a loaded 2-core machine). The products, hence
+        the releases, are the same: the threads split the rows, not the sums.
+        """
+        with single_threaded():
+            return self._fit_private_steps(X, plan, rng)
+
+    def _fit_private_steps(self, X, plan, rng):
         if "cost_main" in plan.values:
             return self._fit_with_cost_estimate(X, plan, rng)
         if "one_cluster" in plan.values:
@@ -629,8 +643,13 @@ class _PrivateStableBase(CostEstimateMixin, _BasePrivateClusterer):
 
 
 def _median_cells(chunk, initial, compact):
-    """The median cell of every row of a chunk: ``compact`` of its nearest initial centre."""
-    return compact[chunk.assign(initial)[0]]
+    """The median cell of every row of a chunk: ``compact`` of its nearest initial centre.
+
+    Not memoised (:meth:`_ClippedData.assign`): in memory it runs once, and the
+    memo would hold its distances through the medians' steps, the fit's peak
+    memory; the selection computes them again (one pass).
+    """
+    return compact[nearest_centers(chunk.X, initial, chunk.sq_norms)[0]]
 
 
 def _truncated_costs(chunk, candidates, tau, power):
@@ -1243,10 +1262,8 @@ class PrivateStableKMedian(_PrivateStableBase):
         """Private 1-medians of the cells: in memory on the sorted rows, else pass by pass."""
         if not isinstance(data, _ClippedData):
             return private_one_medians_of_rows(data, cell_labels, **parameters)
-        labels = cell_labels(data)
-        keep = labels < len(parameters["centers"])
-        X, labels = (data.X, labels) if keep.all() else (data.X[keep], labels[keep])
-        return private_one_medians(X, labels, **parameters)
+        counts, order = cell_order(cell_labels(data), len(parameters["centers"]))
+        return one_medians_of_sorted(data.X[order], counts, **parameters)
 
     def _median_domains(self, initial, radius):
         """Centre and radius of every cell's domain (public: functions of B and Lambda)."""

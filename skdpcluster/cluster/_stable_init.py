@@ -41,6 +41,7 @@ The kernels (:func:`nearest_centers`, :func:`noisy_cell_sums`,
 :func:`lloyd_step`, ...) trust their input: the estimators validate it.
 """
 
+import functools
 import math
 import warnings
 from dataclasses import dataclass
@@ -48,12 +49,12 @@ from dataclasses import dataclass
 import numpy as np
 from sklearn.base import clone
 from sklearn.cluster import KMeans
-from threadpoolctl import threadpool_limits
 
 from skdpcluster.accountant import BudgetAccountant
 from skdpcluster.averaging import _project_onto_ball
 from skdpcluster.cluster._ktuple import KTupleClusterer
 from skdpcluster.mechanisms import zcdp_gaussian_mechanism
+from skdpcluster.utils._compat import single_threaded
 from skdpcluster.utils._data import as_rows
 from skdpcluster.utils._warnings import warn_user
 
@@ -70,6 +71,8 @@ __all__ = [
 #: Rows per block of a distance computation: small blocks stay in cache and keep BLAS
 #: single-threaded (measured 5-10x faster than 65536-row blocks at n = 1e6, k = d = 10).
 CHUNK_ROWS = 4096
+#: Rows per block of the grid initializer's cell indices (a few MiB of temporaries).
+GRID_BLOCK_ROWS = 16 * CHUNK_ROWS
 #: Up to this many cells, per-cell sums are one-hot matrix products, faster than one
 #: bincount per column (n = 1e5, d = 10: 7 ms against 13 ms at 10 cells, 180 ms against
 #: about 13 ms at 60 cells).
@@ -399,6 +402,41 @@ class MultiresolutionLeaves:
             deepest = np.where(in_chain, node, deepest)
         return np.where(deepest >= 0, self.leaf_of_node[np.maximum(deepest, 0)], -1)
 
+    def finest_cell_leaves(self, levels, n_dims):
+        """Leaf of every cell of the finest level (``-1``: dropped): :meth:`row_leaves` of them.
+
+        The cell of a row at every level is a function of its finest cell
+        (:func:`coarse_cell_map`), so so is its leaf: a row's leaf is this
+        table at its finest cell. Post-processing of the released partition.
+        """
+        finest = levels[-1]
+        return self.row_leaves([coarse_cell_map(finest, n_dims, finest // g) for g in levels])
+
+
+@functools.lru_cache(maxsize=32)
+def coarse_cell_map(cells_per_axis, n_dims, ratio):
+    r"""Cell of a coarser grid holding each cell of a finer one (public, no data).
+
+    Cell :math:`\sum_j a_j c^j` of the grid with :math:`c` = ``cells_per_axis``
+    cells per axis lies in cell :math:`\sum_j \lfloor a_j/r\rfloor (c/r)^j` of the
+    grid with :math:`c/r` cells per axis (``ratio`` r, a power of two dividing c):
+    the nested grids of :meth:`GridInitializer._cell_index`, whose origins agree
+    and whose widths differ by the factor r.
+
+    Public and the same in every fit, so cached (read-only) for the process.
+
+    Returns
+    -------
+    ndarray of shape (cells_per_axis ** n_dims,)
+    """
+    coarse = np.arange(cells_per_axis) // ratio
+    coarse_cells = cells_per_axis // ratio
+    index = np.zeros(1, dtype=np.intp)
+    for axis in reversed(range(n_dims)):  # the last axis varies slowest
+        index = (index[:, None] + coarse * coarse_cells**axis).ravel()
+    index.flags.writeable = False
+    return index
+
 
 def shifted_cells_per_axis(g):
     """Cells per axis of the shifted grid of level ``g``: ``[-Lambda - s, 2 Lambda - s)`` in cells of ``2 Lambda / g``."""
@@ -438,10 +476,7 @@ def multiresolution_leaves(levels, n_dims, noisy_counts, thresholds):
     for g, noisy, threshold in zip(levels, noisy_counts, thresholds):
         is_node = noisy > threshold
         if parent_ids is not None:
-            axes = np.unravel_index(np.arange(noisy.size), (g,) * n_dims, order="F")
-            parent_cell = np.ravel_multi_index([a // 2 for a in axes], (g // 2,) * n_dims,
-                                               order="F")
-            parents = parent_ids[parent_cell]
+            parents = parent_ids[coarse_cell_map(g, n_dims, 2)]
             is_node &= parents >= 0
         ids = np.full(noisy.size, -1, dtype=np.intp)
         cells = np.flatnonzero(is_node)
@@ -659,13 +694,21 @@ class GridInitializer:
             cells, offset = g, data_radius
         else:
             cells, offset = shifted_cells_per_axis(g), data_radius + shift
-        axes = np.clip(np.floor((projected + offset) / width), 0, cells - 1).astype(np.int64)
-        return axes @ (cells ** np.arange(projected.shape[1], dtype=np.int64))
+        scaled = projected + offset
+        scaled /= width
+        np.floor(scaled, out=scaled)
+        axes = np.clip(scaled, 0, cells - 1, out=scaled).astype(np.int64)
+        index = axes[:, -1]
+        for axis in range(projected.shape[1] - 2, -1, -1):  # sum_j a_j cells^j, Horner's rule
+            index *= cells
+            index += axes[:, axis]
+        return index
 
     def _heavy_cells(self, rows, basis, shares, data_radius, neighbouring, rng):
         """Steps 2-3: noisy counts per level, and the leaves of the multi-resolution partition.
 
-        The counts of all levels are computed in one pass (:func:`_grid_counts`). Returns
+        The counts of all levels come from one pass (:func:`_finest_cell_counts`: the
+        finest level's, added up into the coarser ones by :func:`_level_counts`). Returns
         the grid (levels and public shift, what a pass needs to find a row's cells), the
         :class:`MultiresolutionLeaves` and the count events.
         """
@@ -674,9 +717,8 @@ class GridInitializer:
         levels, thresholds = self._thresholds(n_features, n_dims, shares, neighbouring)
         grid = (levels, self._grid_shift(n_dims, data_radius, rng))
         noisy_counts, events = [], []
-        all_counts = rows.map_reduce(_grid_counts, basis, grid, data_radius)
-        for g, counts in zip(levels, all_counts):
-            counts = counts.astype(float)
+        finest_counts = rows.map_reduce(_finest_cell_counts, basis, grid, data_radius)
+        for g, counts in zip(levels, _level_counts(finest_counts, levels, n_dims)):
             noisy, event = zcdp_gaussian_mechanism(
                 counts, sensitivity=SUM_COUNT_SENSITIVITY[neighbouring][1],
                 rho=shares["counts"] / len(levels), rng=rng,
@@ -691,7 +733,11 @@ class GridInitializer:
     def _coreset(self, rows, basis, grid, leaves, rho, data_radius, neighbouring, rng):
         """Step 4: noisy sums over the leaves (disjoint, one pass); coreset points and weights."""
         weights = leaves.weights
-        sums, _ = rows.map_reduce(_leaf_sums, basis, grid, data_radius, leaves)
+        n_dims = rows.shape[1] if basis is None else basis.shape[1]
+        cell_leaves = leaves.finest_cell_leaves([shifted_cells_per_axis(g) for g in grid[0]],
+                                                n_dims)
+        sums, _ = rows.map_reduce(_leaf_sums, basis, grid, data_radius, cell_leaves,
+                                  len(weights))
         noisy, event = zcdp_gaussian_mechanism(
             sums / data_radius, sensitivity=SUM_COUNT_SENSITIVITY[neighbouring][0], rho=rho,
             rng=rng, label="stable/grid_init/cell_sums", neighbouring=neighbouring,
@@ -722,7 +768,7 @@ class GridInitializer:
         model = KMeans(n_clusters=n_fit, n_init=self.n_restarts, max_iter=100,
                        random_state=int(rng.integers(2**31 - 1)))
         # A few hundred points: native threads cost more than they give (8x, measured).
-        with warnings.catch_warnings(), threadpool_limits(limits=1):
+        with warnings.catch_warnings(), single_threaded():
             warnings.simplefilter("ignore")  # duplicate coreset points
             model.fit(points, sample_weight=weights)
         return np.vstack([model.cluster_centers_, filler])
@@ -744,31 +790,58 @@ def _second_moment(chunk):
     return chunk.X.T @ chunk.X
 
 
-def _projected(chunk, basis):
-    return chunk.X if basis is None else chunk.X @ basis
+def _finest_cells(chunk, basis, grid, data_radius):
+    """Cell of every row of a chunk in the finest level of the shifted ``grid`` (levels, shift).
 
-
-def _row_cells(chunk, basis, grid, data_radius):
-    """Cell of every row of a chunk at every level of the shifted ``grid`` (levels, shift)."""
-    projected = _projected(chunk, basis)
+    The rows' cells at the coarser levels follow from it (:func:`coarse_cell_map`),
+    so a pass needs this one index per row. Computed once per chunk
+    (:meth:`~skdpcluster.utils._data.RowChunk.cached`): in memory the counts
+    and the leaves' sums of a fit share it.
+    """
     levels, shift = grid
-    return [GridInitializer._cell_index(projected, g, data_radius, shift) for g in levels]
+    key = ("grid_cells", levels, shift.tobytes(), data_radius,
+           None if basis is None else basis.tobytes())
+    return chunk.cached(key, lambda: _cell_indices(chunk.X, basis, levels[-1], data_radius, shift))
 
 
-def _grid_counts(chunk, basis, grid, data_radius):
-    """Grid-cell counts of a chunk of rows at every level (steps 2-3), a tuple of arrays."""
+def _cell_indices(X, basis, g, data_radius, shift):
+    """:meth:`GridInitializer._cell_index` of the projected rows, :data:`GRID_BLOCK_ROWS` at a time.
+
+    The blocks bound the temporaries (projection, scaled coordinates, axes)
+    to a few MiB; every row's cell is the same as in one call on all rows.
+    """
+    index = np.empty(len(X), dtype=np.int64)
+    for start in range(0, len(X), GRID_BLOCK_ROWS):
+        rows = slice(start, start + GRID_BLOCK_ROWS)
+        block = X[rows] if basis is None else X[rows] @ basis
+        index[rows] = GridInitializer._cell_index(block, g, data_radius, shift)
+    return index
+
+
+def _finest_cell_counts(chunk, basis, grid, data_radius):
+    """Rows of a chunk per cell of the finest grid level (steps 2-3)."""
     n_dims = chunk.X.shape[1] if basis is None else basis.shape[1]
-    return tuple(np.bincount(cells, minlength=shifted_cells_per_axis(g) ** n_dims)
-                 for g, cells in zip(grid[0], _row_cells(chunk, basis, grid, data_radius)))
+    return np.bincount(_finest_cells(chunk, basis, grid, data_radius),
+                       minlength=shifted_cells_per_axis(grid[0][-1]) ** n_dims)
 
 
-def _leaf_sums(chunk, basis, grid, data_radius, leaves):
+def _level_counts(finest_counts, levels, n_dims):
+    """Counts of every level (float arrays), each added up from the next finer: sums of integers."""
+    counts = [finest_counts.astype(float)]
+    for g in levels[-2::-1]:
+        parents = coarse_cell_map(shifted_cells_per_axis(2 * g), n_dims, 2)
+        counts.append(np.bincount(parents, weights=counts[-1],
+                                  minlength=shifted_cells_per_axis(g) ** n_dims))
+    return counts[::-1]
+
+
+def _leaf_sums(chunk, basis, grid, data_radius, cell_leaves, n_leaves):
     """Sums and counts of a chunk's rows per leaf of the multi-resolution partition (step 4).
 
-    Rows in no leaf go to an extra index ``len(leaves.weights)`` (dropped).
+    ``cell_leaves`` is the leaf of every finest cell (``-1``: none); rows in no
+    leaf go to an extra index ``n_leaves`` (dropped).
     """
-    n_leaves = len(leaves.weights)
-    row_leaves = leaves.row_leaves(_row_cells(chunk, basis, grid, data_radius))
+    row_leaves = cell_leaves[_finest_cells(chunk, basis, grid, data_radius)]
     return cell_sums(chunk.X, np.where(row_leaves < 0, n_leaves, row_leaves), n_leaves)
 
 

@@ -44,6 +44,11 @@ class RowChunk:
     def __init__(self, X):
         self.X = np.asarray(X, dtype=np.float64)
         self._sq_norms = None
+        self._cache = {}
+
+    def cached(self, key, compute):
+        """``compute()`` once per chunk and ``key``; see :func:`cached_statistic`."""
+        return cached_statistic(self._cache, key, compute)
 
     @property
     def sq_norms(self):
@@ -51,6 +56,21 @@ class RowChunk:
         if self._sq_norms is None:
             self._sq_norms = np.einsum("ij,ij->i", self.X, self.X)
         return self._sq_norms
+
+
+def cached_statistic(cache, key, compute):
+    """``cache[key]``, set to ``compute()`` on first use; the cache keeps one entry.
+
+    A per-row statistic that two passes of one fit share (the grid cells of
+    the rows): in memory the chunk lives for the whole fit, so the second
+    pass reuses it; a Dask chunk is rebuilt for every pass, so nothing is
+    kept between passes there. One entry bounds the memory to one per-row
+    array.
+    """
+    if key not in cache:
+        cache.clear()
+        cache[key] = compute()
+    return cache[key]
 
 
 def add_statistics(first, second):
