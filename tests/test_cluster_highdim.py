@@ -554,6 +554,45 @@ def test_same_seed_same_fit_and_other_seed_differs(cls):
     assert np.array_equal(centers, centers[np.lexsort(centers.T[::-1])])  # canonical order
 
 
+#: Releases of commit 038aa15 (before the speed work of issue #17), one per configuration:
+#: (estimator, n_samples, n_features, n_clusters, seed, parameters). They cover both paths of
+#: the level histogram (the bincount of children and the sort), p * depth > 62 bits, the
+#: sparse and 1-median recoveries, several trials, the paper profile, and the sampled local
+#: search (n > SWAP_SAMPLE_ROWS).
+_RECORDED = Path(__file__).resolve().parent / "data" / "highdim_centers_038aa15.npz"
+_RECORDED_CONFIGS = [
+    (PrivateHighDimKMeans, 3000, 6, 3, 0, {}),
+    (PrivateHighDimKMeans, 3000, 6, 3, 1,
+     {"neighbouring": "add_remove", "n_trials": 2, "n_refine_iter": 2}),
+    (PrivateHighDimKMeans, 2000, 20, 4, 2, {"proj_dim": 12, "max_depth": 6}),
+    (PrivateHighDimKMeans, 2000, 8, 3, 3,
+     {"recovery": "sparse", "sparsity": 3, "coord_bound": 1.5}),
+    (PrivateHighDimKMeans, 1500, 5, 2, 4,
+     {"profile": "paper", "n_shifts": 4, "n_swap_iter": 5, "n_trials": 2}),
+    (PrivateHighDimKMedian, 3000, 6, 3, 5, {}),
+    (PrivateHighDimKMedian, 2000, 6, 3, 6,
+     {"recovery": "one_median", "init": "uniform", "max_depth": 9}),
+    (PrivateHighDimKMeans, 70_000, 10, 10, 7, {}),
+    (PrivateHighDimKMedian, 70_000, 10, 10, 8, {}),
+]
+
+
+@pytest.mark.parametrize("cls, n_samples, n_features, n_clusters, seed, params", _RECORDED_CONFIGS)
+def test_same_seed_gives_the_release_recorded_before_the_speed_work(
+        cls, n_samples, n_features, n_clusters, seed, params):
+    # Issue #17: the faster kernels compute the same partition, histograms and swap scores, so
+    # the same seed releases the same centres as commit 038aa15. The swap losses may differ in
+    # their last float64 bits (summation order), which moves a Gumbel-max pick with
+    # probability ~1e-12: the centres are compared to 1e-12 relative.
+    X = _mixture(n_samples, n_features, n_clusters, seed=seed)[0]
+    est = cls(n_clusters, data_radius=2.0 * math.sqrt(n_features), random_state=seed,
+              accountant=BudgetAccountant(), **params).fit(X)
+    objective = "kmeans" if cls is PrivateHighDimKMeans else "kmedian"
+    with np.load(_RECORDED) as recorded:
+        expected = recorded[f"{objective}_{n_samples}_{seed}"]
+    np.testing.assert_allclose(est.cluster_centers_, expected, rtol=1e-12, atol=1e-12)
+
+
 def test_exact_radius_by_explicit_choice_warns_and_is_not_written_back():
     X, _, _ = _mixture(500, 3, 2)
     est = PrivateHighDimKMeans(n_clusters=2, data_radius="data", accountant=BudgetAccountant(),
