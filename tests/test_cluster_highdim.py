@@ -118,6 +118,25 @@ def test_child_cells_match_unique_rows(depth, p):
         assert np.array_equal(got, expected)
 
 
+@pytest.mark.parametrize("n_levels, p", [(6, 5), (12, 3), (20, 9)])
+def test_cube_coordinates_of_every_level_are_those_of_the_float_grid(n_levels, p):
+    # Issue #17: one pass stores the deepest level's coordinates; every level is a shift of
+    # them, equal to floor((y - o) / w_depth) clipped to the grid, and its child keys are
+    # the low bits packed as _packed_keys packs them.
+    rng = np.random.default_rng(n_levels)
+    Y = rng.uniform(-1.0, 1.0, size=(2000, p))
+    Y[:3] = [[-1.0] * p, [1.0] * p, [0.0] * p]  # the root's corners and centre
+    origin, edge = rng.uniform(-0.5, 0.5, size=p) - 2.0, 4.0
+    cubes = hc._CubeCoords(Y, (origin, edge), n_levels)
+    rows = np.sort(rng.choice(len(Y), size=1500, replace=False))
+    for depth in range(1, n_levels + 1):
+        expected = np.clip(np.floor((Y[rows] - origin) / (edge / 2**depth)), 0, 2**depth - 1)
+        level = cubes.level(rows, depth)
+        assert np.array_equal(level[:], expected.astype(np.int64))
+        assert np.array_equal(level.low_bit_keys(), hc._packed_keys(
+            expected.astype(np.int64), np.int64(1) << np.arange(p, dtype=np.int64), mask=1))
+
+
 def _brute_force_level(Y, parents, depth, level, grid, rng):
     """Reference: a Laplace draw for every one of the |parents| 2^p children."""
     origin, edge = grid
@@ -138,7 +157,8 @@ def test_level_step_matches_brute_force_enumeration_in_distribution():
     grid, parents = (np.zeros(3), 1.0), np.zeros((1, 3), dtype=np.int64)
     fast, slow, runs = {}, {}, 4000
     for _ in range(runs):
-        _, cells, _, _, _ = hc._level_step(Y, np.arange(len(Y)), parents, 1, level, grid, rng,
+        _, cells, _, _, _ = hc._level_step(hc._CubeCoords(Y, grid, 1), np.arange(len(Y)),
+                                           parents, 1, level, rng,
                                            np.zeros(len(Y), dtype=np.int64))
         for key in {c.tobytes() for c in cells}:
             fast[key] = fast.get(key, 0) + 1

@@ -27,11 +27,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 from sklearn.cluster import KMeans
 from sklearn.utils import gen_batches
-from threadpoolctl import threadpool_limits
 
 from skdpcluster.averaging import _project_onto_ball
 from skdpcluster.cluster._stable_init import random_ball_points
 from skdpcluster.mechanisms import exponential_mechanism, laplace_mechanism, laplace_zero_cells_above
+from skdpcluster.utils._compat import threadpool_controller
 
 __all__ = [
     "CandidateSet",
@@ -178,29 +178,75 @@ def _sample_empty_children(parents, occupied, n_pick, rng):
     return np.array(list(chosen.values()), dtype=np.int64)
 
 
-class _CubeCoords:
-    r"""Integer coordinates of the depth-``depth`` cubes holding the points ``Y[rows]``, on request.
+def _unsigned_type(n_bits):
+    """The smallest unsigned NumPy integer type with at least ``n_bits`` bits."""
+    return next(t for t in (np.uint8, np.uint16, np.uint32, np.uint64)
+                if np.iinfo(t).bits >= n_bits)
 
-    Indexing computes :math:`\lfloor (y - o)/w \rfloor` (clipped to the
-    grid) for the requested points only, so no array of all the points'
-    coordinates (p int64 per point) is ever stored; the functions below read
-    it block by block, as they would an array.
+
+class _CubeCoords:
+    r"""Integer coordinates of the points' cubes at every depth 1..``n_levels`` of one shift.
+
+    One pass over ``Y`` stores the coordinates at the deepest level,
+    :math:`f = \mathrm{clip}(\lfloor (y - o)/w_L \rfloor, 0, 2^L - 1)` with
+    :math:`w_a = e/2^a`, one coordinate per row (contiguous per axis) in the
+    smallest unsigned type that holds L bits: one byte per coordinate for
+    L <= 8, so :math:`np` bytes in all, an eighth of ``Y``. A shallower
+    level is a shift of them, :math:`\lfloor (y - o)/w_a \rfloor = f \gg (L - a)`,
+    exactly: dividing by :math:`w_L = w_a/2^{L-a}` scales the correctly
+    rounded quotient by a power of two, :math:`\lfloor 2^s t\rfloor \gg s =
+    \lfloor t\rfloor` for :math:`t \ge 0`, and the clips agree
+    (:math:`t_a \ge 2^a` iff :math:`t_L \ge 2^L`), so every level sees the
+    cells that the float computation at its own depth gives (for L <= 53,
+    where :math:`2^L - 1` is a float).
     """
 
-    def __init__(self, Y, rows, grid, depth):
-        self.Y, self.rows, self.depth = Y, rows, depth
-        self.origin, self.width = grid[0], grid[1] / 2**depth
-        self.shape = (len(rows), Y.shape[1])
+    def __init__(self, Y, grid, n_levels):
+        origin, width = grid[0], grid[1] / 2**n_levels
+        self.n_levels = n_levels
+        self.fine_t = np.empty(Y.shape[::-1], dtype=_unsigned_type(n_levels))
+        for batch in gen_batches(len(Y), max(1, CHUNK_ELEMENTS // max(Y.shape[1], 1))):
+            block = Y[batch] - origin
+            block /= width
+            np.floor(block, out=block)
+            self.fine_t[:, batch] = np.clip(block, 0, 2**n_levels - 1, out=block).T
+
+    @property
+    def n_dims(self):
+        return self.fine_t.shape[0]
+
+    def level(self, rows, depth):
+        """The depth-``depth`` coordinates of the points ``rows``, read as an array."""
+        return _CubeLevel(self, rows, depth)
+
+
+class _CubeLevel:
+    """The integer coordinates of the cubes of depth ``depth`` holding the points ``rows``.
+
+    Indexing returns the int64 coordinates of the requested points only, so
+    the functions below read it block by block, as they would an array.
+    """
+
+    def __init__(self, cubes, rows, depth):
+        self.cubes, self.rows, self.depth = cubes, rows, depth
+        self.shape = (len(rows), cubes.n_dims)
 
     def __len__(self):
         return self.shape[0]
 
     def __getitem__(self, index):
-        block = self.Y[self.rows[index]]  # a copy, transformed in place
-        block -= self.origin
-        block /= self.width
-        np.floor(block, out=block)
-        return np.clip(block, 0, 2**self.depth - 1, out=block).astype(np.int64)
+        block = self.cubes.fine_t[:, self.rows[index]] >> (self.cubes.n_levels - self.depth)
+        return np.ascontiguousarray(block.T, dtype=np.int64)
+
+    def low_bit_keys(self):
+        """Every point's child index in its parent, ``((coords & 1) << arange(p)).sum(axis=1)``."""
+        shift, p = self.cubes.n_levels - self.depth, self.cubes.n_dims
+        keys = np.zeros(len(self.rows), dtype=_unsigned_type(p))
+        for axis, column in enumerate(self.cubes.fine_t):
+            bits = column[self.rows] >> shift
+            bits &= 1
+            keys |= bits.astype(keys.dtype, copy=False) << axis
+        return keys.astype(np.int64)
 
 
 def _packed_keys(coords, weights, mask=-1):
@@ -216,7 +262,7 @@ def _unique_rows(coords, depth):
 
     When the p coordinates of ``depth`` bits each fit in 62 bits, every row
     is packed into one integer key (a 1-d sort instead of a lexicographic one).
-    ``coords`` is an integer array or a :class:`_CubeCoords`.
+    ``coords`` is an integer array or a :class:`_CubeLevel`.
     """
     p = coords.shape[1]
     if depth * p > 62:
@@ -237,13 +283,16 @@ def _child_cells(coords, parent_of, n_parents, depth):
     ``n_parents`` parents are at most a few per point, one ``bincount`` of
     those keys replaces the sort of all points. Only the occupied children
     are then sorted, so cells, inverse and counts are exactly
-    :func:`_unique_rows`'s. ``coords`` is an integer array or a :class:`_CubeCoords`.
+    :func:`_unique_rows`'s. ``coords`` is an integer array or a :class:`_CubeLevel`.
     """
     p = coords.shape[1]
     n_keys = n_parents << p
     if n_keys > max(2 * len(coords), 2**16):
         return _unique_rows(coords, depth)
-    keys = _packed_keys(coords, np.int64(1) << np.arange(p, dtype=np.int64), mask=1)
+    if isinstance(coords, _CubeLevel):
+        keys = coords.low_bit_keys()
+    else:
+        keys = _packed_keys(coords, np.int64(1) << np.arange(p, dtype=np.int64), mask=1)
     keys += parent_of << p
     counts = np.bincount(keys, minlength=n_keys)
     present = np.flatnonzero(counts)
@@ -257,7 +306,7 @@ def _child_cells(coords, parent_of, n_parents, depth):
     return cells, order[rank[keys]], sorted_counts
 
 
-def _level_step(Y, alive, parents, depth, level, grid, rng, parent_of):
+def _level_step(cubes, alive, parents, depth, level, rng, parent_of):
     r"""One level of Algorithm 1: noisy counts of the children of the active cubes.
 
     ``alive`` indexes the points lying in active cubes of depth ``depth - 1``,
@@ -273,13 +322,13 @@ def _level_step(Y, alive, parents, depth, level, grid, rng, parent_of):
     Returns the new ``alive``, ``parents`` (the activated cubes'
     coordinates), their noisy counts, the event and the new ``parent_of``.
     """
-    cells, inverse, counts = _child_cells(_CubeCoords(Y, alive, grid, depth), parent_of,
-                                          len(parents), depth)
+    cells, inverse, counts = _child_cells(cubes.level(alive, depth), parent_of, len(parents),
+                                          depth)
     noisy, event = laplace_mechanism(
         counts.astype(float), sensitivity=level.sensitivity, epsilon=level.epsilon, rng=rng,
         label="highdim/candidates/level_counts", neighbouring=level.neighbouring)
     active = np.atleast_1d(noisy) > level.gamma
-    n_empty = len(parents) * 2.0 ** Y.shape[1] - len(cells)
+    n_empty = len(parents) * 2.0 ** cubes.n_dims - len(cells)
     _, empty_counts = laplace_zero_cells_above(
         n_empty, scale=level.scale, threshold=level.gamma, rng=rng,
         max_released=MAX_EMPTY_ACTIVATIONS)
@@ -323,12 +372,13 @@ def _one_shift(Y, radius, n_levels, level, root_weight, rng):
     shift = rng.uniform(-radius, radius, size=p)
     origin, edge = shift - 2.0 * radius, 4.0 * radius
     levels = [(np.zeros((1, p), dtype=np.int64), np.array([root_weight]))]
+    cubes = _CubeCoords(Y, (origin, edge), n_levels)
     alive, parent_of, events = np.arange(len(Y)), np.zeros(len(Y), dtype=np.int64), []
     for depth in range(1, n_levels + 1):
         if len(levels[-1][0]) == 0:
             break
         alive, cells, weights, event, parent_of = _level_step(
-            Y, alive, levels[-1][0], depth, level, (origin, edge), rng, parent_of)
+            cubes, alive, levels[-1][0], depth, level, rng, parent_of)
         events.append(event)
         levels.append((cells, weights))
     parts = [CandidateSet(origin + (cells + 0.5) * (edge / 2**depth), weights,
@@ -431,7 +481,7 @@ def initial_slots(candidates, n_clusters, init, rng):
     weights = np.maximum(candidates.weights, 1e-12)
     coreset = KMeans(n_clusters, n_init=_CORESET_N_INIT,
                      random_state=int(rng.integers(2**31 - 1)))
-    with threadpool_limits(limits=1):  # at most a few thousand candidates: threads only cost
+    with threadpool_controller().limit(limits=1):  # a few thousand candidates: threads only cost
         labels = coreset.fit_predict(candidates.centers, sample_weight=weights)
     start = CandidateSet(coreset.cluster_centers_, np.bincount(labels, weights, n_clusters),
                          np.full(n_clusters, -2))
@@ -620,7 +670,7 @@ def private_local_swap(distances, initial, *, n_iter, epsilon, sensitivity, neig
     slots = np.asarray(initial, dtype=np.intp).copy()
     iterates, losses, events = [slots.copy()], [distances.loss(slots)], []
     # Blocks of a few rows x n: one BLAS thread is 5-15x faster than many (measured).
-    with threadpool_limits(limits=1, user_api="blas"):
+    with threadpool_controller().limit(limits=1, user_api="blas"):
         for _ in range(n_iter):
             slots, loss, event = _swap_round(distances, slots, epsilon_round, sensitivity,
                                              neighbouring, rng)
