@@ -542,6 +542,39 @@ class DistanceRows:
             nearest[batch] = self.rows(index, batch).argmin(axis=0)
         return nearest
 
+    def group_sums(self, starts, bounds):
+        r"""Per group of points, :math:`\sum_{i \in G_l} \min(D_{ci}, b_i)` for every candidate c.
+
+        The groups are the runs of points beginning at ``starts``; one
+        ``(n_candidates, len(starts))`` float64 array per bound ``b`` in
+        ``bounds`` (arrays over the points, float32), computed by blocks of
+        candidates. For k-means the squared norms of the points are taken out
+        of the minimum, :math:`\min(D_{ci}, b_i) = \|y_i\|^2 + \min(\|c\|^2
+        - 2c \cdot y_i, b_i - \|y_i\|^2)`, so a block is one matrix product
+        (:math:`\|c\|^2` rides along as a last coordinate against a row of
+        ones) and the norms are summed once per group. It is the same value
+        up to float32 rounding of the distances (which the expanded form
+        already has) and no clamp at 0.
+        """
+        if self.power == 2:
+            centers = np.hstack([self.centers, self.c_sq[:, None]])
+            points = np.vstack([self.scaled_t, np.ones((1, len(self.y_sq)), dtype=np.float32)])
+            bounds = [bound - self.y_sq for bound in bounds]
+            offset = np.add.reduceat(self.y_sq, starts, dtype=np.float64)
+        sums = [np.empty((len(self), len(starts))) for _ in bounds]
+        for batch in gen_batches(len(self), self.chunk):
+            if self.power == 2:
+                block = centers[batch] @ points
+            else:
+                block = self.rows(batch)
+            for total, bound in zip(sums, bounds):
+                total[batch] = np.add.reduceat(np.minimum(block, bound), starts, axis=1,
+                                               dtype=np.float64)
+        if self.power == 2:
+            for total in sums:
+                total += offset
+        return sums
+
     def loss(self, slots):
         """:math:`L(Z) = \\sum_i \\min_j D[z_j, i]`."""
         return float(self.rows(slots).min(axis=0).sum(dtype=np.float64))
@@ -594,40 +627,39 @@ def swap_sample(distances, n_noisy, rng, expected_rows=SWAP_SAMPLE_ROWS):
 def swap_losses(distances, slots):
     r"""Loss after every swap: ``out[c, j]`` = :math:`L(Z - \{z_j\} + \{C_c\})` (spec §5.4).
 
-    With :math:`a_i` the nearest slot of point i, :math:`d_1(i)` and
-    :math:`d_2(i)` its nearest and second-nearest slot distances
-    (:math:`+\infty` when k = 1),
+    With :math:`a_i` the nearest slot of point i, :math:`G_j = \{i: a_i = j\}`,
+    :math:`d_1(i)` and :math:`d_2(i)` its nearest and second-nearest slot
+    distances (:math:`+\infty` when k = 1): replacing :math:`z_j` by
+    :math:`C_c` leaves the points of :math:`G_j` the choice of :math:`C_c`
+    and their second-nearest slot, and the others that of :math:`C_c` and
+    their nearest, so
 
     .. math::
 
-        L(j \to c) = \sum_i \min(D_{ci}, d_1(i))
-          - \sum_{i: a_i = j} \big[\min(D_{ci}, d_1(i)) - \min(D_{ci}, d_2(i))\big],
+        L(j \to c) = \sum_{l} A_{cl} - A_{cj} + B_{cj},\qquad
+        A_{cl} = \sum_{i \in G_l} \min(D_{ci}, d_1(i)),\quad
+        B_{cl} = \sum_{i \in G_l} \min(D_{ci}, d_2(i)).
 
-    computed for a block of candidates at a time, with the points sorted by
-    :math:`a_i` so that the second sum is one ``reduceat``: :math:`O(|C|\,n)`
-    per call instead of the naive :math:`O(|C|\,k^2 n)`.
+    With the points sorted by :math:`a_i`, A and B are two ``reduceat``
+    per block of candidates (:meth:`DistanceRows.group_sums`):
+    :math:`O(|C|\,n)` per call instead of the naive :math:`O(|C|\,k^2 n)`,
+    and no loop over the points.
 
     Returns
     -------
     ndarray of shape (n_candidates, n_clusters)
     """
     slot_rows = distances.rows(slots)
-    order = np.argsort(slot_rows.argmin(axis=0), kind="stable")
+    nearest = slot_rows.argmin(axis=0)
+    order = np.argsort(nearest, kind="stable")
     slot_rows = slot_rows[:, order]
-    groups, starts = np.unique(slot_rows.argmin(axis=0), return_index=True)
+    groups, starts = np.unique(nearest[order], return_index=True)
     d1 = slot_rows.min(axis=0)
     d2 = np.partition(slot_rows, 1, axis=0)[1] if len(slots) > 1 else np.full_like(d1, np.inf)
     del slot_rows
-    sorted_rows = distances.permuted(order)
-    out = np.empty((len(distances), len(slots)))
-    for start in range(0, len(distances), distances.chunk):
-        block = sorted_rows.rows(np.arange(start, min(start + distances.chunk, len(distances))))
-        near = np.minimum(block, d1)
-        rows = slice(start, start + len(block))
-        out[rows] = near.sum(axis=1, dtype=np.float64)[:, None]
-        np.minimum(block, d2, out=block)
-        near -= block
-        out[rows, groups] -= np.add.reduceat(near, starts, axis=1, dtype=np.float64)
+    near, second = distances.permuted(order).group_sums(starts, (d1, d2))
+    out = np.repeat(near.sum(axis=1)[:, None], len(slots), axis=1)
+    out[:, groups] += second - near
     return out
 
 
