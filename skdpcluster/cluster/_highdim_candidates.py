@@ -552,27 +552,27 @@ class DistanceRows:
         of the minimum, :math:`\min(D_{ci}, b_i) = \|y_i\|^2 + \min(\|c\|^2
         - 2c \cdot y_i, b_i - \|y_i\|^2)`, so a block is one matrix product
         (:math:`\|c\|^2` rides along as a last coordinate against a row of
-        ones) and the norms are summed once per group. It is the same value
-        up to float32 rounding of the distances (which the expanded form
-        already has) and no clamp at 0.
+        ones) and the norms are summed once per group: the same value up to
+        the float32 rounding of the distances (which the expanded form has
+        anyway) and without the clamp at 0.
         """
-        if self.power == 2:
-            centers = np.hstack([self.centers, self.c_sq[:, None]])
-            points = np.vstack([self.scaled_t, np.ones((1, len(self.y_sq)), dtype=np.float32)])
-            bounds = [bound - self.y_sq for bound in bounds]
-            offset = np.add.reduceat(self.y_sq, starts, dtype=np.float64)
+        if self.power != 2:
+            return self._min_sums(self.rows, starts, bounds)
+        centers = np.hstack([self.centers, self.c_sq[:, None]])
+        points = np.vstack([self.scaled_t, np.ones((1, len(self.y_sq)), dtype=np.float32)])
+        sums = self._min_sums(lambda batch: centers[batch] @ points, starts,
+                              [bound - self.y_sq for bound in bounds])
+        offset = np.add.reduceat(self.y_sq, starts, dtype=np.float64)
+        return [total + offset for total in sums]
+
+    def _min_sums(self, block_of, starts, bounds):
+        """``reduceat(min(block_of(batch), bound), starts)`` for every bound, by blocks of candidates."""
         sums = [np.empty((len(self), len(starts))) for _ in bounds]
         for batch in gen_batches(len(self), self.chunk):
-            if self.power == 2:
-                block = centers[batch] @ points
-            else:
-                block = self.rows(batch)
+            block = block_of(batch)
             for total, bound in zip(sums, bounds):
                 total[batch] = np.add.reduceat(np.minimum(block, bound), starts, axis=1,
                                                dtype=np.float64)
-        if self.power == 2:
-            for total in sums:
-                total += offset
         return sums
 
     def loss(self, slots):
