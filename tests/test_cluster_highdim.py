@@ -266,6 +266,14 @@ def test_swap_losses_match_naive_reference(power, slots, monkeypatch):
     np.testing.assert_allclose(got, expected, rtol=1e-5)
 
 
+@pytest.mark.parametrize("n_rows", [1, 2, 7])
+def test_column_argmin_is_numpy_argmin_with_ties(n_rows):
+    block = np.random.default_rng(n_rows).integers(0, 3, size=(n_rows, 500)).astype(np.float32)
+    index, best = hc._column_argmin(block)
+    assert np.array_equal(index, block.argmin(axis=0))  # the first minimum on ties
+    assert np.array_equal(best, block.min(axis=0))
+
+
 @pytest.mark.parametrize("power", [1, 2])
 @pytest.mark.parametrize("relation", ["add_remove", "replace_one"])
 def test_swap_scores_change_by_at_most_the_sensitivity(power, relation):

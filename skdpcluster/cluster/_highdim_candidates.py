@@ -539,7 +539,7 @@ class DistanceRows:
         """
         nearest = np.empty(len(self.y_sq), dtype=np.intp)
         for batch in gen_batches(len(nearest), max(1, CHUNK_ELEMENTS // max(len(index), 1))):
-            nearest[batch] = self.rows(index, batch).argmin(axis=0)
+            nearest[batch] = _column_argmin(self.rows(index, batch))[0]
         return nearest
 
     def group_sums(self, starts, bounds):
@@ -578,6 +578,21 @@ class DistanceRows:
     def loss(self, slots):
         """:math:`L(Z) = \\sum_i \\min_j D[z_j, i]`."""
         return float(self.rows(slots).min(axis=0).sum(dtype=np.float64))
+
+
+def _column_argmin(block):
+    """``(block.argmin(axis=0), block.min(axis=0))`` of a few long rows, by one pass per row.
+
+    The first minimum wins, as in ``argmin``; NumPy's ``argmin`` along axis 0
+    reads the columns with a stride, slower for k rows of n.
+    """
+    index = np.zeros(block.shape[1], dtype=np.intp)
+    best = block[0].copy()
+    for row in range(1, len(block)):
+        closer = block[row] < best
+        index[closer] = row
+        np.minimum(best, block[row], out=best)
+    return index, best
 
 
 def swap_sample(distances, n_noisy, rng, expected_rows=SWAP_SAMPLE_ROWS):
@@ -650,14 +665,13 @@ def swap_losses(distances, slots):
     ndarray of shape (n_candidates, n_clusters)
     """
     slot_rows = distances.rows(slots)
-    nearest = slot_rows.argmin(axis=0)
-    order = np.argsort(nearest, kind="stable")
-    slot_rows = slot_rows[:, order]
-    groups, starts = np.unique(nearest[order], return_index=True)
-    d1 = slot_rows.min(axis=0)
-    d2 = np.partition(slot_rows, 1, axis=0)[1] if len(slots) > 1 else np.full_like(d1, np.inf)
+    nearest, d1 = _column_argmin(slot_rows)
+    slot_rows[nearest, np.arange(len(nearest))] = np.inf
+    d2 = slot_rows.min(axis=0)  # the second smallest (inf when k = 1)
     del slot_rows
-    near, second = distances.permuted(order).group_sums(starts, (d1, d2))
+    order = np.argsort(nearest, kind="stable")
+    groups, starts = np.unique(nearest[order], return_index=True)
+    near, second = distances.permuted(order).group_sums(starts, (d1[order], d2[order]))
     out = np.repeat(near.sum(axis=1)[:, None], len(slots), axis=1)
     out[:, groups] += second - near
     return out
