@@ -303,7 +303,7 @@ def _child_cells(coords, parent_of, n_parents, depth):
     cells, order, _ = _unique_rows(coords[member[present]], depth)
     sorted_counts = np.empty_like(counts[present])
     sorted_counts[order] = counts[present]
-    return cells, order[rank[keys]], sorted_counts
+    return cells, order[rank][keys], sorted_counts  # compose the small tables first
 
 
 def _level_step(cubes, alive, parents, depth, level, rng, parent_of):
