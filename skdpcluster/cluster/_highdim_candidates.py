@@ -566,7 +566,7 @@ class DistanceRows:
         return [total + offset for total in sums]
 
     def _min_sums(self, block_of, starts, bounds):
-        """``reduceat(min(block_of(batch), bound), starts)`` for every bound, by blocks of candidates."""
+        """``reduceat(min(block_of(batch), bound), starts)`` per bound, by blocks of candidates."""
         sums = [np.empty((len(self), len(starts))) for _ in bounds]
         for batch in gen_batches(len(self), self.chunk):
             block = block_of(batch)

@@ -1,10 +1,11 @@
 """The private scikit-learn helpers we use, imported in one place.
 
-``_fit_context``, the parameter-constraint classes and the cached
-threadpoolctl controller (``threadpool_controller().limit(...)`` costs
-nothing, where each ``threadpool_limits(...)`` rescans the loaded libraries:
-10-40 ms) live in private scikit-learn modules (stable from 1.3 to 1.9); if
-they move, only this file changes.
+``_fit_context`` and the parameter-constraint classes live in private
+scikit-learn modules (stable from 1.3 to 1.9), and so does scikit-learn's
+cached threadpoolctl controller (``sklearn.utils.parallel``, in 1.6 to 1.9 at
+least): ``threadpool_controller().limit(...)`` reuses one scan of the loaded
+libraries, where every ``threadpool_limits(...)`` rescans them (10-40 ms).
+If they move, only this file changes.
 """
 
 from sklearn.base import _fit_context as fit_context
