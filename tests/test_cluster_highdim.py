@@ -118,6 +118,25 @@ def test_child_cells_match_unique_rows(depth, p):
         assert np.array_equal(got, expected)
 
 
+@pytest.mark.parametrize("n_levels, p", [(6, 5), (12, 3), (20, 9)])
+def test_cube_coordinates_of_every_level_are_those_of_the_float_grid(n_levels, p):
+    # Issue #17: one pass stores the deepest level's coordinates; every level is a shift of
+    # them, equal to floor((y - o) / w_depth) clipped to the grid, and its child keys are
+    # the low bits packed as _packed_keys packs them.
+    rng = np.random.default_rng(n_levels)
+    Y = rng.uniform(-1.0, 1.0, size=(2000, p))
+    Y[:3] = [[-1.0] * p, [1.0] * p, [0.0] * p]  # the root's corners and centre
+    origin, edge = rng.uniform(-0.5, 0.5, size=p) - 2.0, 4.0
+    cubes = hc._CubeCoords(Y, (origin, edge), n_levels)
+    rows = np.sort(rng.choice(len(Y), size=1500, replace=False))
+    for depth in range(1, n_levels + 1):
+        expected = np.clip(np.floor((Y[rows] - origin) / (edge / 2**depth)), 0, 2**depth - 1)
+        level = cubes.level(rows, depth)
+        assert np.array_equal(level[:], expected.astype(np.int64))
+        assert np.array_equal(level.low_bit_keys(), hc._packed_keys(
+            expected.astype(np.int64), np.int64(1) << np.arange(p, dtype=np.int64), mask=1))
+
+
 def _brute_force_level(Y, parents, depth, level, grid, rng):
     """Reference: a Laplace draw for every one of the |parents| 2^p children."""
     origin, edge = grid
@@ -138,7 +157,8 @@ def test_level_step_matches_brute_force_enumeration_in_distribution():
     grid, parents = (np.zeros(3), 1.0), np.zeros((1, 3), dtype=np.int64)
     fast, slow, runs = {}, {}, 4000
     for _ in range(runs):
-        _, cells, _, _, _ = hc._level_step(Y, np.arange(len(Y)), parents, 1, level, grid, rng,
+        _, cells, _, _, _ = hc._level_step(hc._CubeCoords(Y, grid, 1), np.arange(len(Y)),
+                                           parents, 1, level, rng,
                                            np.zeros(len(Y), dtype=np.int64))
         for key in {c.tobytes() for c in cells}:
             fast[key] = fast.get(key, 0) + 1
@@ -244,6 +264,14 @@ def test_swap_losses_match_naive_reference(power, slots, monkeypatch):
     got = hc.swap_losses(hc.DistanceRows(Y, C, power), np.array(slots))
     expected = _naive_swap_losses(Y, C, np.array(slots), power)
     np.testing.assert_allclose(got, expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize("n_rows", [1, 2, 7])
+def test_column_argmin_is_numpy_argmin_with_ties(n_rows):
+    block = np.random.default_rng(n_rows).integers(0, 3, size=(n_rows, 500)).astype(np.float32)
+    index, best = hc._column_argmin(block)
+    assert np.array_equal(index, block.argmin(axis=0))  # the first minimum on ties
+    assert np.array_equal(best, block.min(axis=0))
 
 
 @pytest.mark.parametrize("power", [1, 2])
@@ -552,6 +580,45 @@ def test_same_seed_same_fit_and_other_seed_differs(cls):
     assert not np.array_equal(first.cluster_centers_, other.cluster_centers_)
     centers = first.cluster_centers_
     assert np.array_equal(centers, centers[np.lexsort(centers.T[::-1])])  # canonical order
+
+
+#: Releases of commit 038aa15 (before the speed work of issue #17), one per configuration:
+#: (estimator, n_samples, n_features, n_clusters, seed, parameters). They cover both paths of
+#: the level histogram (the bincount of children and the sort), p * depth > 62 bits, the
+#: sparse and 1-median recoveries, several trials, the paper profile, and the sampled local
+#: search (n > SWAP_SAMPLE_ROWS).
+_RECORDED = Path(__file__).resolve().parent / "data" / "highdim_centers_038aa15.npz"
+_RECORDED_CONFIGS = [
+    (PrivateHighDimKMeans, 3000, 6, 3, 0, {}),
+    (PrivateHighDimKMeans, 3000, 6, 3, 1,
+     {"neighbouring": "add_remove", "n_trials": 2, "n_refine_iter": 2}),
+    (PrivateHighDimKMeans, 2000, 20, 4, 2, {"proj_dim": 12, "max_depth": 6}),
+    (PrivateHighDimKMeans, 2000, 8, 3, 3,
+     {"recovery": "sparse", "sparsity": 3, "coord_bound": 1.5}),
+    (PrivateHighDimKMeans, 1500, 5, 2, 4,
+     {"profile": "paper", "n_shifts": 4, "n_swap_iter": 5, "n_trials": 2}),
+    (PrivateHighDimKMedian, 3000, 6, 3, 5, {}),
+    (PrivateHighDimKMedian, 2000, 6, 3, 6,
+     {"recovery": "one_median", "init": "uniform", "max_depth": 9}),
+    (PrivateHighDimKMeans, 70_000, 10, 10, 7, {}),
+    (PrivateHighDimKMedian, 70_000, 10, 10, 8, {}),
+]
+
+
+@pytest.mark.parametrize("cls, n_samples, n_features, n_clusters, seed, params", _RECORDED_CONFIGS)
+def test_same_seed_gives_the_release_recorded_before_the_speed_work(
+        cls, n_samples, n_features, n_clusters, seed, params):
+    # Issue #17: the faster kernels compute the same partition, histograms and swap scores, so
+    # the same seed releases the same centres as commit 038aa15. The swap losses may differ in
+    # their last float64 bits (summation order), which moves a Gumbel-max pick with
+    # probability ~1e-12: the centres are compared to 1e-12 relative.
+    X = _mixture(n_samples, n_features, n_clusters, seed=seed)[0]
+    est = cls(n_clusters, data_radius=2.0 * math.sqrt(n_features), random_state=seed,
+              accountant=BudgetAccountant(), **params).fit(X)
+    objective = "kmeans" if cls is PrivateHighDimKMeans else "kmedian"
+    with np.load(_RECORDED) as recorded:
+        expected = recorded[f"{objective}_{n_samples}_{seed}"]
+    np.testing.assert_allclose(est.cluster_centers_, expected, rtol=1e-12, atol=1e-12)
 
 
 def test_exact_radius_by_explicit_choice_warns_and_is_not_written_back():

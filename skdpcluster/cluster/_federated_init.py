@@ -32,7 +32,6 @@ from joblib import Parallel, delayed
 from scipy import sparse
 from sklearn.base import clone
 from sklearn.cluster import kmeans_plusplus
-from threadpoolctl import threadpool_limits
 
 from skdpcluster.averaging import _project_onto_ball
 from skdpcluster.mechanisms import (
@@ -41,6 +40,7 @@ from skdpcluster.mechanisms import (
     gaussian_sigma,
     laplace_mechanism,
 )
+from skdpcluster.utils._compat import single_threaded
 
 __all__ = [
     "FederatedBudget",
@@ -369,7 +369,7 @@ class FederatedExecutor:
                                        pure=False, **broadcast)
             partials = self._client.gather(futures)
         else:
-            with threadpool_limits(limits=1):
+            with single_threaded():
                 partials = Parallel(n_jobs=self.n_jobs, prefer="threads")(
                     delayed(statistic)(shard, **broadcast) for shard in self.shards)
         self.n_rounds += 1
@@ -423,7 +423,7 @@ def _single_threaded(shard, *, statistic, **broadcast):
     busy machine, and a fixed thread count keeps every engine's arithmetic
     identical.
     """
-    with threadpool_limits(limits=1):
+    with single_threaded():
         return statistic(shard, **broadcast)
 
 
@@ -592,7 +592,7 @@ def _fit_centers(estimator, n_clusters, points, seed, sample_weight=None):
     params = model.get_params(deep=False)
     model.set_params(**{k: v for k, v in (("n_clusters", n_clusters), ("random_state", seed))
                         if k in params})
-    with threadpool_limits(limits=1):  # a few hundred public points: threads only cost
+    with single_threaded():  # a few hundred public points: threads only cost
         model.fit(points, sample_weight=sample_weight)
     centers = np.asarray(model.cluster_centers_, dtype=float)
     if centers.shape != (n_clusters, points.shape[1]):

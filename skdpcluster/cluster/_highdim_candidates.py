@@ -27,11 +27,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 from sklearn.cluster import KMeans
 from sklearn.utils import gen_batches
-from threadpoolctl import threadpool_limits
 
 from skdpcluster.averaging import _project_onto_ball
 from skdpcluster.cluster._stable_init import random_ball_points
 from skdpcluster.mechanisms import exponential_mechanism, laplace_mechanism, laplace_zero_cells_above
+from skdpcluster.utils._compat import single_threaded
 
 __all__ = [
     "CandidateSet",
@@ -178,29 +178,75 @@ def _sample_empty_children(parents, occupied, n_pick, rng):
     return np.array(list(chosen.values()), dtype=np.int64)
 
 
-class _CubeCoords:
-    r"""Integer coordinates of the depth-``depth`` cubes holding the points ``Y[rows]``, on request.
+def _unsigned_type(n_bits):
+    """The smallest unsigned NumPy integer type with at least ``n_bits`` bits."""
+    return next(t for t in (np.uint8, np.uint16, np.uint32, np.uint64)
+                if np.iinfo(t).bits >= n_bits)
 
-    Indexing computes :math:`\lfloor (y - o)/w \rfloor` (clipped to the
-    grid) for the requested points only, so no array of all the points'
-    coordinates (p int64 per point) is ever stored; the functions below read
-    it block by block, as they would an array.
+
+class _CubeCoords:
+    r"""Integer coordinates of the points' cubes at every depth 1..``n_levels`` of one shift.
+
+    One pass over ``Y`` stores the coordinates at the deepest level,
+    :math:`f = \mathrm{clip}(\lfloor (y - o)/w_L \rfloor, 0, 2^L - 1)` with
+    :math:`w_a = e/2^a`, one coordinate per row (contiguous per axis) in the
+    smallest unsigned type that holds L bits: one byte per coordinate for
+    L <= 8, so :math:`np` bytes in all, an eighth of ``Y``. A shallower
+    level is a shift of them, :math:`\lfloor (y - o)/w_a \rfloor = f \gg (L - a)`,
+    exactly: dividing by :math:`w_L = w_a/2^{L-a}` scales the correctly
+    rounded quotient by a power of two, :math:`\lfloor 2^s t\rfloor \gg s =
+    \lfloor t\rfloor` for :math:`t \ge 0`, and the clips agree
+    (:math:`t_a \ge 2^a` iff :math:`t_L \ge 2^L`), so every level sees the
+    cells that the float computation at its own depth gives (for L <= 53,
+    where :math:`2^L - 1` is a float).
     """
 
-    def __init__(self, Y, rows, grid, depth):
-        self.Y, self.rows, self.depth = Y, rows, depth
-        self.origin, self.width = grid[0], grid[1] / 2**depth
-        self.shape = (len(rows), Y.shape[1])
+    def __init__(self, Y, grid, n_levels):
+        origin, width = grid[0], grid[1] / 2**n_levels
+        self.n_levels = n_levels
+        self.fine_t = np.empty(Y.shape[::-1], dtype=_unsigned_type(n_levels))
+        for batch in gen_batches(len(Y), max(1, CHUNK_ELEMENTS // max(Y.shape[1], 1))):
+            block = Y[batch] - origin
+            block /= width
+            np.floor(block, out=block)
+            self.fine_t[:, batch] = np.clip(block, 0, 2**n_levels - 1, out=block).T
+
+    @property
+    def n_dims(self):
+        return self.fine_t.shape[0]
+
+    def level(self, rows, depth):
+        """The depth-``depth`` coordinates of the points ``rows``, read as an array."""
+        return _CubeLevel(self, rows, depth)
+
+
+class _CubeLevel:
+    """The integer coordinates of the cubes of depth ``depth`` holding the points ``rows``.
+
+    Indexing returns the int64 coordinates of the requested points only, so
+    the functions below read it block by block, as they would an array.
+    """
+
+    def __init__(self, cubes, rows, depth):
+        self.cubes, self.rows, self.depth = cubes, rows, depth
+        self.shape = (len(rows), cubes.n_dims)
 
     def __len__(self):
         return self.shape[0]
 
     def __getitem__(self, index):
-        block = self.Y[self.rows[index]]  # a copy, transformed in place
-        block -= self.origin
-        block /= self.width
-        np.floor(block, out=block)
-        return np.clip(block, 0, 2**self.depth - 1, out=block).astype(np.int64)
+        block = self.cubes.fine_t[:, self.rows[index]] >> (self.cubes.n_levels - self.depth)
+        return np.ascontiguousarray(block.T, dtype=np.int64)
+
+    def low_bit_keys(self):
+        """Every point's child index in its parent, ``((coords & 1) << arange(p)).sum(axis=1)``."""
+        shift, p = self.cubes.n_levels - self.depth, self.cubes.n_dims
+        keys = np.zeros(len(self.rows), dtype=_unsigned_type(p))
+        for axis, column in enumerate(self.cubes.fine_t):
+            bits = column[self.rows] >> shift
+            bits &= 1
+            keys |= bits.astype(keys.dtype, copy=False) << axis
+        return keys.astype(np.int64)
 
 
 def _packed_keys(coords, weights, mask=-1):
@@ -216,7 +262,7 @@ def _unique_rows(coords, depth):
 
     When the p coordinates of ``depth`` bits each fit in 62 bits, every row
     is packed into one integer key (a 1-d sort instead of a lexicographic one).
-    ``coords`` is an integer array or a :class:`_CubeCoords`.
+    ``coords`` is an integer array or a :class:`_CubeLevel`.
     """
     p = coords.shape[1]
     if depth * p > 62:
@@ -237,13 +283,16 @@ def _child_cells(coords, parent_of, n_parents, depth):
     ``n_parents`` parents are at most a few per point, one ``bincount`` of
     those keys replaces the sort of all points. Only the occupied children
     are then sorted, so cells, inverse and counts are exactly
-    :func:`_unique_rows`'s. ``coords`` is an integer array or a :class:`_CubeCoords`.
+    :func:`_unique_rows`'s. ``coords`` is an integer array or a :class:`_CubeLevel`.
     """
     p = coords.shape[1]
     n_keys = n_parents << p
     if n_keys > max(2 * len(coords), 2**16):
         return _unique_rows(coords, depth)
-    keys = _packed_keys(coords, np.int64(1) << np.arange(p, dtype=np.int64), mask=1)
+    if isinstance(coords, _CubeLevel):
+        keys = coords.low_bit_keys()
+    else:
+        keys = _packed_keys(coords, np.int64(1) << np.arange(p, dtype=np.int64), mask=1)
     keys += parent_of << p
     counts = np.bincount(keys, minlength=n_keys)
     present = np.flatnonzero(counts)
@@ -254,10 +303,10 @@ def _child_cells(coords, parent_of, n_parents, depth):
     cells, order, _ = _unique_rows(coords[member[present]], depth)
     sorted_counts = np.empty_like(counts[present])
     sorted_counts[order] = counts[present]
-    return cells, order[rank[keys]], sorted_counts
+    return cells, order[rank][keys], sorted_counts  # compose the small tables first
 
 
-def _level_step(Y, alive, parents, depth, level, grid, rng, parent_of):
+def _level_step(cubes, alive, parents, depth, level, rng, parent_of):
     r"""One level of Algorithm 1: noisy counts of the children of the active cubes.
 
     ``alive`` indexes the points lying in active cubes of depth ``depth - 1``,
@@ -273,13 +322,13 @@ def _level_step(Y, alive, parents, depth, level, grid, rng, parent_of):
     Returns the new ``alive``, ``parents`` (the activated cubes'
     coordinates), their noisy counts, the event and the new ``parent_of``.
     """
-    cells, inverse, counts = _child_cells(_CubeCoords(Y, alive, grid, depth), parent_of,
-                                          len(parents), depth)
+    cells, inverse, counts = _child_cells(cubes.level(alive, depth), parent_of, len(parents),
+                                          depth)
     noisy, event = laplace_mechanism(
         counts.astype(float), sensitivity=level.sensitivity, epsilon=level.epsilon, rng=rng,
         label="highdim/candidates/level_counts", neighbouring=level.neighbouring)
     active = np.atleast_1d(noisy) > level.gamma
-    n_empty = len(parents) * 2.0 ** Y.shape[1] - len(cells)
+    n_empty = len(parents) * 2.0 ** cubes.n_dims - len(cells)
     _, empty_counts = laplace_zero_cells_above(
         n_empty, scale=level.scale, threshold=level.gamma, rng=rng,
         max_released=MAX_EMPTY_ACTIVATIONS)
@@ -323,12 +372,13 @@ def _one_shift(Y, radius, n_levels, level, root_weight, rng):
     shift = rng.uniform(-radius, radius, size=p)
     origin, edge = shift - 2.0 * radius, 4.0 * radius
     levels = [(np.zeros((1, p), dtype=np.int64), np.array([root_weight]))]
+    cubes = _CubeCoords(Y, (origin, edge), n_levels)
     alive, parent_of, events = np.arange(len(Y)), np.zeros(len(Y), dtype=np.int64), []
     for depth in range(1, n_levels + 1):
         if len(levels[-1][0]) == 0:
             break
         alive, cells, weights, event, parent_of = _level_step(
-            Y, alive, levels[-1][0], depth, level, (origin, edge), rng, parent_of)
+            cubes, alive, levels[-1][0], depth, level, rng, parent_of)
         events.append(event)
         levels.append((cells, weights))
     parts = [CandidateSet(origin + (cells + 0.5) * (edge / 2**depth), weights,
@@ -431,7 +481,7 @@ def initial_slots(candidates, n_clusters, init, rng):
     weights = np.maximum(candidates.weights, 1e-12)
     coreset = KMeans(n_clusters, n_init=_CORESET_N_INIT,
                      random_state=int(rng.integers(2**31 - 1)))
-    with threadpool_limits(limits=1):  # at most a few thousand candidates: threads only cost
+    with single_threaded():  # a few thousand candidates: threads only cost
         labels = coreset.fit_predict(candidates.centers, sample_weight=weights)
     start = CandidateSet(coreset.cluster_centers_, np.bincount(labels, weights, n_clusters),
                          np.full(n_clusters, -2))
@@ -489,12 +539,60 @@ class DistanceRows:
         """
         nearest = np.empty(len(self.y_sq), dtype=np.intp)
         for batch in gen_batches(len(nearest), max(1, CHUNK_ELEMENTS // max(len(index), 1))):
-            nearest[batch] = self.rows(index, batch).argmin(axis=0)
+            nearest[batch] = _column_argmin(self.rows(index, batch))[0]
         return nearest
+
+    def group_sums(self, starts, bounds):
+        r"""Per group of points, :math:`\sum_{i \in G_l} \min(D_{ci}, b_i)` for every candidate c.
+
+        The groups are the runs of points beginning at ``starts``; one
+        ``(n_candidates, len(starts))`` float64 array per bound ``b`` in
+        ``bounds`` (arrays over the points, float32), computed by blocks of
+        candidates. For k-means the squared norms of the points are taken out
+        of the minimum, :math:`\min(D_{ci}, b_i) = \|y_i\|^2 + \min(\|c\|^2
+        - 2c \cdot y_i, b_i - \|y_i\|^2)`, so a block is one matrix product
+        (:math:`\|c\|^2` rides along as a last coordinate against a row of
+        ones) and the norms are summed once per group: the same value up to
+        the float32 rounding of the distances (which the expanded form has
+        anyway) and without the clamp at 0.
+        """
+        if self.power != 2:
+            return self._min_sums(self.rows, starts, bounds)
+        centers = np.hstack([self.centers, self.c_sq[:, None]])
+        points = np.vstack([self.scaled_t, np.ones((1, len(self.y_sq)), dtype=np.float32)])
+        sums = self._min_sums(lambda batch: centers[batch] @ points, starts,
+                              [bound - self.y_sq for bound in bounds])
+        offset = np.add.reduceat(self.y_sq, starts, dtype=np.float64)
+        return [total + offset for total in sums]
+
+    def _min_sums(self, block_of, starts, bounds):
+        """``reduceat(min(block_of(batch), bound), starts)`` per bound, by blocks of candidates."""
+        sums = [np.empty((len(self), len(starts))) for _ in bounds]
+        for batch in gen_batches(len(self), self.chunk):
+            block = block_of(batch)
+            for total, bound in zip(sums, bounds):
+                total[batch] = np.add.reduceat(np.minimum(block, bound), starts, axis=1,
+                                               dtype=np.float64)
+        return sums
 
     def loss(self, slots):
         """:math:`L(Z) = \\sum_i \\min_j D[z_j, i]`."""
         return float(self.rows(slots).min(axis=0).sum(dtype=np.float64))
+
+
+def _column_argmin(block):
+    """``(block.argmin(axis=0), block.min(axis=0))`` of a few long rows, by one pass per row.
+
+    The first minimum wins, as in ``argmin``; NumPy's ``argmin`` along axis 0
+    reads the columns with a stride, slower for k rows of n.
+    """
+    index = np.zeros(block.shape[1], dtype=np.intp)
+    best = block[0].copy()
+    for row in range(1, len(block)):
+        closer = block[row] < best
+        index[closer] = row
+        np.minimum(best, block[row], out=best)
+    return index, best
 
 
 def swap_sample(distances, n_noisy, rng, expected_rows=SWAP_SAMPLE_ROWS):
@@ -544,40 +642,38 @@ def swap_sample(distances, n_noisy, rng, expected_rows=SWAP_SAMPLE_ROWS):
 def swap_losses(distances, slots):
     r"""Loss after every swap: ``out[c, j]`` = :math:`L(Z - \{z_j\} + \{C_c\})` (spec §5.4).
 
-    With :math:`a_i` the nearest slot of point i, :math:`d_1(i)` and
-    :math:`d_2(i)` its nearest and second-nearest slot distances
-    (:math:`+\infty` when k = 1),
+    With :math:`a_i` the nearest slot of point i, :math:`G_j = \{i: a_i = j\}`,
+    :math:`d_1(i)` and :math:`d_2(i)` its nearest and second-nearest slot
+    distances (:math:`+\infty` when k = 1): replacing :math:`z_j` by
+    :math:`C_c` leaves the points of :math:`G_j` the choice of :math:`C_c`
+    and their second-nearest slot, and the others that of :math:`C_c` and
+    their nearest, so
 
     .. math::
 
-        L(j \to c) = \sum_i \min(D_{ci}, d_1(i))
-          - \sum_{i: a_i = j} \big[\min(D_{ci}, d_1(i)) - \min(D_{ci}, d_2(i))\big],
+        L(j \to c) = \sum_{l} A_{cl} - A_{cj} + B_{cj},\qquad
+        A_{cl} = \sum_{i \in G_l} \min(D_{ci}, d_1(i)),\quad
+        B_{cl} = \sum_{i \in G_l} \min(D_{ci}, d_2(i)).
 
-    computed for a block of candidates at a time, with the points sorted by
-    :math:`a_i` so that the second sum is one ``reduceat``: :math:`O(|C|\,n)`
-    per call instead of the naive :math:`O(|C|\,k^2 n)`.
+    With the points sorted by :math:`a_i`, A and B are two ``reduceat``
+    per block of candidates (:meth:`DistanceRows.group_sums`):
+    :math:`O(|C|\,n)` per call instead of the naive :math:`O(|C|\,k^2 n)`,
+    and no loop over the points.
 
     Returns
     -------
     ndarray of shape (n_candidates, n_clusters)
     """
     slot_rows = distances.rows(slots)
-    order = np.argsort(slot_rows.argmin(axis=0), kind="stable")
-    slot_rows = slot_rows[:, order]
-    groups, starts = np.unique(slot_rows.argmin(axis=0), return_index=True)
-    d1 = slot_rows.min(axis=0)
-    d2 = np.partition(slot_rows, 1, axis=0)[1] if len(slots) > 1 else np.full_like(d1, np.inf)
+    nearest, d1 = _column_argmin(slot_rows)
+    slot_rows[nearest, np.arange(len(nearest))] = np.inf
+    d2 = slot_rows.min(axis=0)  # the second smallest (inf when k = 1)
     del slot_rows
-    sorted_rows = distances.permuted(order)
-    out = np.empty((len(distances), len(slots)))
-    for start in range(0, len(distances), distances.chunk):
-        block = sorted_rows.rows(np.arange(start, min(start + distances.chunk, len(distances))))
-        near = np.minimum(block, d1)
-        rows = slice(start, start + len(block))
-        out[rows] = near.sum(axis=1, dtype=np.float64)[:, None]
-        np.minimum(block, d2, out=block)
-        near -= block
-        out[rows, groups] -= np.add.reduceat(near, starts, axis=1, dtype=np.float64)
+    order = np.argsort(nearest, kind="stable")
+    groups, starts = np.unique(nearest[order], return_index=True)
+    near, second = distances.permuted(order).group_sums(starts, (d1[order], d2[order]))
+    out = np.repeat(near.sum(axis=1)[:, None], len(slots), axis=1)
+    out[:, groups] += second - near
     return out
 
 
@@ -620,7 +716,7 @@ def private_local_swap(distances, initial, *, n_iter, epsilon, sensitivity, neig
     slots = np.asarray(initial, dtype=np.intp).copy()
     iterates, losses, events = [slots.copy()], [distances.loss(slots)], []
     # Blocks of a few rows x n: one BLAS thread is 5-15x faster than many (measured).
-    with threadpool_limits(limits=1, user_api="blas"):
+    with single_threaded():
         for _ in range(n_iter):
             slots, loss, event = _swap_round(distances, slots, epsilon_round, sensitivity,
                                              neighbouring, rng)

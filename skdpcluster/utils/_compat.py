@@ -1,32 +1,29 @@
 """The private scikit-learn helpers we use, imported in one place.
 
 ``_fit_context`` and the parameter-constraint classes live in private
-scikit-learn modules (stable from 1.3 to 1.9); if they move, only this file
-changes. :func:`single_threaded` wraps threadpoolctl the same way.
+scikit-learn modules (stable from 1.3 to 1.9), and so does scikit-learn's
+cached threadpoolctl controller (``sklearn.utils.parallel``, in 1.6 to 1.9 at
+least), which :func:`single_threaded` uses. If they move, only this file
+changes.
 """
-
-import functools
 
 from sklearn.base import _fit_context as fit_context
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
-from threadpoolctl import ThreadpoolController
+from sklearn.utils.parallel import _get_threadpool_controller as threadpool_controller
 
-__all__ = ["HasMethods", "Interval", "StrOptions", "fit_context", "single_threaded"]
-
-
-@functools.cache
-def _threadpool_controller():
-    """One controller per process: building one scans the loaded libraries (milliseconds)."""
-    return ThreadpoolController()
+__all__ = ["HasMethods", "Interval", "StrOptions", "fit_context", "single_threaded",
+           "threadpool_controller"]
 
 
 def single_threaded():
     """Context manager limiting the native thread pools (BLAS, OpenMP) to one thread.
 
-    :func:`threadpoolctl.threadpool_limits` with ``limits=1``, through a
-    controller built once per process (scikit-learn does the same), so that
-    entering it costs microseconds instead of a scan of the loaded libraries
-    (5 ms per call in a fit, issue #17). For small problems, where threads
-    cost more than they give.
+    :func:`threadpoolctl.threadpool_limits` with ``limits=1``, through
+    scikit-learn's controller, built once per process: entering it costs
+    microseconds where every ``threadpool_limits(...)`` rescans the loaded
+    libraries (5-40 ms per call in a fit, issue #17). For the passes over rows
+    in blocks (products of a block by a few centres or projection vectors),
+    where threads cost more than they give; the values do not depend on the
+    number of threads.
     """
-    return _threadpool_controller().limit(limits=1)
+    return threadpool_controller().limit(limits=1)
