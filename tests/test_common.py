@@ -193,6 +193,9 @@ _CHECK_LIKE_DATA = {
 @pytest.mark.parametrize("estimator", DEFAULT_INSTANCES, ids=lambda e: type(e).__name__)
 def test_default_fits_on_check_data_never_raise_inside_a_private_step(estimator, data):
     X = _CHECK_LIKE_DATA[data]
+    estimator = clone(estimator)
+    if isinstance(estimator, LocalPrivateStableKMeans):  # refuses to run without a public ball
+        estimator.set_params(data_radius=float(np.abs(X).max() * np.sqrt(X.shape[1])))
     for seed in range(100):
         fitted = clone(estimator).set_params(random_state=seed).fit(X)
         assert fitted.status_ in ("success", "fallback", "failure")
