@@ -7,7 +7,6 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.base import clone
 from sklearn.cluster import KMeans
-from sklearn.metrics import pairwise_distances_argmin
 from sklearn.utils.validation import validate_data
 
 from skdpcluster.ktuple._tuples import allocate_blocks, generate_tuples_of_rows
@@ -866,10 +865,19 @@ def private_clipped_cost(X, centers, *, epsilon, rng, data_radius=None):
 
 
 def _labels_or_none(X, centers):
-    """Nearest centre of every row; -1 everywhere when nothing was released."""
+    """Nearest centre of every row; -1 everywhere when nothing was released.
+
+    The stable estimators' chunked kernel
+    (:func:`~skdpcluster.cluster._stable_init.nearest_centers`): bounded
+    memory, and at k = d = 10 about 4 times faster than
+    :func:`~sklearn.metrics.pairwise_distances_argmin` on one thread.
+    """
+    # Imported here: cluster._stable_init imports this module (its k-tuple initializer).
+    from skdpcluster.cluster._stable_init import nearest_centers  # noqa: PLC0415
+
     if centers is None:
         return np.full(X.shape[0], -1, dtype=np.intp)
-    return pairwise_distances_argmin(X, centers).astype(np.intp)  # chunked: bounded memory
+    return nearest_centers(np.asarray(X, dtype=np.float64), centers)[0]
 
 
 def _clipped_cost_sum(chunk, centers, clip):
