@@ -189,6 +189,9 @@ class KTupleClusterer(_BasePrivateClusterer):
     {random_state}
     n_jobs : int, default=None
         Parallel jobs for the blocks (joblib; any backend, including Dask).
+        The default ``KMeans`` blocks run on threads unless a joblib backend
+        is configured: ``n_jobs=-1`` uses every core. The release does not
+        depend on it.
     {verbose}
 
     Attributes

@@ -119,6 +119,9 @@ def generate_tuples(
         Number of joblib workers; ``None`` means 1 unless a
         :func:`joblib.parallel_config` context says otherwise. Any joblib
         backend works, including ``"dask"``. The result does not depend on it.
+        Without a configured backend the batched path runs on threads (NumPy
+        releases the GIL; no copy of the blocks to worker processes), the
+        per-block path on joblib's default backend.
     method : {"auto", "batched", "per_block"}, default="auto"
         ``"batched"``: the vectorised k-means path, which needs a
         :class:`sklearn.cluster.KMeans` with ``init`` "k-means++" or "random";
@@ -306,7 +309,8 @@ def _solve_in_chunks(solver, X, blocks, draws, n_jobs):
         for start, stop in bounds
     )
     chunks = []
-    for (_, stop), chunk in zip(bounds, Parallel(n_jobs=n_jobs, return_as="generator")(tasks)):
+    parallel = Parallel(n_jobs=n_jobs, return_as="generator", prefer=solver.prefer)
+    for (_, stop), chunk in zip(bounds, parallel(tasks)):
         chunks.append(chunk)
         advance(int(stop), n_blocks, "blocks")
     return np.concatenate(chunks).astype(np.float64, copy=False)
@@ -331,6 +335,8 @@ class _PerBlockFits:
     estimator: object
     output: str
     tuple_shape: tuple
+    #: joblib's default backend (processes): a scikit-learn fit holds the GIL for much of its time.
+    prefer = None
 
     def draw(self, rng, n_blocks):
         """Every block's ``random_state``: an int a ``RandomState`` accepts, shape (n_blocks, 1)."""
@@ -408,6 +414,9 @@ class _BatchedKMeans:
     tol: float
     output: str
     block_size: int
+    #: NumPy releases the GIL in the array kernels, so threads run the chunks in parallel
+    #: without copying them to worker processes (a joblib hint: a configured backend wins).
+    prefer = "threads"
 
     @classmethod
     def from_kmeans(cls, kmeans, output, block_size):
