@@ -563,7 +563,7 @@ class KTupleClusterer(_BasePrivateClusterer):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # a probe: the real plan warns
-                clone(self).set_params(fallback_share=0.0)._plan_tuple_path(X)
+                self._plan_tuple_path(X)  # reads no parameter it could change, fallback_share none
         except InsufficientDataError as error:
             return 1.0, str(error)
         if self._method() == "located":
