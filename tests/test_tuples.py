@@ -345,3 +345,18 @@ def test_batched_tuples_are_those_recorded_before_the_speed_work(name):
     base = KMeans(**{"init": "k-means++", "n_init": 1, **params})
     tuples = generate_tuples(X, base, n_clusters, n_tuples, rng=np.random.default_rng(7))
     assert hashlib.sha256(tuples.tobytes()).hexdigest()[:16] == digest
+
+
+@pytest.mark.parametrize("block_size", [1, 5, 32, 33, 509])
+def test_sampling_by_weight_is_the_inverse_cdf_of_searchsorted(block_size):
+    # The two-step windowed count must be numpy.searchsorted(cumsum, u * total) exactly,
+    # zero weights, all-zero blocks and uniforms at 0 and near 1 included.
+    rng = np.random.default_rng(block_size)
+    weights = rng.random((40, block_size)) * (rng.random((40, block_size)) < 0.4)
+    weights[0] = 0.0
+    uniforms = rng.random((40, 5))
+    uniforms[1:, 0], uniforms[2:, 1] = 0.0, np.nextafter(1.0, 0.0)
+    cumulative = np.cumsum(weights, axis=1)
+    expected = [np.searchsorted(c, u * c[-1]) for c, u in zip(cumulative, uniforms)]
+    assert np.array_equal(_tuples._sample_by_weight(weights, uniforms),
+                          np.minimum(expected, block_size - 1))
