@@ -91,6 +91,8 @@ _TINY_RADIUS = 10.0
 _CENTER_RESOLUTION = 0.02
 #: Confidence level of the rank error stated in warnings (utility only).
 _BETA = 0.05
+#: Rows per block of the distances to the centre: no copy of all the rows is made.
+_BLOCK_ROWS = 8192
 
 
 @dataclass(frozen=True)
@@ -190,8 +192,16 @@ def _column_median_counts(chunk, grid):
 
 
 def _distance_rank_counts(chunk, center, grid):
-    """:func:`_rank_counts` of the distances of a chunk's rows to ``center``."""
-    return _rank_counts(np.linalg.norm(chunk.X - center, axis=1), grid)
+    """:func:`_rank_counts` of the distances of a chunk's rows to ``center``.
+
+    The distances are computed :data:`_BLOCK_ROWS` rows at a time (each row's
+    distance is the same as in one call on all the rows).
+    """
+    distances = np.empty(len(chunk.X))
+    for start in range(0, len(chunk.X), _BLOCK_ROWS):
+        block = slice(start, start + _BLOCK_ROWS)
+        distances[block] = np.linalg.norm(chunk.X[block] - center, axis=1)
+    return _rank_counts(distances, grid)
 
 
 def _coordinate_epsilon(epsilon, delta, n_features):

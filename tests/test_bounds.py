@@ -1,6 +1,7 @@
 """Private bounds (skdpcluster.bounds) and the estimators' default ``data_radius=None``."""
 
 import math
+import tracemalloc
 import warnings
 
 import numpy as np
@@ -130,6 +131,23 @@ def test_public_center_is_used_and_only_the_radius_is_paid(blobs):
     assert np.array_equal(released, center) and len(events) == 1
     assert _ledger_sum(events) == pytest.approx((0.1, 0.0))
     assert radius >= np.quantile(np.linalg.norm(X - center, axis=1), 0.97)
+
+
+def test_radius_step_copies_no_rows_and_gives_the_one_call_distances(monkeypatch):
+    # Issue #17: the distances to the centre were one call on X - center (two copies of the
+    # rows: the peak of a whole KTupleClusterer fit at n = 1e6); now blocks of rows.
+    monkeypatch.setattr(B, "_BLOCK_ROWS", 1000)
+    X = np.random.default_rng(0).standard_normal((40_000, 10)) * 3.0
+    center, grid = np.full(10, 0.5), B.radius_grid()
+    tracemalloc.start()
+    try:
+        counts = B._distance_rank_counts(as_rows(X).chunk, center, grid)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert np.array_equal(counts, B._rank_counts(np.linalg.norm(X - center, axis=1), grid))
+    # the distances and their sorted copy (2 x 8 bytes a row), a block, the counts
+    assert peak <= 0.3 * X.nbytes
 
 
 def test_events_hold_public_values_only(blobs):

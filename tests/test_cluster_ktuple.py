@@ -1,5 +1,6 @@
 """KTupleClusterer: the k-tuple framework as a scikit-learn estimator."""
 
+import hashlib
 import warnings
 
 import numpy as np
@@ -180,3 +181,35 @@ def test_fit_tuples_on_precomputed_tuples():
     assert np.array_equal(est.predict([[-9000.0, 1.0], [8000.0, 0.0]]), [0, 1])
     with pytest.raises(ValueError, match="n_clusters=2"):
         est.fit_tuples(tuples[:, :1])
+
+
+# -- issue #17: the speed work must not change any release ------------------------------------
+
+#: (data, estimator parameters, seed) -> (status_, sha256 of cluster_centers_, of labels_ as
+#: int64), first 16 hex digits, recorded from main 038aa15, before issue #17's k-tuple speed
+#: work: the same seed must give bit-for-bit the same release (default located path with the
+#: private bound, in 2 and 10 dimensions (the public projection), and with a public bound).
+RECORDED_RELEASES = {
+    ("d2", "default", 0): ("success", "856fde974e92dd42", "7f10965eae1c694e"),
+    ("d2", "default", 1): ("success", "0fcba016d4f4bab2", "2d3d790f6e059c4d"),
+    ("d10", "default", 0): ("success", "e88af2734d8c8660", "83098e693e7e7668"),
+    ("d2", "public", 0): ("success", "4c6806e2a9c47b18", "2d3d790f6e059c4d"),
+}
+_RECORDED_DATA = {"d2": (30_000, 2), "d10": (40_000, 10)}
+_RECORDED_PARAMS = {"default": {}, "public": {"data_radius": 200.0, "data_center": [1.0, -2.0]}}
+
+
+def _digest(array, dtype):
+    return hashlib.sha256(np.ascontiguousarray(array, dtype=dtype).tobytes()).hexdigest()[:16]
+
+
+@pytest.mark.parametrize("data, params, seed", list(RECORDED_RELEASES))
+def test_same_seed_gives_the_release_recorded_before_the_speed_work(data, params, seed):
+    n_samples, n_features = _RECORDED_DATA[data]
+    X = make_separated_mixture(n_samples, 4, n_features, separation=100.0, random_state=2)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = KTupleClusterer(4, random_state=seed, accountant=BudgetAccountant(),
+                              **_RECORDED_PARAMS[params]).fit(X)
+    assert (est.status_, _digest(est.cluster_centers_, np.float64),
+            _digest(est.labels_, np.int64)) == RECORDED_RELEASES[data, params, seed]

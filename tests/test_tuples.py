@@ -1,3 +1,5 @@
+import hashlib
+
 import joblib
 import numpy as np
 import pytest
@@ -322,3 +324,39 @@ def test_sort_tuple_rows_is_lexicographic():
     np.testing.assert_array_equal(
         sort_tuple_rows(tuples), [[[0.0, 5.0], [1.0, -1.0], [1.0, 2.0]]]
     )
+
+
+#: sha256 (first 16 hex digits) of the tuples of k-means on blocks of 20 000 rows (500 blocks
+#: of 40 rows, or 40 blocks of 500), recorded from main 038aa15 before issue #17's k-tuple
+#: speed work: the batched k-means must give bit-for-bit the same tuples.
+RECORDED_TUPLES = {
+    "k-means++": ("ac1c48d183dc0b53", 4, 500, {}),
+    "k-means++, n_init=3": ("ff677a6aa6181f03", 4, 500, {"n_init": 3}),
+    "random": ("735ff9c0af0c22c8", 4, 500, {"init": "random", "n_init": "auto"}),
+    "k-means++, 500 rows a block": ("22b568ccfccd340e", 4, 40, {}),
+    "k-means++, 7 clusters": ("28952a42c67b7f30", 7, 40, {}),
+}
+
+
+@pytest.mark.parametrize("name", list(RECORDED_TUPLES))
+def test_batched_tuples_are_those_recorded_before_the_speed_work(name):
+    digest, n_clusters, n_tuples, params = RECORDED_TUPLES[name]
+    X = make_separated_mixture(20_000, 4, 3, separation=30.0, random_state=3)[0]
+    base = KMeans(**{"init": "k-means++", "n_init": 1, **params})
+    tuples = generate_tuples(X, base, n_clusters, n_tuples, rng=np.random.default_rng(7))
+    assert hashlib.sha256(tuples.tobytes()).hexdigest()[:16] == digest
+
+
+@pytest.mark.parametrize("block_size", [1, 5, 32, 33, 509])
+def test_sampling_by_weight_is_the_inverse_cdf_of_searchsorted(block_size):
+    # The two-step windowed count must be numpy.searchsorted(cumsum, u * total) exactly,
+    # zero weights, all-zero blocks and uniforms at 0 and near 1 included.
+    rng = np.random.default_rng(block_size)
+    weights = rng.random((40, block_size)) * (rng.random((40, block_size)) < 0.4)
+    weights[0] = 0.0
+    uniforms = rng.random((40, 5))
+    uniforms[1:, 0], uniforms[2:, 1] = 0.0, np.nextafter(1.0, 0.0)
+    cumulative = np.cumsum(weights, axis=1)
+    expected = [np.searchsorted(c, u * c[-1]) for c, u in zip(cumulative, uniforms)]
+    assert np.array_equal(_tuples._sample_by_weight(weights, uniforms),
+                          np.minimum(expected, block_size - 1))

@@ -48,7 +48,7 @@ from functools import partial
 import numpy as np
 from scipy import sparse
 from scipy.sparse.csgraph import connected_components
-from scipy.stats import norm
+from scipy.special import ndtri
 
 from skdpcluster.averaging import _project_onto_ball
 from skdpcluster.ktuple._framework import KTupleResult, canonical_order
@@ -201,7 +201,8 @@ def histogram_threshold(sigma, k, delta_threshold):
     probability :math:`\delta_\tau/k`; a replaced tuple has at most k such
     cells.
     """
-    return 1.0 + sigma * float(norm.isf(delta_threshold / k))
+    # scipy.stats.norm.isf(q) is -ndtri(q), without its per-call overhead (0.4 ms)
+    return 1.0 + sigma * -float(ndtri(delta_threshold / k))
 
 
 def min_located_tuples(k, epsilon, delta, *, on_rows=False):
