@@ -42,9 +42,9 @@ import numpy as np
 from joblib import Parallel, delayed, effective_n_jobs
 from sklearn.base import clone
 from sklearn.cluster import KMeans
-from threadpoolctl import threadpool_limits
 
 from skdpcluster.utils import spawn_generators
+from skdpcluster.utils._compat import single_threaded
 from skdpcluster.utils._data import chunk_generators
 from skdpcluster.utils._progress import advance
 
@@ -352,7 +352,7 @@ class _PerBlockFits:
     def __call__(self, X_blocks, seeds):
         # Blocks are small: native threads inside one fit (OpenMP, BLAS) cost
         # more than they give. Parallelism comes from n_jobs, across chunks.
-        with threadpool_limits(limits=1):
+        with single_threaded():
             return np.stack(
                 [self._fit_block(X, int(seed)) for X, seed in zip(X_blocks, seeds[:, 0])]
             )
