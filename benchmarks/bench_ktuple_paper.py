@@ -29,8 +29,9 @@ Settings (spec §10.1; eps = 1, delta = e^-28, beta = 0.05 throughout):
 * Naive (paper §5, spec §10.5): every sample of Test1's mixture at R = 512
   released with Gaussian noise (:func:`naive_run`), then
   ``GaussianMixture(n_components=2)``, at 1e4 ... 1e7 samples (the paper: it
-  "failed even when we used 100M samples"; 1e8 would need about 22 GB here,
-  225 bytes per sample at peak measured at 1e6).
+  "failed even when we used 100M samples"; 1e8 would need about 15 GB here:
+  the peak resident memory of one run at 1e7 was 1.7 GB, about 150 bytes per
+  sample).
 
 The data is a uniform mixture of k standard spherical Gaussians with means
 ``{±R e_i}`` (:func:`~skdpcluster.datasets.make_separated_mixture`). One run
