@@ -618,8 +618,11 @@ def _spec_totals(rows):
 
 
 def plot(summary, grid_rows):
-    """The PNG files described in the module docstring: one per figure of the paper (Figures
-    5-7: both algorithms' samples per run against R, k or d) and two success-rate plots."""
+    """Write the PNG files described in the module docstring.
+
+    One per figure of the paper (Figures 5-7: both algorithms' samples per
+    run against R, k or d) and two success-rate plots.
+    """
     for test, (x, name) in _FIGURES.items():
         rows = [{**row, "curve": f"{_NAMES[row['method']]} {row['mode']}"}
                 for row in summary if row["test"] == test and row["total_95"] != ""]
@@ -739,7 +742,8 @@ def main(argv=None):
     parser.add_argument("--full", action="store_true", help="Test1-3 and Averages (hours)")
     parser.add_argument("--quick", dest="full", action="store_false",
                         help="Test1 at R in {128, 512} (the default)")
-    parser.add_argument("--runs", type=int, help="runs per grid point (default 10 quick, 20 full)")
+    parser.add_argument("--runs", type=int, help="runs per grid point (default 10; --full: "
+                        "5 at R = 32, at most 3 for Averages)")
     parser.add_argument("--tests", nargs="+", choices=TESTS,
                         help="run only these experiments (the other rows stay as committed)")
     parser.add_argument("--methods", nargs="+", choices=list(_NAMES),
