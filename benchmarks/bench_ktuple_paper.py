@@ -18,14 +18,19 @@ Settings (spec §10.1; eps = 1, delta = e^-28, beta = 0.05 throughout):
 * Test1 (Figure 5): d = 1, k = 2, R in {32, 64, 128, 256, 512};
 * Test2 (Figure 6): d = 4, k in {2, 4, 6, 8}, R = 512 k;
 * Test3 (Figure 7): k = 2, d in {4, 8, 12, 16}, R = 256 sqrt(d);
-* Averages: d = 1, k = 2, Lambda = 2^10 k sqrt(d), r_min = 0.1, at R = 64 in
-  both modes (the spec's anchor) and R in {32, 512} in the default mode (the
-  paper: its sample complexity hardly depends on R). Test2/Test3 need
-  4.9e6-1.8e7 tuples (spec §10.3) and are not run;
+* every figure plots both algorithms (paper §5: "We compared the two
+  algorithms in terms of the sample complexity"; "The graphs show the main
+  bottleneck of Algorithm PrivatekAverages"), so each setting is run with
+  PrivatekAverages too (``Lambda = 2^10 k sqrt(d)``, ``r_min = 0.1``). Its
+  search starts at spec §10.3's d = 1, k = 2 prediction scaled by ``k d / 2``
+  (the paper's "O(kd) tuples"): 4.8e6 to 1.9e7 tuples in Test2 and Test3,
+  1.4e8 to 2.3e9 samples per run, above :data:`MAX_SAMPLES`, so those rows
+  record that no grid point was run (empty ``max_size``);
 * Naive (paper §5, spec §10.5): every sample of Test1's mixture at R = 512
   released with Gaussian noise (:func:`naive_run`), then
-  ``GaussianMixture(n_components=2)``, at 1e4 ... 1e7 samples (the paper: it
-  "failed even when we used 100M samples").
+  ``GaussianMixture(n_components=2)``, at 1e4 ... 1e8 samples (the paper: it
+  "failed even when we used 100M samples"). One run at 1e8 needs about 15 GB
+  of memory (peak resident 15.3 GB measured, about 150 bytes per sample).
 
 The data is a uniform mixture of k standard spherical Gaussians with means
 ``{±R e_i}`` (:func:`~skdpcluster.datasets.make_separated_mixture`). One run
@@ -91,11 +96,14 @@ How to read the output
 ``ktuple_paper_grid.csv`` lists every grid point run: ``successes`` of
 ``runs``, ``test_passed`` (the runs whose private test passed, so
 ``test_passed - successes`` failed only in the noisy release) and the
-wall ``seconds``. ``ktuple_paper.png`` plots Test1's ``size_95`` against R
-with the spec's prediction; ``ktuple_paper_rates.png`` Test1's success rate
-along the grid; ``ktuple_paper_test2.png`` and ``ktuple_paper_test3.png``
-``size_95`` against k and d; ``ktuple_paper_averages.png`` the Averages
-success rate against the number of tuples.
+wall ``seconds``. One PNG per figure of the paper plots ``total_95``, the
+samples of one run, of both algorithms in both modes against the figure's
+abscissa: ``ktuple_paper.png`` (Test1, Figure 5, against R, with the spec's
+predictions), ``ktuple_paper_test2.png`` (Figure 6, against k) and
+``ktuple_paper_test3.png`` (Figure 7, against d);
+``ktuple_paper_rates.png`` shows Test1's NoisyCenters success rate along the
+grid and ``ktuple_paper_averages.png`` the Averages success rate against the
+number of tuples.
 
 ``ktuple_paper_naive.csv``: the naive baseline per sample size, its
 successes (both fitted means within R/2 of the truth), the runs whose means
@@ -107,13 +115,16 @@ Run counts (:data:`FULL_RUNS`): ``--full`` uses 10 runs per grid point (5 at
 R = 32, 3 for PrivatekAverages, whose fits take about a minute each at 10^6
 tuples on one free core), so ``size_95`` means "all runs"; ``--runs 20``
 gives the spec's 19/20. Results are written after every setting, and
-``--tests`` reruns some experiments and keeps the others' committed rows.
+``--tests``, ``--methods``, ``--modes`` and ``--values`` (R, k or d: the
+figure's abscissa) rerun the settings they all allow and keep the other
+settings' committed rows.
 
 Usage::
 
     python -m benchmarks.bench_ktuple_paper --quick   # Test1, R in {128, 512}, 10 runs (1-2 min)
     python -m benchmarks.bench_ktuple_paper --full    # everything (hours on 2 cores)
     python -m benchmarks.bench_ktuple_paper --full --tests Test2 Test3   # some, keep the rest
+    python -m benchmarks.bench_ktuple_paper --full --tests Test1 --methods averages --values 32 64
 """
 
 import argparse
@@ -186,12 +197,12 @@ FLOOR_RUNS = 400
 #: [-Lambda, Lambda] with Lambda = 2048, one Gaussian-mechanism release of every sample.
 NAIVE_SEPARATION, NAIVE_RADIUS = 512.0, 2048.0
 #: Sample sizes of the naive baseline, and its runs per size.
-NAIVE_SIZES = {True: (10**4, 10**5), False: (10**4, 10**5, 10**6, 10**7)}
+NAIVE_SIZES = {True: (10**4, 10**5), False: (10**4, 10**5, 10**6, 10**7, 10**8)}
 NAIVE_RUNS = 3
 #: From this size on the naive baseline runs once (minutes per fit on a shared machine).
 NAIVE_ONE_RUN_FROM = 10**7
 #: The experiments ``--tests`` can choose.
-TESTS = ("Test1", "Test2", "Test3", "Averages", "Naive")
+TESTS = ("Test1", "Test2", "Test3", "Naive")
 _QUIET = (NotSeparatedWarning, PrivacyLeakWarning, UnprovenPrivacyWarning)
 
 
@@ -259,12 +270,15 @@ class Setting:
         tuples' points differ by about ``N(0, (2k/s) I_d)``, and the test needs
         that within the ball radius ``D/Delta`` (D the closest pair of means)
         for nearly all tuples; the factor 2.25 fits spec §10.3 at R = 512.
+        PrivatekAverages: the spec's d = 1, k = 2 prediction scaled by ``k d / 2``
+        (the paper's "O(kd) tuples", whatever R).
         """
         low, high = self.spec_prediction()
         if low is not None:
             return math.sqrt(low * high)
         if self.method == "averages":
-            return math.sqrt(SPEC_AVERAGES[0] * SPEC_AVERAGES[1])
+            scale = self.n_clusters * self.n_features / 2
+            return scale * math.sqrt(SPEC_AVERAGES[0] * SPEC_AVERAGES[1])
         k, d = self.n_clusters, self.n_features
         gap = (2.0 if k == 2 else math.sqrt(2.0)) * self.separation
         radius = gap / default_separation(k, EPSILON, DELTA, BETA)
@@ -284,7 +298,15 @@ class Setting:
 
 
 def settings(quick):
-    """The experiments of one benchmark run (spec §10.1), each in both modes."""
+    """The experiments of one benchmark run (spec §10.1), each in both modes.
+
+    Every figure plots both algorithms (paper §5: "We compared the two
+    algorithms in terms of the sample complexity"), so the full run has a
+    PrivatekAverages setting beside every PrivatekNoisyCenters one. Test2's
+    and Test3's Averages settings start at the paper's constant (about
+    ``SPEC_AVERAGES`` per two ``k d``), above :data:`MAX_SAMPLES` samples per
+    run: their rows record that no grid point fitted (empty ``max_size``).
+    """
     if quick:
         mixtures = [("Test1", 2, 1, r) for r in (128, 512)]
     else:
@@ -293,15 +315,20 @@ def settings(quick):
             + [("Test2", k, 4, 512 * k) for k in (2, 4, 6, 8)]
             + [("Test3", 2, d, 256 * math.sqrt(d)) for d in (4, 8, 12, 16)]
         )
-    result = [Setting(*mixture, mode) for mixture in mixtures for mode in MODES]
-    if not quick:
-        # Averages: the spec's anchor R = 64 in both modes, and R = 32, 512 in the default
-        # mode (its sample complexity barely depends on R, spec §10.3). Test2/Test3 would need
-        # 4.9e6 to 1.8e7 tuples (spec §10.3): minutes per fit, not run here.
-        result += [Setting("Averages", 2, 1, r, mode, "averages")
-                   for r, mode in ((64, "corrected"), (512, "corrected"), (64, "paper"),
-                                   (32, "corrected"))]
-    return result
+    methods = ("noisy_centers",) if quick else ("noisy_centers", "averages")
+    return [Setting(*mixture, mode, method)
+            for method in methods for mixture in mixtures for mode in MODES]
+
+
+def selected(setting, tests=None, methods=None, modes=None, values=None):
+    """Whether ``setting`` passes the command line's filters (None: no filter).
+
+    ``values`` are the figure's abscissae: R for Test1, k for Test2, d for Test3.
+    """
+    value = {"Test2": setting.n_clusters, "Test3": setting.n_features}.get(
+        setting.test, setting.separation)
+    return all(chosen is None or item in chosen for item, chosen in (
+        (setting.test, tests), (setting.method, methods), (setting.mode, modes), (value, values)))
 
 
 # One run and one grid point ---------------------------------------------------
@@ -562,35 +589,58 @@ def naive_rows(sizes, n_runs=NAIVE_RUNS, verbose=True):
 # Output ---------------------------------------------------------------------------
 
 
+_NAMES = {"noisy_centers": "NoisyCenters", "averages": "Averages"}
+#: The figure of each test: its abscissa (a summary column) and the plot's file name.
+_FIGURES = {"Test1": ("R", "ktuple_paper"), "Test2": ("k", "ktuple_paper_test2"),
+            "Test3": ("d", "ktuple_paper_test3")}
+
+
 def _label(setting):
     varying = {"Test1": f"R={setting.separation:g}", "Test2": f"k={setting.n_clusters}",
-               "Test3": f"d={setting.n_features}"}.get(setting.test, f"R={setting.separation:g}")
-    return f"{setting.test} {varying} {setting.mode}"
+               "Test3": f"d={setting.n_features}"}[setting.test]
+    suffix = " averages" if setting.method == "averages" else ""
+    return f"{setting.test} {varying} {setting.mode}{suffix}"
+
+
+def _spec_totals(rows):
+    """Spec §10.3's predictions as samples per run, at the R of the Test1 ``rows``."""
+    spec = []
+    for row in rows:
+        low, high = row["spec_low"], row["spec_high"]
+        if low == "" or row["mode"] != "paper":
+            continue
+        per_tuple = AVERAGES_ROWS_PER_CLUSTER * row["k"] if row["method"] == "averages" else (
+            min_tuples(EPSILON, DELTA, BETA, "paper"))
+        spec.append({"R": row["R"], "total_95": math.sqrt(low * high) * per_tuple,
+                     "curve": f"spec §10.3 {_NAMES[row['method']]} (paper formulas)"})
+    return spec
 
 
 def plot(summary, grid_rows):
-    """The PNG files described in the module docstring."""
-    test1 = [row for row in summary if row["test"] == "Test1" and row["size_95"] != ""]
-    spec = [{"R": r, "size_95": math.sqrt(lo * hi), "mode": "spec §10.3 (7/8, paper formulas)"}
-            for r, (lo, hi) in SPEC_TEST1.items() if any(row["R"] == r for row in test1)]
-    if test1:
-        plot_lines("ktuple_paper", test1 + spec, x="R", y="size_95", group="mode",
-                   xlabel="R (means ±R)", ylabel="samples per tuple for >= 19/20 successes",
-                   title="Test1 (d=1, k=2): PrivatekNoisyCenters at the minimal tuples",
-                   logx=True, logy=True)
-    for test, x in (("Test2", "k"), ("Test3", "d")):
-        rows = [row for row in summary if row["test"] == test and row["size_95"] != ""]
+    """Write the PNG files described in the module docstring.
+
+    One per figure of the paper (Figures 5-7: both algorithms' samples per
+    run against R, k or d) and two success-rate plots.
+    """
+    for test, (x, name) in _FIGURES.items():
+        rows = [{**row, "curve": f"{_NAMES[row['method']]} {row['mode']}"}
+                for row in summary if row["test"] == test and row["total_95"] != ""]
+        if test == "Test1":
+            rows += _spec_totals(rows)
         if rows:
-            plot_lines(f"ktuple_paper_{test.lower()}", rows, x=x, y="size_95", group="mode",
-                       xlabel=x, ylabel="samples per tuple for >= 19/20 successes",
-                       title=f"{test}: PrivatekNoisyCenters at the minimal tuples", logy=True)
-    rates = {"ktuple_paper_rates": "Test1", "ktuple_paper_averages": "Averages"}
-    for name, test in rates.items():
-        rows = [row for row in grid_rows if row["test"] == test]
+            plot_lines(name, rows, x=x, y="total_95", group="curve", xlabel=x,
+                       ylabel="samples per run at size_95 (all runs successful)",
+                       title=f"{test} (paper Figure {4 + int(test[-1])}): both algorithms",
+                       logx=test == "Test1", logy=True)
+    rates = {"ktuple_paper_rates": ("Test1", "noisy_centers"),
+             "ktuple_paper_averages": (None, "averages")}
+    for name, (test, method) in rates.items():
+        rows = [row for row in grid_rows
+                if row["method"] == method and test in (None, row["test"])]
         if rows:
             plot_lines(name, rows, x="size", y="rate", group="setting",
                        xlabel=rows[0]["searched"], ylabel="success rate",
-                       title=f"{test}: success rate along the search grid", logx=True)
+                       title=f"{_NAMES[method]}: success rate along the search grid", logx=True)
 
 
 def _runs(setting, quick, n_runs):
@@ -614,47 +664,61 @@ def _parse(value):
     return value
 
 
-def merge_results(name, rows, tests):
-    """``rows`` plus the rows of ``results/<name>.csv`` whose test was not run now.
+def _identity(row):
+    """The setting of a summary or grid row: test, method, mode, k, d and R."""
+    return (row["test"], row["method"], row["mode"], int(row["k"]), int(row["d"]),
+            round(float(row["R"]), 2))
 
-    ``tests=None`` (everything was run) keeps no old row. So ``--tests Test2``
-    refreshes Test2's rows and leaves the others as committed.
+
+def merge_results(name, rows, keep_old):
+    """``rows`` plus, if ``keep_old``, the rows of ``results/<name>.csv`` of the settings
+    ``rows`` do not cover.
+
+    ``keep_old=False`` (everything was run) keeps no old row. So
+    ``--tests Test1 --values 32`` refreshes Test1's rows at R = 32 and leaves
+    the others as committed.
     """
     path = RESULTS / f"{name}.csv"
-    if tests is None or not path.exists():
+    if not keep_old or not path.exists():
         return rows
+    new = {_identity(row) for row in rows}
     with path.open(newline="") as handle:
-        kept = [{key: _parse(value) for key, value in row.items()}
-                for row in csv.DictReader(handle) if row["test"] not in tests]
-    return kept + rows
+        old = [{key: _parse(value) for key, value in row.items()} for row in csv.DictReader(handle)]
+    return [row for row in old if _identity(row) not in new] + rows
 
 
 def _grid_table(setting, grid):
-    return [{"setting": _label(setting), "test": setting.test, "mode": setting.mode,
-             "k": setting.n_clusters, "d": setting.n_features, "R": round(setting.separation, 2),
-             "searched": setting.searched, "size": row["size"], "successes": row["successes"],
-             "runs": row["runs"], "test_passed": row["test_passed"],
-             "rate": row["successes"] / row["runs"], "seconds": round(row["seconds"], 1)}
+    return [{"setting": _label(setting), "test": setting.test, "method": setting.method,
+             "mode": setting.mode, "k": setting.n_clusters, "d": setting.n_features,
+             "R": round(setting.separation, 2), "searched": setting.searched,
+             "size": row["size"], "successes": row["successes"], "runs": row["runs"],
+             "test_passed": row["test_passed"], "rate": row["successes"] / row["runs"],
+             "seconds": round(row["seconds"], 1)}
             for row in grid]
 
 
-def _write_results(summary, grid_rows, tests):
-    summary = merge_results("ktuple_paper", summary, tests)
-    grid_rows = merge_results("ktuple_paper_grid", grid_rows, tests)
+def _write_results(summary, grid_rows, keep_old):
+    summary = merge_results("ktuple_paper", summary, keep_old)
+    grid_rows = merge_results("ktuple_paper_grid", grid_rows, keep_old)
     write_csv("ktuple_paper", summary)
-    write_csv("ktuple_paper_grid", grid_rows)
+    if grid_rows:
+        write_csv("ktuple_paper_grid", grid_rows)
     plot(summary, grid_rows)
 
 
-def run(quick, n_runs=None, tests=None):
+def run(quick, n_runs=None, tests=None, methods=None, modes=None, values=None):
     """Run the protocol; write the CSV and PNG files; return the summary rows.
 
-    ``tests`` (names of :data:`TESTS`) runs only those experiments and keeps
-    the committed rows of the others.
+    ``tests`` (names of :data:`TESTS`), ``methods``, ``modes`` and ``values``
+    (see :func:`selected`) run only the settings they all allow and keep the
+    committed rows of the others; the naive baseline runs with no filter or
+    with ``"Naive"`` in ``tests``.
     """
+    filters = (tests, methods, modes, values)
+    keep_old = any(chosen is not None for chosen in filters)
     summary, grid_rows = [], []
     for setting in settings(quick):
-        if tests and setting.test not in tests:
+        if not selected(setting, *filters):
             continue
         runs = _runs(setting, quick, n_runs)
         grid = search(setting, runs)
@@ -662,11 +726,12 @@ def run(quick, n_runs=None, tests=None):
                  if setting.method == "noisy_centers" else "")
         summary.append(summarize(setting, grid, runs, floor))
         grid_rows += _grid_table(setting, grid)
-        _write_results(summary, grid_rows, tests)  # after every setting: a cut run keeps its rows
-    if tests is None or "Naive" in tests:
+        _write_results(summary, grid_rows, keep_old)  # after every setting: a cut run keeps them
+    if not keep_old or "Naive" in (tests or ()):
         print_table(naive_rows(NAIVE_SIZES[quick]))
-    columns = ["test", "mode", "k", "d", "R", "n_tuples", "searched", "size_95", "size_50",
-               "total_95", "spec_low", "spec_high", "allowed_bad", "noise_to_gap", "test_floor"]
+    columns = ["test", "method", "mode", "k", "d", "R", "n_tuples", "searched", "size_95",
+               "size_50", "total_95", "spec_low", "spec_high", "allowed_bad", "noise_to_gap",
+               "test_floor"]
     print_table(summary, columns)
     return [{column: row[column] for column in columns} for row in summary]
 
@@ -676,11 +741,19 @@ def main(argv=None):
     parser.add_argument("--full", action="store_true", help="Test1-3 and Averages (hours)")
     parser.add_argument("--quick", dest="full", action="store_false",
                         help="Test1 at R in {128, 512} (the default)")
-    parser.add_argument("--runs", type=int, help="runs per grid point (default 10 quick, 20 full)")
+    parser.add_argument("--runs", type=int, help="runs per grid point (default 10; --full: "
+                        "5 at R = 32, at most 3 for Averages)")
     parser.add_argument("--tests", nargs="+", choices=TESTS,
                         help="run only these experiments (the other rows stay as committed)")
+    parser.add_argument("--methods", nargs="+", choices=list(_NAMES),
+                        help="run only these algorithms (the other rows stay as committed)")
+    parser.add_argument("--modes", nargs="+", choices=list(MODES),
+                        help="run only these privacy modes (the other rows stay as committed)")
+    parser.add_argument("--values", nargs="+", type=float,
+                        help="run only these abscissae: R (Test1), k (Test2), d (Test3)")
     args = parser.parse_args(argv)
-    run(quick=not args.full, n_runs=args.runs, tests=args.tests)
+    run(quick=not args.full, n_runs=args.runs, tests=args.tests, methods=args.methods,
+        modes=args.modes, values=args.values)
 
 
 if __name__ == "__main__":

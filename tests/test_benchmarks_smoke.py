@@ -1,5 +1,6 @@
 """Smoke tests of the benchmark modules: their smallest units at tiny sizes, never a benchmark."""
 
+import csv
 import math
 import sys
 from pathlib import Path
@@ -39,12 +40,12 @@ def test_settings_follow_the_protocol():
         (r, mode) for r in (128, 512) for mode in ("corrected", "paper")
     }
     full = paper.settings(quick=False)
-    assert {s.test for s in full} == {"Test1", "Test2", "Test3", "Averages"}
+    assert {s.test for s in full} == {"Test1", "Test2", "Test3"}
     test1 = [s for s in full if s.test == "Test1"]
     assert sorted({s.separation for s in test1}) == [32, 64, 128, 256, 512]
     # The minimal admissible numbers of tuples of the two modes (review: 5019; spec §10.4: 4296).
     assert {s.mode: s.n_tuples(100) for s in quick} == {"corrected": 5019, "paper": 4296}
-    assert paper.Setting("Averages", 2, 1, 64, "corrected", "averages").n_tuples(10**6) == 10**6
+    assert paper.Setting("Test1", 2, 1, 64, "corrected", "averages").n_tuples(10**6) == 10**6
 
 
 def test_success_rate_is_one_when_easy_and_zero_when_impossible():
@@ -163,21 +164,93 @@ def test_naive_rows_count_successes_only_for_means_near_the_truth(monkeypatch, t
     assert (tmp_path / "ktuple_paper_naive.csv").exists()
 
 
-def test_merge_results_replaces_only_the_rows_of_the_tests_run(monkeypatch, tmp_path):
+def _summary_csv(path, rows):
+    header = "test,method,mode,k,d,R,size_95"
+    path.write_text("\n".join([header, *rows]) + "\n")
+
+
+def test_merge_results_replaces_only_the_rows_of_the_settings_run(monkeypatch, tmp_path):
     monkeypatch.setattr(paper, "RESULTS", tmp_path)
-    (tmp_path / "ktuple_paper.csv").write_text("test,size_95\nTest1,57\nTest2,25\n")
-    merged = paper.merge_results("ktuple_paper", [{"test": "Test2", "size_95": 35}], ["Test2"])
-    assert merged == [{"test": "Test1", "size_95": 57}, {"test": "Test2", "size_95": 35}]
-    assert paper.merge_results("ktuple_paper", [{"test": "Test2"}], None) == [{"test": "Test2"}]
+    _summary_csv(tmp_path / "ktuple_paper.csv", [
+        "Test1,noisy_centers,corrected,2,1,32,", "Test1,noisy_centers,corrected,2,1,64,2800",
+        "Test1,averages,corrected,2,1,32,1195826", "Test3,noisy_centers,paper,2,8,724.08,162",
+    ])
+    new = {"test": "Test1", "method": "noisy_centers", "mode": "corrected", "k": 2, "d": 1,
+           "R": 32, "size_95": 9381}
+    merged = paper.merge_results("ktuple_paper", [new], keep_old=True)
+    # Only the row of the same test, method, mode and mixture is replaced (R read back as 32).
+    assert [row["size_95"] for row in merged] == [2800, 1195826, 162, 9381]
+    assert paper.merge_results("ktuple_paper", [new], keep_old=False) == [new]
 
 
-def test_full_protocol_runs_averages_at_three_separations_and_sizes_its_runs():
+def test_filters_choose_settings_by_test_method_mode_and_abscissa():
     full = paper.settings(quick=False)
-    averages = {(s.separation, s.mode) for s in full if s.method == "averages"}
-    assert averages == {(64, "corrected"), (64, "paper"), (32, "corrected"), (512, "corrected")}
-    runs = {s.separation: paper._runs(s, False, None) for s in full if s.test == "Test1"}
+    chosen = [s for s in full
+              if paper.selected(s, ["Test1"], ["noisy_centers"], None, [32.0])]
+    assert {(s.separation, s.mode, s.method) for s in chosen} == {
+        (32, "corrected", "noisy_centers"), (32, "paper", "noisy_centers")}
+    # The abscissa is k in Test2 and d in Test3 (R is then 512 k or 256 sqrt(d)).
+    test3 = [s for s in full if paper.selected(s, ["Test3"], ["averages"], ["paper"], [8])]
+    assert [(s.n_features, s.mode, s.method) for s in test3] == [(8, "paper", "averages")]
+    test2 = [s for s in full if paper.selected(s, ["Test2"], None, None, [6])]
+    assert {s.n_clusters for s in test2} == {6} and len(test2) == 4
+    assert len([s for s in full if paper.selected(s)]) == len(full) == 52
+
+
+def test_every_figure_has_both_algorithms_in_both_modes_and_runs_are_sized():
+    full = paper.settings(quick=False)
+    curves = {(s.test, s.method, s.mode) for s in full}
+    assert curves == {(test, method, mode) for test in ("Test1", "Test2", "Test3")
+                      for method in ("noisy_centers", "averages") for mode in paper.MODES}
+    averages = {s.separation for s in full if s.method == "averages" and s.test == "Test1"}
+    assert averages == {32, 64, 128, 256, 512}
+    runs = {s.separation: paper._runs(s, False, None) for s in full
+            if s.test == "Test1" and s.method == "noisy_centers"}
     assert runs[32] == paper.FULL_RUNS_R32 and runs[512] == paper.FULL_RUNS
     assert paper._runs(next(s for s in full if s.method == "averages"), False, 20) == 3
+
+
+def test_averages_beyond_the_sample_cap_run_nothing_and_say_so():
+    # Test2, k = 2, d = 4: the paper's constant scaled by k d / 2 is 4.8e6 tuples of
+    # 30 samples, above MAX_SAMPLES, so the search runs no grid point (no fit at all).
+    setting = paper.Setting("Test2", 2, 4, 1024, "corrected", "averages")
+    assert setting.start() == pytest.approx(4 * math.sqrt(1.1e6 * 1.3e6))
+    assert paper.search(setting, 1, verbose=False) == []
+    row = paper.summarize(setting, [], 1)
+    assert row["size_95"] == row["max_size"] == row["total_95"] == ""
+    # Test1's start is unchanged (the committed grid values 845577, 1195826, ... stay valid).
+    test1 = paper.Setting("Test1", 2, 1, 32, "corrected", "averages")
+    assert paper._grid_value(test1, test1.start(), paper.GRID_STEP, 0) == 1195826
+
+
+def test_paper_mode_summary_row_has_the_noise_to_gap_ratio():
+    # Regression (d26c4ea): describe() passed allow_unproven to noise_to_gap_ratio, so the
+    # paper mode crashed in summarize with a TypeError.
+    setting = paper.Setting("Test1", 2, 1, 512, "paper")
+    grid = [{"size": 57, "pass_95": True, "pass_50": True}]
+    row = paper.summarize(setting, grid, 10, floor=0.02)
+    assert row["n_tuples"] == 4296 and row["total_95"] == 4296 * 57
+    assert 0 < row["noise_to_gap"] < 1
+
+
+def test_filtered_run_refreshes_one_setting_and_keeps_the_others(monkeypatch, tmp_path):
+    monkeypatch.setattr(paper, "RESULTS", tmp_path)
+    monkeypatch.setattr("benchmarks._common.RESULTS", tmp_path)
+    monkeypatch.setattr(paper, "FLOOR_RUNS", 2)
+    easy = [paper.Setting("Test1", 2, 1, 1e5, "paper")]
+    kept = paper.Setting("Test1", 2, 1, 512, "corrected")
+    passing = [{"size": 99, "pass_95": True, "pass_50": True}]
+    paper.write_csv("ktuple_paper", [paper.summarize(setting, passing, 10)
+                                     for setting in (kept, *easy)])
+    # A trivially separated mixture in place of the quick settings: one fit per grid point.
+    monkeypatch.setattr(paper, "settings", lambda quick: easy)
+    paper.main(["--quick", "--runs", "1", "--tests", "Test1", "--modes", "paper"])
+    with (tmp_path / "ktuple_paper.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert [(row["R"], row["mode"]) for row in rows] == [
+        ("512", "corrected"), ("100000.0", "paper")]
+    assert rows[0]["size_95"] == "99" and int(rows[1]["size_95"]) < 99
+    assert not (tmp_path / "ktuple_paper_naive.csv").exists()  # no "Naive" in --tests
 
 
 # Balcan et al.'s experiments (issue #18 item 4) -----------------------------------------
