@@ -611,14 +611,15 @@ def test_same_seed_gives_the_release_recorded_before_the_speed_work(
     # Issue #17: the faster kernels compute the same partition, histograms and swap scores, so
     # the same seed releases the same centres as commit 038aa15. The swap losses may differ in
     # their last float64 bits (summation order), which moves a Gumbel-max pick with
-    # probability ~1e-12: the centres are compared to 1e-12 relative.
+    # probability ~1e-12; another CPU's BLAS kernels round differently too: the centres are
+    # compared to 1e-9 relative.
     X = _mixture(n_samples, n_features, n_clusters, seed=seed)[0]
     est = cls(n_clusters, data_radius=2.0 * math.sqrt(n_features), random_state=seed,
               accountant=BudgetAccountant(), **params).fit(X)
     objective = "kmeans" if cls is PrivateHighDimKMeans else "kmedian"
     with np.load(_RECORDED) as recorded:
         expected = recorded[f"{objective}_{n_samples}_{seed}"]
-    np.testing.assert_allclose(est.cluster_centers_, expected, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(est.cluster_centers_, expected, rtol=1e-9, atol=1e-12)
 
 
 def test_exact_radius_by_explicit_choice_warns_and_is_not_written_back():
