@@ -595,7 +595,7 @@ _RECORDED_FITS = {
 
 @pytest.fixture(scope="module")
 def recorded_releases():
-    path = Path(__file__).with_name("stable_releases_038aa15.json")
+    path = Path(__file__).resolve().parent / "data" / "stable_releases_038aa15.json"
     return json.loads(path.read_text())
 
 
