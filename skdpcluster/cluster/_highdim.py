@@ -1150,6 +1150,8 @@ class HighDimInitializer:
 
     #: A general-purpose method always releases centres: no fallback share is reserved for it.
     can_fail = False
+    #: ``fit_centers`` reads Dask rows by map-reduces (:mod:`~skdpcluster.cluster._highdim_chunked`).
+    accepts_chunked_rows = True
 
     def __init__(self, objective="kmeans", privacy_model="zcdp", params=None):
         if privacy_model not in ("zcdp", "dp"):
