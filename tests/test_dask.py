@@ -209,15 +209,18 @@ class _ResultSizes(dask.callbacks.Callback):
 
 
 @pytest.mark.parametrize("estimator", [PrivateStableKMeans(4, random_state=10),
-                                       PrivateGaussianMixture(4, random_state=10)],
-                         ids=["stable", "mixture"])
+                                       PrivateGaussianMixture(4, random_state=10),
+                                       PrivateHighDimKMeans(4, random_state=10)],
+                         ids=["stable", "mixture", "highdim"])
 def test_passes_hold_at_most_one_chunk_per_task(estimator):
     """Bounded memory: no task of a fit builds anything larger than one chunk of rows.
 
     The rows are generated chunk-wise (never as one array); a pass maps every
     chunk to a statistic whose size depends on public values only (k, d, the
     grids) and adds those up, so the largest task result is a chunk itself
-    (or its clipped copy) or such a statistic, whatever the number of rows.
+    (or its clipped copy) or such a statistic, whatever the number of rows. (The
+    high-dimensional fit's swap sample is a list of per-chunk parts of at most a
+    projected chunk each, about 2^16 rows in all, whatever the number of rows.)
     """
     n_chunks, chunk_rows, n_features = 12, 2_000, 4
     means = 8.0 * np.eye(n_features)
