@@ -890,3 +890,21 @@ def test_highdim_dask_fit_in_chunks_above_the_swap_sample_size():
     assert chunked.n_candidates_ == in_memory.n_candidates_
     _assert_same_ledger(chunked, in_memory)
     assert chunked.score(X) >= 1.05 * in_memory.score(X)  # scores are negative costs
+
+
+def test_highdim_dask_fit_on_in_process_distributed_cluster(highdim_mixture):
+    """The passes run as tasks of a distributed scheduler; their functions and arguments pickle."""
+    distributed = pytest.importorskip("distributed")
+    import pickle
+
+    estimator = _HIGHDIM_FITS["kmeans"]
+    in_memory = _fit(estimator, highdim_mixture)
+    X = da.from_array(highdim_mixture, chunks=CHUNK_ROWS)
+    with distributed.Client(processes=False, n_workers=2, threads_per_worker=1,
+                            dashboard_address=None):
+        chunked = _fit(estimator, X)
+    np.testing.assert_allclose(chunked.cluster_centers_, in_memory.cluster_centers_, rtol=0,
+                               atol=1e-9 * RADIUS)
+    data = estimator._prepare(DaskRows(X), np.zeros(12), RADIUS)
+    projected = data.project(hc.projection_matrix(12, 4, np.random.default_rng(0)), RADIUS)
+    pickle.dumps((data.row_map, projected.projector))  # no closures: process workers can run them

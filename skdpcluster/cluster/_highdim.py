@@ -199,9 +199,13 @@ def _level_epsilon_and_gamma(profile, eps_candidates, n_shifts, n_levels, p, n, 
 
 @dataclass(frozen=True)
 class _Data:
-    """Rows centred at ``data_center`` and made to satisfy the public bounds (per-row maps).
+    """Rows in memory, centred at ``data_center`` and made to satisfy the public bounds.
 
-    ``row_map`` is that per-row map of the raw rows ``raw``; the mapped copy
+    The passes of a trial are its methods; ``ChunkedData``
+    (:mod:`~skdpcluster.cluster._highdim_chunked`) makes them map-reduces
+    over Dask chunks.
+
+    ``row_map`` is the per-row map onto the bounds of the raw rows ``raw``; the mapped copy
     :attr:`X` is made on first use, after the first trial's partition
     (which projects the raw rows block by block), so the two are never
     stored together at that partition's memory peak.
@@ -1073,8 +1077,9 @@ def highdim_fallback_centers(X, n_clusters, *, epsilon, data_radius, data_center
 
     Parameters
     ----------
-    X : array-like of shape (n_samples, n_features)
-        All the rows (at least 2).
+    X : array-like of shape (n_samples, n_features) or DaskRows
+        All the rows (at least 2); Dask rows (:mod:`skdpcluster.utils._data`,
+        already validated) are read by map-reduces.
     n_clusters : int
     epsilon : float
         Budget of the call, > 0.
