@@ -36,7 +36,7 @@ Methods:
   the paper's baseline), written here: k initial centres uniform in the
   public ball, then T noisy Lloyd steps of epsilon/T each, with the
   pure-DP noisy means of
-  :func:`~skdpcluster.cluster._highdim.noisy_cluster_means` (Laplace,
+  :func:`~skdpcluster.cluster._highdim_recovery.noisy_cluster_means` (Laplace,
   add/remove); 20 iterations is the paper's setting, 5 the tuned one of
   the spec;
 * ``diffprivlib``: ``diffprivlib.models.KMeans`` with bounds
@@ -69,7 +69,8 @@ from sklearn.datasets import load_digits
 from benchmarks._common import plot_lines, print_table, spread, write_csv
 from skdpcluster import BudgetAccountant
 from skdpcluster.averaging import _project_onto_ball
-from skdpcluster.cluster._highdim import PrivateHighDimKMeans, noisy_cluster_means
+from skdpcluster.cluster._highdim import PrivateHighDimKMeans
+from skdpcluster.cluster._highdim_recovery import noisy_cluster_means
 from skdpcluster.cluster._stable_init import nearest_centers, random_ball_points
 
 EPSILON = 1.0

@@ -14,6 +14,13 @@ dask = pytest.importorskip("dask")
 
 from skdpcluster import BudgetAccountant, KTupleClusterer, PrivateGaussianMixture  # noqa: E402
 from skdpcluster.bounds import center_grid  # noqa: E402
+from skdpcluster.cluster import _highdim_candidates as hc  # noqa: E402
+from skdpcluster.cluster._highdim import (  # noqa: E402
+    HighDimInitializer,
+    PrivateHighDimKMeans,
+    PrivateHighDimKMedian,
+)
+from skdpcluster.cluster._highdim_chunked import ProjectedChunks, _chunk_children  # noqa: E402
 from skdpcluster.cluster._stable import PrivateStableKMeans, PrivateStableKMedian  # noqa: E402
 from skdpcluster.cluster._stable_init import (  # noqa: E402
     GridInitializer,
@@ -156,8 +163,10 @@ def test_predict_and_transform_of_dask_input_are_lazy(mixture):
     (lambda X: da.from_array(X, chunks=CHUNK_ROWS),
      LocalPrivateStableKMeans(4, data_radius=RADIUS), "does not accept Dask input yet"),
     (lambda X: da.from_array(X, chunks=CHUNK_ROWS),
-     PrivateStableKMeans(4, initializer="ktuple", fallback="highdim", data_radius=RADIUS),
-     "fallback='highdim' does not run on Dask"),
+     PrivateHighDimKMedian(4, recovery="one_median", data_radius=RADIUS),
+     "recovery='one_median' does not run on Dask"),
+    (lambda X: da.from_array(X, chunks=CHUNK_ROWS),
+     PrivateHighDimKMeans(1, data_radius=RADIUS), "n_clusters=1"),
     (lambda X: da.from_array(X, chunks=CHUNK_ROWS),
      PrivateGaussianMixture(4, sigma_max=None, data_radius=RADIUS), "sigma_max=None"),
     (lambda X: da.from_array(X, chunks=19),
@@ -166,7 +175,8 @@ def test_predict_and_transform_of_dask_input_are_lazy(mixture):
      PrivateStableKMeans(4, data_radius="data"), "data_radius='data'"),
     (lambda X: da.from_array(X[:, 0], chunks=CHUNK_ROWS),
      PrivateStableKMeans(4, data_radius=RADIUS), "2-D Dask array"),
-], ids=["unknown_rows", "nan", "unsupported_estimator", "highdim_fallback",
+], ids=["unknown_rows", "nan", "unsupported_estimator", "highdim_one_median",
+        "highdim_kmeans_one_cluster",
         "mixture_data_sigma", "mixture_chunks_too_small", "data_radius", "one_dimensional"])
 def test_bad_dask_input_raises_before_spending(mixture, make_input, estimator, match):
     accountant = BudgetAccountant(10, 1e-3)
@@ -199,15 +209,18 @@ class _ResultSizes(dask.callbacks.Callback):
 
 
 @pytest.mark.parametrize("estimator", [PrivateStableKMeans(4, random_state=10),
-                                       PrivateGaussianMixture(4, random_state=10)],
-                         ids=["stable", "mixture"])
+                                       PrivateGaussianMixture(4, random_state=10),
+                                       PrivateHighDimKMeans(4, random_state=10)],
+                         ids=["stable", "mixture", "highdim"])
 def test_passes_hold_at_most_one_chunk_per_task(estimator):
     """Bounded memory: no task of a fit builds anything larger than one chunk of rows.
 
     The rows are generated chunk-wise (never as one array); a pass maps every
     chunk to a statistic whose size depends on public values only (k, d, the
     grids) and adds those up, so the largest task result is a chunk itself
-    (or its clipped copy) or such a statistic, whatever the number of rows.
+    (or its clipped copy) or such a statistic, whatever the number of rows. (The
+    high-dimensional fit's swap sample is a list of per-chunk parts of at most a
+    projected chunk each, about 2^16 rows in all, whatever the number of rows.)
     """
     n_chunks, chunk_rows, n_features = 12, 2_000, 4
     means = 8.0 * np.eye(n_features)
@@ -716,3 +729,182 @@ def test_ktuple_fit_in_one_chunk_is_the_in_memory_fit(wide_mixture):
     np.testing.assert_array_equal(chunked.cluster_centers_, in_memory.cluster_centers_)
     assert [e.to_dict() for e in chunked.privacy_ledger_] == [
         e.to_dict() for e in in_memory.privacy_ledger_]
+
+
+# --- the high-dimensional estimators (Balcan et al.) ----------------------------------------
+
+
+
+@pytest.fixture(scope="module")
+def highdim_mixture():
+    """d = 12 > p, so the rows are really projected; n = 8000 (p = 4, L = 6 levels)."""
+    X, _ = make_separated_mixture(8_000, n_clusters=4, n_features=12, separation=8,
+                                  random_state=1)
+    return X
+
+
+_HIGHDIM_FITS = {
+    "kmeans": PrivateHighDimKMeans(4, data_radius=RADIUS, random_state=31),
+    "kmedian": PrivateHighDimKMedian(4, data_radius=RADIUS, random_state=32),
+    "two_trials_two_refinements": PrivateHighDimKMeans(4, n_trials=2, n_refine_iter=2,
+                                                       data_radius=RADIUS, random_state=33),
+    "private_bound": PrivateHighDimKMeans(4, random_state=34),
+    "sparse": PrivateHighDimKMeans(4, recovery="sparse", sparsity=6, coord_bound=12.0,
+                                   random_state=35),
+    "gaussian_sums": PrivateHighDimKMedian(4, sum_mechanism="gaussian", data_radius=RADIUS,
+                                           random_state=36),
+    "one_cluster_median": PrivateHighDimKMedian(1, data_radius=RADIUS, random_state=37),
+}
+
+
+@pytest.mark.parametrize("estimator", list(_HIGHDIM_FITS.values()), ids=list(_HIGHDIM_FITS))
+def test_highdim_dask_fit_in_one_chunk_is_the_in_memory_fit(highdim_mixture, estimator):
+    """One chunk: every pass computes the in-memory statistics with the same generators, so the
+    release, the ledger and every private attribute are the in-memory ones, bit for bit."""
+    in_memory = _fit(estimator, highdim_mixture)
+    chunked = _fit(estimator, da.from_array(highdim_mixture, chunks=(len(highdim_mixture), 12)))
+    assert in_memory.status_ == chunked.status_ == "success"
+    np.testing.assert_array_equal(chunked.cluster_centers_, in_memory.cluster_centers_)
+    assert [e.to_dict() for e in chunked.privacy_ledger_] == [
+        e.to_dict() for e in in_memory.privacy_ledger_]
+    for name in ("n_samples_noisy_", "settings_", "n_candidates_", "candidate_depth_",
+                 "selected_trial_", "budget_"):
+        assert getattr(chunked, name) == getattr(in_memory, name), name
+    assert isinstance(chunked.labels_, da.Array)
+    np.testing.assert_array_equal(chunked.labels_.compute(), in_memory.labels_)
+
+
+@pytest.mark.parametrize("estimator", [_HIGHDIM_FITS[name] for name in (
+    "kmeans", "kmedian", "two_trials_two_refinements", "sparse")],
+    ids=["kmeans", "kmedian", "two_trials_two_refinements", "sparse"])
+def test_highdim_dask_fit_in_chunks_equals_the_in_memory_fit(highdim_mixture, estimator):
+    """Uneven chunks, fewer rows than the swap sample's 2^16 (every row scored, no coins): the
+    level histograms merged over the chunks are the exact in-memory counts (same candidates),
+    and the cluster sums differ only by the order of float additions."""
+    in_memory = _fit(estimator, highdim_mixture)
+    chunked = _fit(estimator, da.from_array(highdim_mixture, chunks=(CHUNK_ROWS, 12)))
+    assert chunked.n_candidates_ == in_memory.n_candidates_
+    np.testing.assert_allclose(chunked.cluster_centers_, in_memory.cluster_centers_, rtol=0,
+                               atol=1e-9 * RADIUS)
+    _assert_same_ledger(chunked, in_memory)
+    assert chunked.privacy_spent_ == in_memory.privacy_spent_
+
+
+def _projected(X, chunks, matrix, radius):
+    rows = DaskRows(da.from_array(X, chunks=(chunks, X.shape[1])))
+    return ProjectedChunks(rows, lambda raw: hc.project_with(raw, matrix, radius),
+                           matrix.shape[1])
+
+
+def test_highdim_level_histogram_merged_over_chunks_is_the_in_memory_histogram(highdim_mixture):
+    """Each chunk finds its rows' active cubes from the small set of activated parents; the sum
+    of the chunks' histograms is the in-memory level's (cells in the same order, same counts)."""
+    rng = np.random.default_rng(5)
+    matrix, radius, n_levels = hc.projection_matrix(12, 4, rng), RADIUS, 6
+    Y = hc.project_with(highdim_mixture, matrix, radius)
+    grid = (rng.uniform(-radius, radius, 4) - 2 * radius, 4 * radius)
+    level = hc._Level(epsilon=1.0, gamma=20.0, sensitivity=2.0, neighbouring="replace_one")
+    in_memory, level_rng = hc._RowLevels(Y, grid, n_levels), np.random.default_rng(6)
+    parents = np.zeros((1, 4), dtype=np.int64)
+    projected = _projected(highdim_mixture, CHUNK_ROWS, matrix, radius)
+    for depth in range(1, 4):
+        expected = hc._child_cells(in_memory.cubes.level(in_memory.alive, depth),
+                                   in_memory.parent_of, len(parents), depth)
+        merged = projected.rows.map_reduce(_chunk_children, projected.projector, grid, n_levels,
+                                           parents, depth)
+        np.testing.assert_array_equal(merged.cells, expected[0])
+        np.testing.assert_array_equal(merged.counts, expected[2])
+        parents, _, _ = in_memory.step(parents, depth, level, level_rng)
+    assert 1 < len(parents) < len(Y)  # the levels did keep some cubes and drop others
+
+
+def test_highdim_swap_sample_of_one_chunk_is_the_in_memory_sample(highdim_mixture):
+    rng = np.random.default_rng(7)
+    matrix = hc.projection_matrix(12, 4, rng)
+    Y = hc.project_with(highdim_mixture, matrix, RADIUS)
+    centers = Y[:5]
+    expected = hc.swap_sample(hc.DistanceRows(Y, centers, 2), len(Y),
+                              np.random.default_rng(8), expected_rows=1000)
+    sample = _projected(highdim_mixture, len(Y), matrix, RADIUS).swap_sample(
+        len(Y), np.random.default_rng(8), expected_rows=1000)
+    got = hc.DistanceRows(sample, centers, 2)
+    np.testing.assert_array_equal(got.scaled_t, expected.scaled_t)
+    np.testing.assert_array_equal(got.y_sq, expected.y_sq)
+
+
+def test_highdim_swap_sample_in_chunks_keeps_every_row_independently_at_the_rate(
+        highdim_mixture):
+    """Several chunks: every chunk's coins come from its own generator (``rng.spawn``), i.i.d.
+    Bernoulli(m / n) as in memory; the same generator gives the same rows on every pass."""
+    rng = np.random.default_rng(9)
+    matrix = hc.projection_matrix(12, 4, rng)
+    n, rate = len(highdim_mixture), 0.25
+    projected = _projected(highdim_mixture, CHUNK_ROWS, matrix, RADIUS)
+    first = projected.swap_sample(n, np.random.default_rng(10), expected_rows=rate * n)
+    again = projected.swap_sample(n, np.random.default_rng(10), expected_rows=rate * n)
+    np.testing.assert_array_equal(first, again)
+    Y = hc.project_with(highdim_mixture, matrix, RADIUS)
+    kept = np.isin(Y.view([("", Y.dtype)] * 4).ravel(), first.view([("", Y.dtype)] * 4).ravel())
+    assert kept.sum() == len(first)  # the sample holds rows of Y, each at most once
+    # Binomial(n, rate) kept in all (5 sigma), and the same rate in the first and last chunk.
+    sigma = np.sqrt(n * rate * (1 - rate))
+    assert abs(len(first) - n * rate) < 5 * sigma
+    for part in (kept[:CHUNK_ROWS], kept[-(n % CHUNK_ROWS):]):
+        assert abs(part.mean() - rate) < 5 * np.sqrt(rate * (1 - rate) / len(part))
+
+
+def test_highdim_fallback_of_the_stable_estimator_runs_on_dask(mixture):
+    """``accepts_chunked_rows``: after a failed k-tuple test the stable estimator's
+    ``fallback="highdim"`` reads the clipped Dask rows; with one chunk, the in-memory release."""
+    estimator = PrivateStableKMeans(4, initializer="ktuple", fallback="highdim",
+                                    data_radius=RADIUS, random_state=39)
+    in_memory = _fit(estimator, mixture)
+    chunked = _fit(estimator, da.from_array(mixture, chunks=(len(mixture), 4)))
+    assert in_memory.initializer_status_ == chunked.initializer_status_ == "fallback_highdim"
+    np.testing.assert_array_equal(chunked.cluster_centers_, in_memory.cluster_centers_)
+    assert [e.to_dict() for e in chunked.privacy_ledger_] == [
+        e.to_dict() for e in in_memory.privacy_ledger_]
+
+
+def test_highdim_initializer_of_the_stable_estimator_in_chunks(mixture):
+    estimator = PrivateStableKMeans(4, initializer=HighDimInitializer(), data_radius=RADIUS,
+                                    random_state=38)
+    in_memory = _fit(estimator, mixture)
+    chunked = _fit(estimator, da.from_array(mixture, chunks=CHUNK_ROWS))
+    np.testing.assert_allclose(chunked.cluster_centers_, in_memory.cluster_centers_, rtol=0,
+                               atol=1e-9 * RADIUS)
+    _assert_same_ledger(chunked, in_memory)
+
+
+def test_highdim_dask_fit_in_chunks_above_the_swap_sample_size():
+    """n > 2^16: the local search scores a Poisson sample whose coins now come from per-chunk
+    generators. The candidates (exact level histograms) and the ledger are the in-memory ones;
+    the swap sample is another draw of the same law, so the release is another draw of the
+    in-memory distribution: both local searches choose among the same candidates by scores
+    summed over about 2^16 of the same rows (measured: the same cost on 3 seeds; 5 % band)."""
+    X, _ = make_separated_mixture(100_000, n_clusters=4, n_features=12, separation=8,
+                                  random_state=2)
+    estimator = PrivateHighDimKMeans(4, data_radius=RADIUS, random_state=40)
+    in_memory = _fit(estimator, X)
+    chunked = _fit(estimator, da.from_array(X, chunks=(17_000, 12)))
+    assert chunked.n_candidates_ == in_memory.n_candidates_
+    _assert_same_ledger(chunked, in_memory)
+    assert chunked.score(X) >= 1.05 * in_memory.score(X)  # scores are negative costs
+
+
+def test_highdim_dask_fit_on_in_process_distributed_cluster(highdim_mixture):
+    """The passes run as tasks of a distributed scheduler; their functions and arguments pickle."""
+    distributed = pytest.importorskip("distributed")
+    import pickle
+
+    estimator = _HIGHDIM_FITS["kmeans"]
+    in_memory = _fit(estimator, highdim_mixture)
+    X = da.from_array(highdim_mixture, chunks=CHUNK_ROWS)
+    with distributed.Client(processes=False, n_workers=2, threads_per_worker=1,
+                            dashboard_address=None):
+        chunked = _fit(estimator, X)
+    np.testing.assert_allclose(chunked.cluster_centers_, in_memory.cluster_centers_, rtol=0,
+                               atol=1e-9 * RADIUS)
+    data = estimator._prepare(DaskRows(X), np.zeros(12), RADIUS)
+    projected = data.project(hc.projection_matrix(12, 4, np.random.default_rng(0)), RADIUS)
+    pickle.dumps((data.row_map, projected.projector))  # no closures: process workers can run them

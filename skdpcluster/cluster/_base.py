@@ -210,9 +210,9 @@ class _PrivateFitMixin:
         if not self._CHUNKED_INPUT:
             raise ValueError(
                 f"{name}.fit does not accept Dask input yet (issue #20); PrivateStableKMeans, "
-                "PrivateStableKMedian, KTupleClusterer, FederatedPrivateKMeans and "
-                "PrivateGaussianMixture do (the guide's 'Fitting out of core on Dask'). Pass "
-                "X.compute() if it fits in memory.")
+                "PrivateStableKMedian, KTupleClusterer, FederatedPrivateKMeans, "
+                "PrivateGaussianMixture, PrivateHighDimKMeans and PrivateHighDimKMedian do (the "
+                "guide's 'Fitting out of core on Dask'). Pass X.compute() if it fits in memory.")
         if getattr(self, "data_radius", None) == "data":
             raise ValueError(
                 f"{name}: data_radius='data' is not supported on Dask input; pass a public "

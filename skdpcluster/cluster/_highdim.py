@@ -33,18 +33,19 @@ from skdpcluster.cluster._highdim_candidates import (
     initial_slots,
     private_candidates,
     private_local_swap,
-    project_rows,
+    project_with,
+    projection_matrix,
     swap_sample,
 )
 from skdpcluster.cluster._highdim_recovery import (
     CELL_FACTOR,
-    noisy_cluster_means,
+    noisy_means_of_sums,
     one_median_clusters,
-    sparse_cluster_means,
+    sparse_means_of_sums,
     sparsify_rows,
 )
 from skdpcluster.cluster._one_cluster import fit_one_cluster, plan_one_cluster
-from skdpcluster.cluster._stable_init import nearest_centers
+from skdpcluster.cluster._stable_init import cell_sums, nearest_centers
 from skdpcluster.mechanisms import exponential_mechanism
 from skdpcluster.utils import check_random_state
 from skdpcluster.utils._compat import Interval, StrOptions, single_threaded
@@ -198,9 +199,13 @@ def _level_epsilon_and_gamma(profile, eps_candidates, n_shifts, n_levels, p, n, 
 
 @dataclass(frozen=True)
 class _Data:
-    """Rows centred at ``data_center`` and made to satisfy the public bounds (per-row maps).
+    """Rows in memory, centred at ``data_center`` and made to satisfy the public bounds.
 
-    ``row_map`` is that per-row map of the raw rows ``raw``; the mapped copy
+    The passes of a trial are its methods; ``ChunkedData``
+    (:mod:`~skdpcluster.cluster._highdim_chunked`) makes them map-reduces
+    over Dask chunks.
+
+    ``row_map`` is the per-row map onto the bounds of the raw rows ``raw``; the mapped copy
     :attr:`X` is made on first use, after the first trial's partition
     (which projects the raw rows block by block), so the two are never
     stored together at that partition's memory peak.
@@ -219,6 +224,57 @@ class _Data:
     def sq_norms(self):
         """Squared row norms, computed on first use (after the first trial's partition peak)."""
         return np.einsum("ij,ij->i", self.X, self.X)
+
+    @property
+    def n_features(self):
+        return self.raw.shape[1]
+
+    def project(self, matrix, clip_radius):
+        """The projected rows (:func:`project_with`, the row map applied block by block)."""
+        return project_with(self.raw, matrix, clip_radius, row_map=self.row_map)
+
+    @staticmethod
+    def swap_rows(Y, centers, power, n_noisy, rng):
+        """Distances of the swap sample to ``centers``, and the partition by chosen slots."""
+        distances = DistanceRows(Y, centers, power)
+        return swap_sample(distances, n_noisy, rng), distances.nearest
+
+    def cluster_sums(self, labels, n_clusters):
+        return cell_sums(self.X, labels, n_clusters)
+
+    def nearest_labels(self, centers):
+        return nearest_centers(self.X, centers, self.sq_norms)[0]
+
+    def costs(self, center_sets, power):
+        r""":math:`\sum_i \min_j \|x_i - z_j\|^q` of every set of centres."""
+        return [float(np.sum(nearest_centers(self.X, centers, self.sq_norms)[1] ** (power / 2.0)))
+                for centers in center_sets]
+
+    def training_labels(self, centers):
+        """The nearest of ``centers`` for every raw row (``labels_``)."""
+        return nearest_centers(self.raw, centers)[0]
+
+
+class _ClipRows:
+    """Per-row map: rows centred at ``center`` and projected onto B(0, ``radius``) (picklable)."""
+
+    def __init__(self, center, radius):
+        self.center, self.radius = center, radius
+
+    def __call__(self, rows):
+        return clip_rows(rows, self.center, self.radius)  # one copy of the rows, clipped in place
+
+
+class _SparseRows:
+    """Per-row map onto the sparse model (Algorithm 5), then onto B(0, ``radius``) (picklable)."""
+
+    def __init__(self, center, sparsity, coord_bound, radius):
+        self.center, self.sparsity, self.coord_bound, self.radius = (
+            center, sparsity, coord_bound, radius)
+
+    def __call__(self, rows):
+        rows = sparsify_rows(rows - self.center, self.sparsity, self.coord_bound)
+        return _project_onto_ball(rows, 0.0, self.radius)
 
 
 def _store_parameters(estimator, parameters):
@@ -262,6 +318,8 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
     }
     _POWER = 2
     _RECOVERIES = ("mean",)
+    #: Dask input: every pass is a map-reduce (:mod:`~skdpcluster.cluster._highdim_chunked`).
+    _CHUNKED_INPUT = True
 
     def _check_n_clusters(self):
         """k = 1 is allowed: a private mean (or 1-median), see :meth:`_plan_one_cluster`."""
@@ -323,9 +381,25 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
             raise ValueError(f"sum_mechanism={self.sum_mechanism!r} applies to recovery='mean' "
                              f"only, got recovery={self.recovery!r}.")
 
+    def _check_chunked_options(self):
+        """The options that read the rows in memory, refused on Dask input before any randomness."""
+        name = type(self).__name__
+        if self.recovery == "one_median":
+            raise ValueError(
+                f"{name}: recovery='one_median' does not run on Dask input (its gradient descent "
+                "reads the rows in memory); use recovery='mean', or pass X.compute() if it fits "
+                "in memory.")
+        if self.n_clusters == 1 and self._POWER == 2 and self.recovery != "sparse":
+            raise ValueError(
+                f"{name}(n_clusters=1) releases a private mean that needs the rows in memory; on "
+                "Dask input use n_clusters >= 2, PrivateStableKMeans(n_clusters=1), or pass "
+                "X.compute() if it fits in memory.")
+
     def _plan(self, X):
         n_features = X.shape[1]
         self._check_options(n_features)
+        if hasattr(X, "map_reduce"):
+            self._check_chunked_options()
         one_cluster = self._plan_one_cluster(X)
         if one_cluster is not None:
             return one_cluster
@@ -365,13 +439,15 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
 
     # -- private part -------------------------------------------------------------------
     def _prepare(self, X, center, radius):
+        """The rows with their per-row map: in memory (:class:`_Data`) or chunked (Dask)."""
         if self.recovery == "sparse":
-            def row_map(rows):
-                rows = sparsify_rows(rows - center, self.sparsity, float(self.coord_bound))
-                return _project_onto_ball(rows, 0.0, radius)
+            row_map = _SparseRows(center, self.sparsity, float(self.coord_bound), radius)
         else:
-            def row_map(rows):
-                return clip_rows(rows, center, radius)  # one copy of the rows, clipped in place
+            row_map = _ClipRows(center, radius)
+        if hasattr(X, "map_reduce"):
+            from skdpcluster.cluster._highdim_chunked import ChunkedData
+
+            return ChunkedData(X, row_map, radius)
         return _Data(X, row_map, radius)
 
     def _fit_private(self, X, plan, rng):
@@ -387,7 +463,7 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
         center, budget = plan.values["center"], plan.values["budget"]
         data = self._prepare(X, center, plan.values["radius"])
         count_rng, select_rng, *trial_rngs = rng.spawn(2 + budget.n_trials)
-        n_noisy, count_event = private_count(len(X), epsilon=budget.count, rng=count_rng)
+        n_noisy, count_event = private_count(X.shape[0], epsilon=budget.count, rng=count_rng)
         settings = self._settings(max(n_noisy, 2.0), X.shape[1], data.radius, budget)
         phase("trials (candidates, local swap, recovery, refinement)", trials=budget.n_trials)
         trials = [self._trial(data, settings, budget, trial_rng) for trial_rng in trial_rngs]
@@ -398,7 +474,7 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
             events += trial["events"]
         centers = _canonical(trials[chosen]["centers"] + center)
         attributes = {
-            "labels_": nearest_centers(X, centers)[0],
+            "labels_": data.training_labels(centers),
             "n_samples_noisy_": float(n_noisy),
             "settings_": self._public_settings(settings, plan),
             "projection_dim_": settings.proj_dim,
@@ -450,8 +526,8 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
         recovery passes over ``data``.
         """
         project_rng, candidate_rng, swap_rng, sample_rng = rngs
-        Y = project_rows(data.raw, settings.proj_dim, settings.proj_radius, project_rng,
-                         row_map=data.row_map)
+        Y = data.project(projection_matrix(data.n_features, settings.proj_dim, project_rng),
+                         settings.proj_radius)
         candidates, events, info = private_candidates(
             Y, radius=settings.proj_radius, n_shifts=settings.n_shifts,
             n_levels=settings.n_levels, level_epsilon=settings.level_epsilon,
@@ -461,28 +537,29 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
         candidates = cap_candidates(candidates, settings.max_candidates, self.n_clusters + 1,
                                     settings.proj_radius, candidate_rng)
         candidates, start = initial_slots(candidates, self.n_clusters, settings.init, swap_rng)
-        distances = DistanceRows(Y, candidates.centers, self._POWER)
+        sample, partition = data.swap_rows(Y, candidates.centers, self._POWER,
+                                           settings.n_samples, sample_rng)
         del Y  # the float32 distances replace it: one fewer n x p array at the peak
         slots, swap_events, _ = private_local_swap(
-            swap_sample(distances, settings.n_samples, sample_rng), start,
-            n_iter=settings.n_swap_iter, epsilon=budget.swap,
+            sample, start, n_iter=settings.n_swap_iter, epsilon=budget.swap,
             sensitivity=(2.0 * settings.proj_radius) ** self._POWER,
             neighbouring=self.neighbouring, rng=swap_rng)
-        return (distances.nearest(slots), {"candidates": events, "swap": swap_events},
+        return (partition(slots), {"candidates": events, "swap": swap_events},
                 {"n_candidates": len(candidates.centers), "max_depth": info["max_depth"]})
 
     def _recover(self, data, labels, budget, rng, label):
         common = {"epsilon": budget.mean_step, "neighbouring": self.neighbouring, "rng": rng,
                   "label": label}
-        if self.recovery == "sparse":
-            return sparse_cluster_means(
-                data.X, labels, self.n_clusters, coord_bound=float(self.coord_bound),
-                sparsity=self.sparsity, eta=self.sparse_eta, **common)
-        if self.recovery == "one_median":
+        if self.recovery == "one_median":  # in memory only (refused on Dask by _plan)
             return one_median_clusters(data.X, labels, self.n_clusters,
                                        delta=budget.mean_step_delta, radius=data.radius, **common)
-        return noisy_cluster_means(data.X, labels, self.n_clusters, delta=budget.mean_step_delta,
-                                   radius=data.radius, mechanism=self.sum_mechanism, **common)
+        sums, counts = data.cluster_sums(labels, self.n_clusters)
+        if self.recovery == "sparse":
+            return sparse_means_of_sums(
+                sums, counts, coord_bound=float(self.coord_bound), sparsity=self.sparsity,
+                eta=self.sparse_eta, **common)
+        return noisy_means_of_sums(sums, counts, delta=budget.mean_step_delta, radius=data.radius,
+                                   mechanism=self.sum_mechanism, **common)
 
     def _recover_and_refine(self, data, labels, budget, rng):
         r"""Recovery on the projected-space partition, then noisy Lloyd (SuLQ) steps in R^d.
@@ -496,7 +573,7 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
         result = self._recover(data, labels, budget, rng, "highdim/recovery")
         centers, events = result.shrunk(data.radius), list(result.events)
         for step in range(budget.n_mean_steps - 1):
-            labels = nearest_centers(data.X, centers, data.sq_norms)[0]
+            labels = data.nearest_labels(centers)
             result = self._recover(data, labels, budget, rng, f"highdim/refine_{step + 1}")
             centers = np.where(result.accepted(data.radius)[:, None], result.centers, centers)
             events += result.events
@@ -511,8 +588,7 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
         """
         if len(trials) == 1:
             return 0, []
-        losses = [float(np.sum(nearest_centers(data.X, t["centers"], data.sq_norms)[1]
-                               ** (self._POWER / 2.0))) for t in trials]
+        losses = data.costs([t["centers"] for t in trials], self._POWER)
         index, event = exponential_mechanism(
             -np.asarray(losses), epsilon=epsilon, sensitivity=(2.0 * data.radius) ** self._POWER,
             rng=rng, label="highdim/select_trial", neighbouring=self.neighbouring)
@@ -1001,8 +1077,9 @@ def highdim_fallback_centers(X, n_clusters, *, epsilon, data_radius, data_center
 
     Parameters
     ----------
-    X : array-like of shape (n_samples, n_features)
-        All the rows (at least 2).
+    X : array-like of shape (n_samples, n_features) or DaskRows
+        All the rows (at least 2); Dask rows (:mod:`skdpcluster.utils._data`,
+        already validated) are read by map-reduces.
     n_clusters : int
     epsilon : float
         Budget of the call, > 0.
@@ -1043,7 +1120,8 @@ def highdim_fallback_centers(X, n_clusters, *, epsilon, data_radius, data_center
         n_clusters, epsilon=epsilon, data_radius=data_radius, data_center=data_center,
         neighbouring=neighbouring, **params)
     estimator._validate_params()
-    X = check_array(X, dtype=np.float64, ensure_min_samples=2)
+    if not hasattr(X, "map_reduce"):  # Dask rows (a stable estimator's fallback) pass as they are
+        X = check_array(X, dtype=np.float64, ensure_min_samples=2)
     plan = estimator._plan(X)
     result = estimator._fit_private(X, plan, rng)
     return result.centers, result.events
@@ -1077,6 +1155,8 @@ class HighDimInitializer:
 
     #: A general-purpose method always releases centres: no fallback share is reserved for it.
     can_fail = False
+    #: ``fit_centers`` reads Dask rows by map-reduces (:mod:`~skdpcluster.cluster._highdim_chunked`).
+    accepts_chunked_rows = True
 
     def __init__(self, objective="kmeans", privacy_model="zcdp", params=None):
         if privacy_model not in ("zcdp", "dp"):

@@ -92,13 +92,28 @@ def project_rows(X, n_components, clip_radius, rng, row_map=None):
     -------
     Y : ndarray of shape (n_samples, min(n_components, n_features))
     """
-    if n_components >= X.shape[1]:
+    return project_with(X, projection_matrix(X.shape[1], n_components, rng), clip_radius,
+                        row_map)
+
+
+def projection_matrix(n_features, n_components, rng):
+    r"""The matrix :math:`G^T/\sqrt p` of :func:`project_rows`, or ``None`` when ``p >= d``."""
+    if n_components >= n_features:
+        return None
+    return rng.standard_normal((n_features, n_components)) / math.sqrt(n_components)
+
+
+def project_with(X, matrix, clip_radius, row_map=None):
+    """:func:`project_rows` with its matrix already drawn (:func:`projection_matrix`).
+
+    A map of each row, so a block of rows gives its rows of the whole projection.
+    """
+    if matrix is None:
         return _clip_in_place(np.array(X, dtype=float) if row_map is None else row_map(X),
                               clip_radius)
-    matrix = rng.standard_normal((X.shape[1], n_components)) / math.sqrt(n_components)
     if row_map is None:
         return _clip_in_place(X @ matrix, clip_radius)
-    Y = np.empty((len(X), n_components))
+    Y = np.empty((len(X), matrix.shape[1]))
     for batch in gen_batches(len(X), max(1, CHUNK_ELEMENTS // max(X.shape[1], 1))):
         Y[batch] = row_map(X[batch]) @ matrix
     return _clip_in_place(Y, clip_radius)
@@ -307,28 +322,47 @@ def _child_cells(coords, parent_of, n_parents, depth):
 
 
 def _level_step(cubes, alive, parents, depth, level, rng, parent_of):
-    r"""One level of Algorithm 1: noisy counts of the children of the active cubes.
+    r"""One level of Algorithm 1 on rows in memory: :func:`release_level` of the children's counts.
 
     ``alive`` indexes the points lying in active cubes of depth ``depth - 1``,
     ``parents`` holds the integer coordinates of all those cubes (empty ones
     included) and ``parent_of`` the row of ``parents`` holding each alive
-    point. A child is activated iff its count plus
-    :math:`\mathrm{Lap}(b)` exceeds :math:`\gamma`; the children are
-    disjoint, so one histogram release of L1 sensitivity ``level.sensitivity``
-    costs ``level.epsilon`` (Theorem 2). Empty children are handled by the
-    exact binomial draw; the noisy count of an activated empty child is
-    :math:`\gamma + \mathrm{Exp}(b)` (memorylessness of the Laplace tail).
+    point.
 
     Returns the new ``alive``, ``parents`` (the activated cubes'
     coordinates), their noisy counts, the event and the new ``parent_of``.
     """
     cells, inverse, counts = _child_cells(cubes.level(alive, depth), parent_of, len(parents),
                                           depth)
+    new_parents, weights, event, active = release_level(cells, counts, parents, cubes.n_dims,
+                                                        level, rng)
+    keep = active[inverse]
+    if not keep.all():  # no copies of n-vectors when every point stays in an active cube
+        alive, inverse = alive[keep], inverse[keep]
+    return alive, new_parents, weights, event, (np.cumsum(active) - 1)[inverse]
+
+
+def release_level(cells, counts, parents, n_dims, level, rng):
+    r"""The noisy decisions of one level of Algorithm 1, from the exact counts of its children.
+
+    ``cells`` (sorted as :func:`_unique_rows` sorts them) are the occupied
+    children of the active cubes ``parents`` and ``counts`` their numbers of
+    points. A child is activated iff its count plus :math:`\mathrm{Lap}(b)`
+    exceeds :math:`\gamma`; the children are disjoint, so one histogram
+    release of L1 sensitivity ``level.sensitivity`` costs ``level.epsilon``
+    (Theorem 2). Empty children are handled by the exact binomial draw; the
+    noisy count of an activated empty child is :math:`\gamma + \mathrm{Exp}(b)`
+    (memorylessness of the Laplace tail).
+
+    Returns the activated cubes' coordinates (occupied ones first, in the
+    order of ``cells``), their noisy counts, the event, and which of
+    ``cells`` are active.
+    """
     noisy, event = laplace_mechanism(
         counts.astype(float), sensitivity=level.sensitivity, epsilon=level.epsilon, rng=rng,
         label="highdim/candidates/level_counts", neighbouring=level.neighbouring)
     active = np.atleast_1d(noisy) > level.gamma
-    n_empty = len(parents) * 2.0 ** cubes.n_dims - len(cells)
+    n_empty = len(parents) * 2.0 ** n_dims - len(cells)
     _, empty_counts = laplace_zero_cells_above(
         n_empty, scale=level.scale, threshold=level.gamma, rng=rng,
         max_released=MAX_EMPTY_ACTIVATIONS)
@@ -336,10 +370,21 @@ def _level_step(cubes, alive, parents, depth, level, rng, parent_of):
     empty = _sample_empty_children(parents, occupied, len(empty_counts), rng)
     new_parents = np.concatenate([cells[active], empty])
     weights = np.concatenate([np.atleast_1d(noisy)[active], empty_counts])
-    keep = active[inverse]
-    if not keep.all():  # no copies of n-vectors when every point stays in an active cube
-        alive, inverse = alive[keep], inverse[keep]
-    return alive, new_parents, weights, event, (np.cumsum(active) - 1)[inverse]
+    return new_parents, weights, event, active
+
+
+class _RowLevels:
+    """The levels of one shift over rows in memory: the points still in active cubes are kept."""
+
+    def __init__(self, Y, grid, n_levels):
+        self.cubes = _CubeCoords(Y, grid, n_levels)
+        self.alive, self.parent_of = np.arange(len(Y)), np.zeros(len(Y), dtype=np.int64)
+
+    def step(self, parents, depth, level, rng):
+        """:func:`_level_step`: the activated children of ``parents``, their noisy counts, the event."""
+        self.alive, cells, weights, event, self.parent_of = _level_step(
+            self.cubes, self.alive, parents, depth, level, rng, self.parent_of)
+        return cells, weights, event
 
 
 def _residual_weights(levels):
@@ -372,13 +417,14 @@ def _one_shift(Y, radius, n_levels, level, root_weight, rng):
     shift = rng.uniform(-radius, radius, size=p)
     origin, edge = shift - 2.0 * radius, 4.0 * radius
     levels = [(np.zeros((1, p), dtype=np.int64), np.array([root_weight]))]
-    cubes = _CubeCoords(Y, (origin, edge), n_levels)
-    alive, parent_of, events = np.arange(len(Y)), np.zeros(len(Y), dtype=np.int64), []
+    grid = (origin, edge)
+    steps = Y.cube_levels(grid, n_levels) if hasattr(Y, "cube_levels") else _RowLevels(
+        Y, grid, n_levels)
+    events = []
     for depth in range(1, n_levels + 1):
         if len(levels[-1][0]) == 0:
             break
-        alive, cells, weights, event, parent_of = _level_step(
-            cubes, alive, levels[-1][0], depth, level, rng, parent_of)
+        cells, weights, event = steps.step(levels[-1][0], depth, level, rng)
         events.append(event)
         levels.append((cells, weights))
     parts = [CandidateSet(origin + (cells + 0.5) * (edge / 2**depth), weights,
@@ -410,8 +456,10 @@ def private_candidates(Y, *, radius, n_shifts, n_levels, level_epsilon, gamma, c
 
     Parameters
     ----------
-    Y : ndarray of shape (n_samples, p)
-        Points in :math:`B(0, \Lambda_p)`.
+    Y : ndarray of shape (n_samples, p) or chunked projected rows
+        Points in :math:`B(0, \Lambda_p)`; or an object with ``shape`` and
+        ``cube_levels(grid, n_levels)`` whose ``step`` runs one level as a
+        pass over chunks (:mod:`skdpcluster.cluster._highdim_chunked`).
     radius : float
         :math:`\Lambda_p`.
     n_shifts, n_levels : int

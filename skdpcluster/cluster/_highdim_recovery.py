@@ -33,8 +33,10 @@ from skdpcluster.mechanisms import (
 __all__ = [
     "NoisyMeans",
     "noisy_cluster_means",
+    "noisy_means_of_sums",
     "one_median_clusters",
     "sparse_cluster_means",
+    "sparse_means_of_sums",
     "sparsify_rows",
 ]
 
@@ -100,8 +102,19 @@ def noisy_cluster_means(X, labels, n_clusters, *, epsilon, delta, radius, mechan
     -------
     NoisyMeans
     """
-    factor, n_features = CELL_FACTOR[neighbouring], X.shape[1]
-    sums, counts = cell_sums(X, labels, n_clusters)
+    return noisy_means_of_sums(*cell_sums(X, labels, n_clusters), epsilon=epsilon, delta=delta,
+                               radius=radius, mechanism=mechanism, neighbouring=neighbouring,
+                               rng=rng, label=label)
+
+
+def noisy_means_of_sums(sums, counts, *, epsilon, delta, radius, mechanism, neighbouring, rng,
+                        label):
+    """:func:`noisy_cluster_means` from the exact per-cluster ``sums`` and ``counts``.
+
+    The release of :func:`noisy_cluster_means`, for statistics reduced over
+    chunks of rows (a Dask pass); ``sums`` has shape (n_clusters, n_features).
+    """
+    factor, n_features = CELL_FACTOR[neighbouring], sums.shape[1]
     share = 1.0 / (1.0 + (math.sqrt(n_features) if mechanism == "laplace" else n_features**0.25))
     noisy_counts, count_event = laplace_mechanism(
         counts, sensitivity=factor, epsilon=epsilon * share, rng=rng, label=f"{label}/counts",
@@ -160,9 +173,16 @@ def sparse_cluster_means(X, labels, n_clusters, *, epsilon, coord_bound, sparsit
     -------
     NoisyMeans
     """
-    factor, n_features = CELL_FACTOR[neighbouring], X.shape[1]
+    return sparse_means_of_sums(*cell_sums(X, labels, n_clusters), epsilon=epsilon,
+                                coord_bound=coord_bound, sparsity=sparsity, eta=eta,
+                                neighbouring=neighbouring, rng=rng, label=label)
+
+
+def sparse_means_of_sums(sums, counts, *, epsilon, coord_bound, sparsity, eta, neighbouring, rng,
+                         label):
+    """:func:`sparse_cluster_means` from the exact per-cluster ``sums`` and ``counts``."""
+    factor, (n_clusters, n_features) = CELL_FACTOR[neighbouring], sums.shape
     n_coords = min(n_features, math.ceil(2 * sparsity / eta))
-    sums, counts = cell_sums(X, labels, n_clusters)
     eps_count = epsilon / (1.0 + math.sqrt(sparsity))
     eps_select = (epsilon - eps_count) / (1.0 + eta / 4.0)
     noisy_counts, count_event = laplace_mechanism(
