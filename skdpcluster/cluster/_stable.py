@@ -394,7 +394,7 @@ class _PrivateStableBase(CostEstimateMixin, _BasePrivateClusterer):
         budget = plan_budget(initializer.privacy_model, fractions, self.epsilon, self.delta)
         radius, unproven = self._resolve_radius(X, center)
         if hasattr(X, "map_reduce"):
-            self._check_chunked_initializers(initializer, name, budget.rho_fallback > 0)
+            self._check_chunked_initializer(initializer, name)
         if isinstance(initializer, KTupleInitializer):
             initializer.check_input(X, self.n_clusters, budget.initializer, radius)
         plan = PrivateFitPlan(
@@ -407,19 +407,16 @@ class _PrivateStableBase(CostEstimateMixin, _BasePrivateClusterer):
             print(f"[{type(self).__name__}] plan: initializer={name}, budget={budget}")
         return plan
 
-    def _check_chunked_initializers(self, initializer, name, with_fallback):
-        """Refuse, before any randomness, an initializer or fallback that cannot read Dask rows."""
+    @staticmethod
+    def _check_chunked_initializer(initializer, name):
+        """Refuse, before any randomness, an initializer that cannot read Dask rows.
+
+        Both fallbacks (the grid and the high-dimensional method) read them.
+        """
         if not getattr(initializer, "accepts_chunked_rows", False):
             raise ValueError(
                 f"initializer={name!r} does not run on Dask input yet; use initializer='grid', "
                 "'ktuple' or public initial centres, or pass X.compute() if it fits in memory.")
-        if with_fallback and not getattr(self._fallback_initializer(), "accepts_chunked_rows",
-                                         False):
-            raise ValueError(
-                f"fallback={self.fallback!r} does not run on Dask input yet (the high-dimensional "
-                f"method reads the rows in memory), and initializer={name!r} can fail its private "
-                "test and fall back to it; use fallback='grid', or pass X.compute() if it fits "
-                "in memory.")
 
     def _resolve_initializer(self, n_features, center):
         """The initializer object and its name; public centres are checked here."""
