@@ -880,14 +880,16 @@ def _clipped_chunks(X, center, radius):
     """The rows of ``X - center`` projected into B(0, radius), a block of rows at a time.
 
     Each block is a :class:`~skdpcluster.cluster._stable._ClippedData` of
-    ``CHUNK_ROWS`` rows (the block size of the distance kernels, so their
-    blocks and sums are exactly those of one call on all the rows).
+    ``GRID_BLOCK_ROWS`` rows, a multiple of ``CHUNK_ROWS`` (the block size of
+    the distance kernels and of
+    :func:`~skdpcluster.cluster._stable_init.add_cell_sums`), so their
+    blocks and sums are exactly those of one call on all the rows.
     """
     from skdpcluster.cluster._stable import _ClippedData  # noqa: PLC0415 (import cycle)
-    from skdpcluster.cluster._stable_init import CHUNK_ROWS  # noqa: PLC0415
+    from skdpcluster.cluster._stable_init import GRID_BLOCK_ROWS  # noqa: PLC0415
 
-    for start in range(0, len(X), CHUNK_ROWS):
-        yield _ClippedData.from_rows(X[start:start + CHUNK_ROWS], center, radius)
+    for start in range(0, len(X), GRID_BLOCK_ROWS):
+        yield _ClippedData.from_rows(X[start:start + GRID_BLOCK_ROWS], center, radius)
 
 
 def _row_cell_sums(X, center, radius, labelled, n_cells):
@@ -895,8 +897,9 @@ def _row_cell_sums(X, center, radius, labelled, n_cells):
 
     ``labelled(chunk)`` gives the cell of every row of a
     :class:`~skdpcluster.cluster._stable._ClippedData` chunk (``n_cells``: no
-    cell). The sums accumulate block after block, as
-    :func:`~skdpcluster.cluster._stable_init.cell_sums` on all the rows does.
+    cell). The sums accumulate block after block
+    (:func:`~skdpcluster.cluster._stable_init.add_cell_sums`), the same
+    additions in any chunking.
 
     A rows object ``X`` (Dask input) is read by one map-reduce of
     :func:`~skdpcluster.cluster._stable.clipped_rows` instead (``labelled``
@@ -911,12 +914,12 @@ def _row_cell_sums(X, center, radius, labelled, n_cells):
         from skdpcluster.cluster._stable import clipped_rows  # noqa: PLC0415 (import cycle)
 
         return clipped_rows(X, center, radius).map_reduce(_labelled_cell_sums, labelled, n_cells)
-    sums, counts = np.zeros((n_cells, X.shape[1])), np.zeros(n_cells)
+    from skdpcluster.cluster._stable_init import add_cell_sums  # noqa: PLC0415 (import cycle)
+
+    sums, counts = np.zeros((n_cells + 1, X.shape[1])), np.zeros(n_cells + 1)
     for chunk in _clipped_chunks(X, center, radius):
-        chunk_sums, chunk_counts = _labelled_cell_sums(chunk, labelled, n_cells)
-        sums += chunk_sums
-        counts += chunk_counts
-    return sums, counts
+        add_cell_sums(chunk.X, labelled(chunk), sums, counts)
+    return sums[:n_cells], counts[:n_cells]
 
 
 def _labelled_cell_sums(chunk, labelled, n_cells):
