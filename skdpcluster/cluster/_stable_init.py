@@ -175,7 +175,7 @@ def add_cell_sums(X, labels, sums, counts):
     for start in range(0, len(X), CHUNK_ROWS):
         rows = slice(start, start + CHUNK_ROWS)
         if one_hot is not None:
-            sums += one_hot[labels[rows]].T @ X[rows]
+            sums += one_hot.take(labels[rows], axis=0).T @ X[rows]  # take: faster, same rows
             continue
         for j, column in enumerate(X[rows].T):
             sums[:, j] += np.bincount(labels[rows], weights=column, minlength=n_cells + 1)
