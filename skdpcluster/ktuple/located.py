@@ -59,6 +59,7 @@ from skdpcluster.mechanisms import (
     zcdp_rho_for_dp,
     zcdp_to_dp,
 )
+from skdpcluster.utils._compat import single_threaded
 from skdpcluster.utils._progress import phase
 from skdpcluster.utils._validation import check_epsilon_delta
 
@@ -920,8 +921,9 @@ def _row_cell_sums(X, center, radius, labelled, n_cells):
     from skdpcluster.cluster._stable_init import add_cell_sums  # noqa: PLC0415 (import cycle)
 
     sums, counts = np.zeros((n_cells + 1, X.shape[1])), np.zeros(n_cells + 1)
-    for chunk in _clipped_chunks(X, center, radius):
-        add_cell_sums(chunk.X, labelled(chunk), sums, counts)
+    with single_threaded():  # products of a chunk by a few vectors: threads only cost
+        for chunk in _clipped_chunks(X, center, radius):
+            add_cell_sums(chunk.X, labelled(chunk), sums, counts)
     return sums[:n_cells], counts[:n_cells]
 
 
