@@ -652,3 +652,30 @@ def test_grid_cells_of_every_level_follow_from_the_finest_level():
         assert np.array_equal(coarse_cell_map(cells, 3, levels[-1] // g)[finest], direct)
         assert np.array_equal(level_counts,
                               np.bincount(direct, minlength=shifted_cells_per_axis(g) ** 3))
+
+
+@pytest.mark.parametrize("n_cells", [3, 20])  # one-hot products; per-column bincounts
+def test_add_cell_sums_adds_the_blocks_of_cell_sums_in_any_chunking(n_cells):
+    """Chunks of any multiple of CHUNK_ROWS rows give bitwise the sums of CHUNK_ROWS chunks.
+
+    The k-tuple refinement reads its rows in GRID_BLOCK_ROWS chunks
+    (``ktuple/located.py``): its releases must not depend on the chunk size.
+    """
+    from skdpcluster.cluster._stable_init import CHUNK_ROWS, add_cell_sums, cell_sums
+
+    rng = np.random.default_rng(0)
+    n = 5 * CHUNK_ROWS + 123
+    X = rng.normal(scale=1e3, size=(n, 4))
+    labels = rng.integers(0, n_cells + 1, size=n)  # n_cells: dropped
+    expected, expected_counts = np.zeros((n_cells, 4)), np.zeros(n_cells)
+    for start in range(0, n, CHUNK_ROWS):
+        sums, counts = cell_sums(X[start:start + CHUNK_ROWS], labels[start:start + CHUNK_ROWS],
+                                 n_cells)
+        expected += sums
+        expected_counts += counts
+    for chunk in (CHUNK_ROWS, 2 * CHUNK_ROWS, n):
+        sums, counts = np.zeros((n_cells + 1, 4)), np.zeros(n_cells + 1)
+        for start in range(0, n, chunk):
+            add_cell_sums(X[start:start + chunk], labels[start:start + chunk], sums, counts)
+        np.testing.assert_array_equal(sums[:n_cells], expected)
+        np.testing.assert_array_equal(counts[:n_cells], expected_counts)

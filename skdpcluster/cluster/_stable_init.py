@@ -62,6 +62,7 @@ __all__ = [
     "GridInitializer",
     "KTupleInitializer",
     "PublicCenters",
+    "add_cell_sums",
     "lloyd_step",
     "nearest_centers",
     "noisy_cell_sums",
@@ -109,12 +110,14 @@ def nearest_centers(X, centers, sq_norms=None):
     center_sq = np.einsum("ij,ij->i", centers, centers)
     labels = np.empty(len(X), dtype=np.intp)
     sq_distances = np.empty(len(X))
+    block_rows = np.arange(min(len(X), CHUNK_ROWS))
     for start in range(0, len(X), CHUNK_ROWS):
         rows = slice(start, start + CHUNK_ROWS)
         block = X[rows] @ scaled
         block += center_sq
-        labels[rows] = block.argmin(axis=1)
-        sq_distances[rows] = np.take_along_axis(block, labels[rows, None], axis=1)[:, 0]
+        block_labels = block.argmin(axis=1)
+        labels[rows] = block_labels
+        sq_distances[rows] = block[block_rows[:len(block)], block_labels]
     sq_distances += sq_norms
     np.maximum(sq_distances, 0.0, out=sq_distances)
     return labels, sq_distances
@@ -136,18 +139,46 @@ def cell_sums(X, labels, n_cells):
     one weighted ``bincount`` per column.
     """
     labels = np.minimum(labels, n_cells)
-    counts = np.bincount(labels, minlength=n_cells + 1)[:n_cells].astype(float)
     if n_cells <= ONE_HOT_MAX_CELLS:
-        one_hot = np.eye(n_cells + 1)
-        sums = np.zeros((n_cells + 1, X.shape[1]))
-        for start in range(0, len(X), CHUNK_ROWS):
-            rows = slice(start, start + CHUNK_ROWS)
-            sums += one_hot[labels[rows]].T @ X[rows]
-        return sums[:n_cells], counts
+        sums, counts = np.zeros((n_cells + 1, X.shape[1])), np.zeros(n_cells + 1)
+        add_cell_sums(X, labels, sums, counts)
+        return sums[:n_cells], counts[:n_cells]
+    counts = np.bincount(labels, minlength=n_cells + 1)[:n_cells].astype(float)
     sums = np.empty((n_cells, X.shape[1]))
     for j, column in enumerate(X.T):
         sums[:, j] = np.bincount(labels, weights=column, minlength=n_cells + 1)[:n_cells]
     return sums, counts
+
+
+def add_cell_sums(X, labels, sums, counts):
+    """Add the per-cell sums and counts of the rows to ``sums`` and ``counts``, in place.
+
+    Exactly the additions of :func:`cell_sums` on every block of
+    :data:`CHUNK_ROWS` rows in turn, block sums added one after the other,
+    bit for bit, without a call per block: a pass over the rows in chunks of
+    a multiple of :data:`CHUNK_ROWS` rows gives the sums of one pass in
+    :data:`CHUNK_ROWS`-row chunks.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_features)
+    labels : ndarray of int of shape (n_samples,)
+        Cells in ``0 ... n_cells``; ``n_cells`` collects the dropped rows.
+    sums : ndarray of shape (n_cells + 1, n_features)
+        Running sums; the last row is the dropped rows' (meaningless).
+    counts : ndarray of shape (n_cells + 1,)
+        Running counts (whole numbers).
+    """
+    n_cells = len(sums) - 1
+    counts += np.bincount(labels, minlength=n_cells + 1)
+    one_hot = np.eye(n_cells + 1) if n_cells <= ONE_HOT_MAX_CELLS else None
+    for start in range(0, len(X), CHUNK_ROWS):
+        rows = slice(start, start + CHUNK_ROWS)
+        if one_hot is not None:
+            sums += one_hot.take(labels[rows], axis=0).T @ X[rows]  # take: faster, same rows
+            continue
+        for j, column in enumerate(X[rows].T):
+            sums[:, j] += np.bincount(labels[rows], weights=column, minlength=n_cells + 1)
 
 
 def random_ball_points(rng, n_points, n_features, radius):

@@ -59,6 +59,7 @@ from skdpcluster.mechanisms import (
     zcdp_rho_for_dp,
     zcdp_to_dp,
 )
+from skdpcluster.utils._compat import single_threaded
 from skdpcluster.utils._progress import phase
 from skdpcluster.utils._validation import check_epsilon_delta
 
@@ -880,14 +881,19 @@ def _clipped_chunks(X, center, radius):
     """The rows of ``X - center`` projected into B(0, radius), a block of rows at a time.
 
     Each block is a :class:`~skdpcluster.cluster._stable._ClippedData` of
-    ``CHUNK_ROWS`` rows (the block size of the distance kernels, so their
-    blocks and sums are exactly those of one call on all the rows).
+    ``4 * CHUNK_ROWS`` rows, a multiple of the block size of the distance
+    kernels and of :func:`~skdpcluster.cluster._stable_init.add_cell_sums`,
+    so their blocks and sums are exactly those of one call on all the rows;
+    small enough (1.3 MB at d = 10) to stay in cache through the passes over
+    it (measured at n = 1e6, d = k = 10: 4 blocks 12 % faster per pass than 1,
+    16 blocks no faster than 4).
     """
     from skdpcluster.cluster._stable import _ClippedData  # noqa: PLC0415 (import cycle)
     from skdpcluster.cluster._stable_init import CHUNK_ROWS  # noqa: PLC0415
 
-    for start in range(0, len(X), CHUNK_ROWS):
-        yield _ClippedData.from_rows(X[start:start + CHUNK_ROWS], center, radius)
+    chunk_rows = 4 * CHUNK_ROWS
+    for start in range(0, len(X), chunk_rows):
+        yield _ClippedData.from_rows(X[start:start + chunk_rows], center, radius)
 
 
 def _row_cell_sums(X, center, radius, labelled, n_cells):
@@ -895,8 +901,9 @@ def _row_cell_sums(X, center, radius, labelled, n_cells):
 
     ``labelled(chunk)`` gives the cell of every row of a
     :class:`~skdpcluster.cluster._stable._ClippedData` chunk (``n_cells``: no
-    cell). The sums accumulate block after block, as
-    :func:`~skdpcluster.cluster._stable_init.cell_sums` on all the rows does.
+    cell). The sums accumulate block after block
+    (:func:`~skdpcluster.cluster._stable_init.add_cell_sums`), the same
+    additions in any chunking.
 
     A rows object ``X`` (Dask input) is read by one map-reduce of
     :func:`~skdpcluster.cluster._stable.clipped_rows` instead (``labelled``
@@ -911,12 +918,13 @@ def _row_cell_sums(X, center, radius, labelled, n_cells):
         from skdpcluster.cluster._stable import clipped_rows  # noqa: PLC0415 (import cycle)
 
         return clipped_rows(X, center, radius).map_reduce(_labelled_cell_sums, labelled, n_cells)
-    sums, counts = np.zeros((n_cells, X.shape[1])), np.zeros(n_cells)
-    for chunk in _clipped_chunks(X, center, radius):
-        chunk_sums, chunk_counts = _labelled_cell_sums(chunk, labelled, n_cells)
-        sums += chunk_sums
-        counts += chunk_counts
-    return sums, counts
+    from skdpcluster.cluster._stable_init import add_cell_sums  # noqa: PLC0415 (import cycle)
+
+    sums, counts = np.zeros((n_cells + 1, X.shape[1])), np.zeros(n_cells + 1)
+    with single_threaded():  # products of a chunk by a few vectors: threads only cost
+        for chunk in _clipped_chunks(X, center, radius):
+            add_cell_sums(chunk.X, labelled(chunk), sums, counts)
+    return sums[:n_cells], counts[:n_cells]
 
 
 def _labelled_cell_sums(chunk, labelled, n_cells):
