@@ -79,7 +79,11 @@ def _assert_same_ledger(chunked, in_memory):
     as the selection's truncation, from the initial centres) agree up to the same rounding."""
     for got, expected in zip(_ledger(chunked), _ledger(in_memory), strict=True):
         assert got[:5] == expected[:5]
-        assert got[5:] == pytest.approx(expected[5:], rel=1e-9, abs=0)
+        for value, reference in zip(got[5:], expected[5:], strict=True):
+            if reference is None:  # pytest >= 9.2 refuses approx(None) with a tolerance
+                assert value is None
+            else:
+                assert value == pytest.approx(reference, rel=1e-9, abs=0)
 
 
 def _matched_centers(chunked, in_memory):
