@@ -95,6 +95,27 @@ def test_estimate_cost_releases_the_clipped_cost_in_quality(mixture, Estimator):
     assert quality["selected"] == est.selected_
 
 
+def test_estimate_cost_under_add_remove_does_not_divide_by_the_exact_count(mixture):
+    """Review finding: clipped_cost / mean_clipped_cost gave the exact n (9003.000000000002),
+    private under add/remove; and the Laplace event was recorded as replace-one."""
+    X = mixture[0][:9003]
+    est = PrivateStableKMeans(4, data_radius=RADIUS, neighbouring="add_remove",
+                              estimate_cost=True, random_state=0).fit(X)
+    assert est.quality_["clipped_cost"] is not None and est.quality_["mean_clipped_cost"] is None
+    (event,) = [e for e in est.privacy_ledger_ if e.label.endswith("/clipped_cost")]
+    assert event.neighbouring == "add_remove"
+
+
+@pytest.mark.filterwarnings("ignore::skdpcluster.PrivacyLeakWarning")
+def test_estimate_cost_hides_the_clip_of_an_exact_bound(mixture):
+    """Review finding: with one centre the clip is the bound; data_radius="data" hides the exact
+    bound (data_radius_ is nan), so quality_ must not show it as cost_clip either."""
+    est = PrivateStableKMedian(1, data_radius="data", estimate_cost=True,
+                               random_state=0).fit(mixture[0][:4000])
+    assert np.isnan(est.data_radius_)
+    assert est.quality_["cost_clip"] is None and est.quality_["cost_noise_scale"] is None
+
+
 @pytest.mark.parametrize(
     "Estimator, k, d, epsilon, params",
     [

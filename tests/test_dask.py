@@ -765,6 +765,20 @@ _HIGHDIM_FITS = {
 }
 
 
+@pytest.mark.parametrize("Estimator", [PrivateHighDimKMeans, PrivateHighDimKMedian])
+def test_highdim_dask_fit_with_an_empty_chunk(highdim_mixture, Estimator):
+    """Review finding: a chunk of no rows (common after filtering a dataframe) ended the private
+    step in scikit-learn's gen_batches(0) after randomness was drawn (status_="failure", the
+    whole budget charged). Empty chunks add nothing: the release of the same rows without them."""
+    estimator = Estimator(4, data_radius=RADIUS, random_state=41)
+    n = len(highdim_mixture) // 2
+    with_empty = da.from_array(highdim_mixture, chunks=((n, 0, n), (12,)))
+    without = da.from_array(highdim_mixture, chunks=((n, n), (12,)))
+    got, expected = _fit(estimator, with_empty), _fit(estimator, without)
+    assert got.status_ == expected.status_ == "success"
+    np.testing.assert_array_equal(got.cluster_centers_, expected.cluster_centers_)
+
+
 @pytest.mark.parametrize("estimator", list(_HIGHDIM_FITS.values()), ids=list(_HIGHDIM_FITS))
 def test_highdim_dask_fit_in_one_chunk_is_the_in_memory_fit(highdim_mixture, estimator):
     """One chunk: every pass computes the in-memory statistics with the same generators, so the

@@ -49,10 +49,16 @@ class CostEstimateMixin:
         """Run the planned fit, then release the clipped cost of its centres into ``quality_``."""
         main_rng, cost_rng = rng.spawn(2)
         result = plan.values["cost_main"]._fit_private(X, plan.values["cost_main_plan"], main_rng)
+        neighbouring = getattr(self, "neighbouring", "replace_one")  # k-tuple: replace-one
         estimate, event = private_clipped_cost(X, result.centers,
                                                epsilon=plan.values["cost_epsilon"],
                                                data_radius=plan.attributes.get("data_radius_"),
-                                               rng=cost_rng, power=self._POWER)
+                                               rng=cost_rng, power=self._POWER,
+                                               neighbouring=neighbouring)
+        if "data_radius_" in plan.unproven:
+            # data_radius="data": with one centre the clip is the exact bound, which the fit
+            # hides (data_radius_ is nan); so are the clip and the noise scale derived from it.
+            estimate = {**estimate, "cost_clip": None, "cost_noise_scale": None}
         result.events = list(result.events) + [
             event.with_label(f"{type(self).__name__}/{event.label}")]
         quality = {**plan.attributes.get("quality_", {}), **result.attributes.get("quality_", {})}
@@ -81,7 +87,8 @@ def cost_clip(centers, data_radius=None, power=2):
     return float(np.median(gaps.min(axis=1)) / 2.0) ** power
 
 
-def private_clipped_cost(X, centers, *, epsilon, rng, data_radius=None, power=2):
+def private_clipped_cost(X, centers, *, epsilon, rng, data_radius=None, power=2,
+                         neighbouring="replace_one"):
     r"""Private estimate of the clipped cost of released centres: Laplace, :math:`\varepsilon`-DP.
 
     Releases :math:`\tilde C = \sum_x \min(\min_j\|x - c_j\|^p, \tau) +
@@ -94,8 +101,12 @@ def private_clipped_cost(X, centers, *, epsilon, rng, data_radius=None, power=2)
     replacing one row moves the sum by at most :math:`\tau`, and the
     Laplace mechanism (Dwork & Roth 2014, Theorem 3.6) is
     :math:`\varepsilon`-DP under replace-one; it composes adaptively with
-    the release of the centres. ``n_samples`` is public under replace-one,
-    so ``mean_clipped_cost`` (:math:`\tilde C / n`) is post-processing.
+    the release of the centres. Under add/remove one added row adds one
+    term in :math:`[0, \tau]`: the same sensitivity. ``n_samples`` is public
+    under replace-one, so ``mean_clipped_cost`` (:math:`\tilde C / n`) is
+    post-processing; under add/remove the count is private and
+    ``mean_clipped_cost`` is ``None`` (dividing by the exact count would
+    release it).
     Without centres nothing is computed and ``epsilon`` is charged unused,
     so the charge never depends on the outcome.
 
@@ -110,6 +121,8 @@ def private_clipped_cost(X, centers, *, epsilon, rng, data_radius=None, power=2)
         The bound, used for one centre only.
     power : {2, 1}, default=2
         Exponent of the distance in the cost.
+    neighbouring : {"replace_one", "add_remove"}, default="replace_one"
+        The fit's neighbouring relation, recorded in the event.
 
     Returns
     -------
@@ -125,8 +138,9 @@ def private_clipped_cost(X, centers, *, epsilon, rng, data_radius=None, power=2)
     cost = as_rows(X).map_reduce(_clipped_cost_sum, centers, clip, power)
     noisy, event = laplace_mechanism(
         float(cost), sensitivity=_clipped_cost_sensitivity(clip),
-        epsilon=epsilon, rng=rng, label="clipped_cost")
-    return {"clipped_cost": float(noisy), "mean_clipped_cost": float(noisy) / X.shape[0],
+        epsilon=epsilon, rng=rng, label="clipped_cost", neighbouring=neighbouring)
+    mean = float(noisy) / X.shape[0] if neighbouring == "replace_one" else None
+    return {"clipped_cost": float(noisy), "mean_clipped_cost": mean,
             "cost_clip": clip, "cost_noise_scale": event.scale}, event
 
 

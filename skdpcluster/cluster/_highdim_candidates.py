@@ -103,6 +103,20 @@ def projection_matrix(n_features, n_components, rng):
     return rng.standard_normal((n_features, n_components)) / math.sqrt(n_components)
 
 
+
+def _row_blocks(rows, width=None):
+    """Slices of blocks of ``rows`` with about :data:`CHUNK_ELEMENTS` values each (none if empty).
+
+    ``width``: values per row (default ``rows.shape[1]``). A Dask chunk may hold no rows
+    (after a filter): scikit-learn's ``gen_batches`` refuses ``n=0``, which ended the private
+    step of a high-dimensional fit after randomness was drawn.
+    """
+    if len(rows) == 0:
+        return []
+    width = rows.shape[1] if width is None else width
+    return gen_batches(len(rows), max(1, CHUNK_ELEMENTS // max(width, 1)))
+
+
 def project_with(X, matrix, clip_radius, row_map=None):
     """:func:`project_rows` with its matrix already drawn (:func:`projection_matrix`).
 
@@ -114,7 +128,7 @@ def project_with(X, matrix, clip_radius, row_map=None):
     if row_map is None:
         return _clip_in_place(X @ matrix, clip_radius)
     Y = np.empty((len(X), matrix.shape[1]))
-    for batch in gen_batches(len(X), max(1, CHUNK_ELEMENTS // max(X.shape[1], 1))):
+    for batch in _row_blocks(X):
         Y[batch] = row_map(X[batch]) @ matrix
     return _clip_in_place(Y, clip_radius)
 
@@ -125,7 +139,7 @@ def _clip_in_place(Y, radius):
     The arithmetic of :func:`~skdpcluster.averaging._project_onto_ball`
     (the same values) without its temporaries of the size of ``Y``.
     """
-    for batch in gen_batches(len(Y), max(1, CHUNK_ELEMENTS // max(Y.shape[1], 1))):
+    for batch in _row_blocks(Y):
         norms = np.linalg.norm(Y[batch], axis=-1, keepdims=True)
         Y[batch] *= radius / np.maximum(norms, radius)
     return Y
@@ -220,7 +234,7 @@ class _CubeCoords:
         origin, width = grid[0], grid[1] / 2**n_levels
         self.n_levels = n_levels
         self.fine_t = np.empty(Y.shape[::-1], dtype=_unsigned_type(n_levels))
-        for batch in gen_batches(len(Y), max(1, CHUNK_ELEMENTS // max(Y.shape[1], 1))):
+        for batch in _row_blocks(Y):
             block = Y[batch] - origin
             block /= width
             np.floor(block, out=block)
@@ -267,7 +281,7 @@ class _CubeLevel:
 def _packed_keys(coords, weights, mask=-1):
     """``(coords & mask) @ weights`` (int64), block by block of :data:`CHUNK_ELEMENTS` values."""
     keys = np.empty(len(coords), dtype=np.int64)
-    for batch in gen_batches(len(coords), max(1, CHUNK_ELEMENTS // max(coords.shape[1], 1))):
+    for batch in _row_blocks(coords):
         keys[batch] = (coords[batch] & mask) @ weights
     return keys
 
@@ -555,7 +569,7 @@ class DistanceRows:
         self.centers, self.power = np.asarray(centers, dtype=np.float32), power
         self.scaled_t = np.empty((Y.shape[1], len(Y)), dtype=np.float32)
         self.y_sq = np.empty(len(Y), dtype=np.float32)
-        for batch in gen_batches(len(Y), max(1, CHUNK_ELEMENTS // max(Y.shape[1], 1))):
+        for batch in _row_blocks(Y):
             block = np.asarray(Y[batch], dtype=np.float32)
             self.scaled_t[:, batch] = -2.0 * block.T
             self.y_sq[batch] = np.einsum("ij,ij->i", block, block)
@@ -586,7 +600,7 @@ class DistanceRows:
         The argmin of :meth:`rows` without its ``len(index)`` x n array.
         """
         nearest = np.empty(len(self.y_sq), dtype=np.intp)
-        for batch in gen_batches(len(nearest), max(1, CHUNK_ELEMENTS // max(len(index), 1))):
+        for batch in _row_blocks(nearest, width=len(index)):
             nearest[batch] = _column_argmin(self.rows(index, batch))[0]
         return nearest
 

@@ -822,9 +822,8 @@ _SHARED_DOC = r"""
         et al. (2017; :class:`~skdpcluster.PrivateHighDimKMeans`) for data
         that is not an easy instance. Which branch runs is decided by the
         initializer's released status; both branches spend the same share, so
-        the accounting is unchanged (``"fallback"`` in ``budget_``).
-        ``"highdim"`` reads the rows in memory: with a fallible initializer it
-        is refused on Dask input, before anything is spent.
+        the accounting is unchanged (``"fallback"`` in ``budget_``). Both
+        run on Dask input.
     base_estimator : estimator, default=None
         Non-private clusterer of the ``"ktuple"`` initializer (see
         :class:`~skdpcluster.KTupleClusterer`); unused otherwise.
@@ -860,7 +859,8 @@ _SHARED_DOC = r"""
         :class:`~skdpcluster.KTupleClusterer`
         (:func:`~skdpcluster.cluster._cost_estimate.private_clipped_cost`).
         Charged whatever the outcome. ``mean_clipped_cost`` divides by the
-        number of rows (public under replace-one).
+        number of rows (public under replace-one; ``None`` under add/remove,
+        where the count is private).
     data_radius : float, "data" or None, default=None
         Public bound :math:`\Lambda`: rows are projected onto
         :math:`B(\mathrm{data\_center}, \Lambda)` (a per-row map, so

@@ -19,7 +19,10 @@ n_clusters : int, default=8
     Number of clusters k (>= 1). ``n_clusters=1`` releases a private mean
     (k-median: a private 1-median) of the rows in the bound's ball through
     :mod:`skdpcluster.averaging`, on the whole budget
-    (:mod:`skdpcluster.cluster._one_cluster`; ``status_="success"``).""",
+    (:mod:`skdpcluster.cluster._one_cluster`; ``status_="success"``). On
+    Dask input the private mean needs the rows in memory: the stable k-means
+    estimators then run their k-cluster path with k = 1, the high-dim one
+    refuses before spending (the 1-median runs pass by pass).""",
     "epsilon": """\
 epsilon : float, default=1.0
     Privacy parameter of the whole fit, > 0.""",
