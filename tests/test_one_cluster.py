@@ -116,3 +116,15 @@ def test_highdim_one_cluster_refuses_delta_zero_before_spending(blob):
         PrivateHighDimKMeans(n_clusters=1, delta=0, data_radius=RADIUS,
                              accountant=accountant).fit(blob)
     assert accountant.ledger == []
+
+
+@pytest.mark.parametrize("Estimator", [PrivateStableKMeans, PrivateStableKMedian],
+                         ids=lambda E: E.__name__)
+def test_one_cluster_still_refuses_a_wrong_initializer_before_spending(Estimator, blob):
+    """Review finding: with k = 1 the initializer was never validated, so public centres of the
+    wrong shape were silently accepted; the contract asks for a clear error before spending."""
+    accountant = BudgetAccountant()
+    with pytest.raises(ValueError, match="initial centres must be .* got shape \\(5, 3\\)"):
+        Estimator(n_clusters=1, initializer=np.zeros((5, 3)), data_radius=RADIUS,
+                  accountant=accountant).fit(blob[:, :3])
+    assert accountant.ledger == []

@@ -369,6 +369,8 @@ class _PrivateStableBase(CostEstimateMixin, _BasePrivateClusterer):
         """
         if self.n_clusters != 1 or (self._ONE_CLUSTER == "mean" and hasattr(X, "map_reduce")):
             return None
+        # Unused with one cluster, but a wrong initializer is still a clear error before spending.
+        self._resolve_initializer(X.shape[1], self._resolve_center(X.shape[1]))
         attributes = {"initial_centers_": None, "candidate_centers_": {}, "initializer_": None,
                       "selected_": f"private_{self._ONE_CLUSTER}", "initializer_status_": None,
                       "initializer_info_": {}, "budget_": None,
