@@ -357,6 +357,8 @@ def test_on_failure_raise_charges_and_keeps_previous_state(small):
     "params, rows, error, match",
     [
         ({}, "nan", ValueError, "NaN"),
+        # Review: 3 rows left no tuple to plan and raised ZeroDivisionError while planning.
+        ({}, 3, InsufficientDataError, "3 rows, but PrivateGaussianMixture needs at least"),
         ({"fallback_share": 0.0}, 300, InsufficientDataError, r"needs at least \d+ tuples"),
         ({"samples_per_tuple": 100, "fallback_share": 0.0}, N_TUPLES * 30, InsufficientDataError,
          "fresh rows"),

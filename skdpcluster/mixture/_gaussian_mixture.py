@@ -895,7 +895,7 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         """Rows per block; raise if the blocks and at least k fresh rows do not fit."""
         k = self.n_components
         if self.samples_per_tuple == "auto":
-            samples_per_tuple = int(n_samples * TUPLE_SHARE) // n_tuples
+            samples_per_tuple = int(n_samples * TUPLE_SHARE) // n_tuples if n_tuples else 0
             needed = math.ceil(n_tuples * k / TUPLE_SHARE)
         else:
             samples_per_tuple = int(self.samples_per_tuple)
