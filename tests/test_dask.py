@@ -12,7 +12,12 @@ from sklearn.base import clone
 da = pytest.importorskip("dask.array")
 dask = pytest.importorskip("dask")
 
-from skdpcluster import BudgetAccountant, KTupleClusterer, PrivateGaussianMixture  # noqa: E402
+from skdpcluster import (  # noqa: E402
+    BudgetAccountant,
+    KTupleClusterer,
+    PrivateGaussianMixture,
+    SampleAggregateStableKMeans,
+)
 from skdpcluster.bounds import center_grid  # noqa: E402
 from skdpcluster.cluster import _highdim_candidates as hc  # noqa: E402
 from skdpcluster.cluster._highdim import (  # noqa: E402
@@ -171,6 +176,9 @@ def test_predict_and_transform_of_dask_input_are_lazy(mixture):
      PrivateStableKMeans(4, data_radius=RADIUS), "NaN or infinity"),
     (lambda X: da.from_array(X, chunks=CHUNK_ROWS),
      LocalPrivateStableKMeans(4, data_radius=RADIUS), "does not accept Dask input yet"),
+    (lambda X: da.from_array(X, chunks=CHUNK_ROWS),  # review: named a missing initializer
+     SampleAggregateStableKMeans(1, data_radius=RADIUS),
+     "SampleAggregateStableKMeans.fit does not accept Dask input yet"),
     (lambda X: da.from_array(X, chunks=CHUNK_ROWS),
      PrivateHighDimKMedian(4, recovery="one_median", data_radius=RADIUS),
      "recovery='one_median' does not run on Dask"),
@@ -184,7 +192,8 @@ def test_predict_and_transform_of_dask_input_are_lazy(mixture):
      PrivateStableKMeans(4, data_radius="data"), "data_radius='data'"),
     (lambda X: da.from_array(X[:, 0], chunks=CHUNK_ROWS),
      PrivateStableKMeans(4, data_radius=RADIUS), "2-D Dask array"),
-], ids=["unknown_rows", "nan", "unsupported_estimator", "highdim_one_median",
+], ids=["unknown_rows", "nan", "unsupported_estimator", "sample_aggregate_one_cluster",
+        "highdim_one_median",
         "highdim_kmeans_one_cluster",
         "mixture_data_sigma", "mixture_chunks_too_small", "data_radius", "one_dimensional"])
 def test_bad_dask_input_raises_before_spending(mixture, make_input, estimator, match):

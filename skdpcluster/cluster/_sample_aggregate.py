@@ -271,6 +271,8 @@ class SampleAggregateStableKMeans(PrivateStableKMeans):
     }
     #: Fixed: the chunking is private under replace-one neighbours only.
     neighbouring = "replace_one"
+    #: Its chunks' non-private k-means reads the rows in memory: Dask input is refused.
+    _CHUNKED_INPUT = False
     final_lloyd_step = False
     estimate_cost = False
 
