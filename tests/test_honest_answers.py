@@ -5,6 +5,7 @@ import warnings
 
 import numpy as np
 import pytest
+from sklearn.base import clone
 
 from skdpcluster import (
     BudgetAccountant,
@@ -130,19 +131,25 @@ def _kmeans_cost(X, centers):
     return float(((X[:, None, :] - centers[None]) ** 2).sum(-1).min(1).sum())
 
 
+def _fit_with_and_without_fallback(estimator, X):
+    """The default fit (``fallback_share="auto"``) and the fit with the fallback off, same seed."""
+    fits = []
+    for share in ("auto", 0.0):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", NotSeparatedWarning)
+            fits.append(clone(estimator).set_params(fallback_share=share, random_state=0,
+                                                    accountant=BudgetAccountant()).fit(X))
+    return fits
+
+
 def test_ktuple_default_answers_uniform_noise_by_the_general_method_on_the_refinement_share(uniform_noise):
     """Issue #14: at the default, a failed location gave status_='failure' (nothing reserved).
 
     The general method now runs on the zCDP share the row refinement would have spent: same
     ledger total and rho as fallback_share=0, which still releases nothing.
     """
-    fits = {}
-    for share in ("auto", 0.0):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", NotSeparatedWarning)
-            fits[share] = KTupleClusterer(4, data_radius=40.0, fallback_share=share,
-                                          accountant=BudgetAccountant(), random_state=0).fit(uniform_noise)
-    auto, off = fits["auto"], fits[0.0]
+    auto, off = _fit_with_and_without_fallback(KTupleClusterer(4, data_radius=40.0),
+                                               uniform_noise)
     assert off.status_ == "failure" and off.cluster_centers_ is None
     assert auto.status_ == "fallback" and auto.located_info_["failed_step"] == "locate"
     assert auto.fallback_info_["method"] == "grid" and auto.fallback_info_["share"] == pytest.approx(0.6)
@@ -180,17 +187,11 @@ def test_ktuple_auto_reserves_a_share_for_the_paper_methods():
 def test_mixture_default_answers_one_blob_by_the_general_method():
     """Issue #14: at the default the mixture's failed k-tuple location released nothing."""
     X = np.random.default_rng(0).normal(size=(60_000, 2))  # one blob: the tuples never agree
-    fits = {}
-    for share in ("auto", 0.0):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", NotSeparatedWarning)
-            fits[share] = PrivateGaussianMixture(2, data_radius=10.0, fallback_share=share,
-                                                 accountant=BudgetAccountant(), random_state=0).fit(X)
-    assert fits[0.0].status_ == "failure" and fits[0.0].means_ is None
-    auto = fits["auto"]
+    auto, off = _fit_with_and_without_fallback(PrivateGaussianMixture(2, data_radius=10.0), X)
+    assert off.status_ == "failure" and off.means_ is None
     assert auto.status_ == "fallback" and auto.fallback_info_["method"] == "grid"
     assert auto.means_.shape == (2, 2) and np.all(np.isfinite(auto.covariances_))
-    assert auto.privacy_spent_ == fits[0.0].privacy_spent_
+    assert auto.privacy_spent_ == off.privacy_spent_
 
 
 @pytest.mark.parametrize("Estimator", [PrivateStableKMeans, PrivateStableKMedian], ids=lambda E: E.__name__)
