@@ -3,16 +3,18 @@
 ``_fit_context`` and the parameter-constraint classes live in private
 scikit-learn modules (stable from 1.3 to 1.9), and so does scikit-learn's
 cached threadpoolctl controller (``sklearn.utils.parallel``, in 1.6 to 1.9 at
-least), which :func:`single_threaded` uses. If they move, only this file
-changes.
+least), which :func:`single_threaded` uses, and the OpenMP thread count that
+``KMeans`` uses (``sklearn.utils._openmp_helpers``). If they move, only this
+file changes.
 """
 
 from sklearn.base import _fit_context as fit_context
+from sklearn.utils._openmp_helpers import _openmp_effective_n_threads as openmp_threads
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.parallel import _get_threadpool_controller as threadpool_controller
 
-__all__ = ["HasMethods", "Interval", "StrOptions", "fit_context", "single_threaded",
-           "threadpool_controller"]
+__all__ = ["HasMethods", "Interval", "StrOptions", "fit_context", "openmp_threads",
+           "single_threaded", "threadpool_controller"]
 
 
 def single_threaded():
