@@ -563,6 +563,26 @@ def test_default_path_is_not_worse_than_one_centre_on_standardized_digits():
 
 
 
+@pytest.mark.parametrize("n_points", [3, 4])
+def test_a_coreset_of_at_most_k_points_gives_its_points_as_centres(n_points):
+    """Issue #17: with as many centres as coreset points, each point is a centre (cost 0, the
+    optimum the k-means restarts would look for); fewer points get the filler centres after
+    them. No randomness is drawn for the clustering itself."""
+    from skdpcluster.cluster._stable_init import GridInitializer, filler_centers
+    rng = np.random.default_rng(0)
+    points, weights = rng.normal(size=(n_points, 3)), rng.uniform(50, 100, size=n_points)
+    drawn = np.random.default_rng(5)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        centers = GridInitializer()._cluster_coreset(points, weights, 4, 10.0, drawn)
+    assert len(caught) == 4 - n_points  # "only 3 heavy grid cells ..."
+    fillers = filler_centers(4 - n_points, np.eye(3), 1e-3 * 10.0, np.random.default_rng(5))
+    np.testing.assert_array_equal(centers, np.vstack([points, fillers]))
+    assert drawn.bit_generator.state == np.random.default_rng(5).bit_generator.state
+    reference = KMeans(n_points, n_init=10, random_state=0).fit(points, sample_weight=weights)
+    assert reference.inertia_ == pytest.approx(0.0, abs=1e-20)
+
+
 def test_filler_centres_lie_along_the_directions_near_the_centre():
     from skdpcluster.cluster._stable_init import filler_centers
     directions = np.linalg.qr(np.random.default_rng(0).normal(size=(6, 2)))[0]

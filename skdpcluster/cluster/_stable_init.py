@@ -573,7 +573,8 @@ class GridInitializer:
        :math:`\sigma_s/\tilde w_c` (post-processing; in high dimension it
        keeps a noise-dominated point near the centre of the data ball).
     5. Weighted k-means on the coreset (k-means++, ``n_restarts`` restarts,
-       at most 100 Lloyd iterations; post-processing). With fewer than k
+       at most 100 Lloyd iterations; post-processing); with at most k
+       leaves, each leaf's point is a centre (the optimum). With fewer than k
        leaves, the missing centres are :func:`filler_centers`:
        :math:`\pm 10^{-3}\Lambda` times the principal directions of step 1
        (the coordinate axes without projection), near the centre of the data
@@ -780,7 +781,11 @@ class GridInitializer:
     def _cluster_coreset(self, points, weights, n_clusters, data_radius, rng, directions=None):
         """Step 5: weighted k-means++ on the coreset (post-processing).
 
-        Missing centres (fewer leaves than k) are :func:`filler_centers` along the
+        With at most k coreset points, every point is a centre: that is the
+        optimum (cost 0) that the restarts would look for, found without
+        them (on separated data each cluster is about one heavy cell, and
+        the restarts were most of a fit at n = 10^4: issue #17). Missing
+        centres (fewer leaves than k) are :func:`filler_centers` along the
         released principal ``directions`` (columns; the coordinate axes when ``None``).
         """
         n_fit = min(n_clusters, len(points))
@@ -794,8 +799,8 @@ class GridInitializer:
                 f"; {n_clusters - n_fit} initial centres are placed near the centre of the data "
                 "ball. There is too little data for this epsilon (or data_radius is much too "
                 "large).", UserWarning)
-        if n_fit == 0:
-            return filler
+        if n_fit == len(points):  # a centre per point: the points are the optimum (cost 0)
+            return np.vstack([points, filler])
         model = KMeans(n_clusters=n_fit, n_init=self.n_restarts, max_iter=100,
                        random_state=int(rng.integers(2**31 - 1)))
         # A few hundred points: native threads cost more than they give (8x, measured).
