@@ -517,8 +517,9 @@ def test_multiresolution_leaves_are_disjoint_and_weighted_by_their_rows():
     cells = [GridInitializer._cell_index(Y, g, 1.0, shift) for g in levels]
     sizes = [shifted_cells_per_axis(g) for g in levels]
     counts = [np.bincount(c, minlength=m**2).astype(float) for c, m in zip(cells, sizes)]
-    leaves = multiresolution_leaves(sizes, 2, counts, [20.0] * 4)
-    row_leaves = leaves.row_leaves(cells)
+    leaves = multiresolution_leaves(sizes, 2, lambda level, cells: counts[level][cells],
+                                    [20.0] * 4)
+    row_leaves = leaves.finest_cell_leaves(2)[cells[-1]]
     assert len(leaves.weights) >= 3 and leaves.finest_level == shifted_cells_per_axis(16)
     assert np.array_equal(np.bincount(row_leaves[row_leaves >= 0],
                                       minlength=len(leaves.weights)), leaves.weights)
@@ -526,6 +527,74 @@ def test_multiresolution_leaves_are_disjoint_and_weighted_by_their_rows():
     for leaf in range(len(leaves.weights)):
         rows = row_leaves == leaf
         assert any(len(np.unique(c[rows])) == 1 for c in cells)
+
+
+def _dense_multiresolution_leaves(levels, n_dims, noisy_counts, thresholds):
+    """The partition from the noisy counts of every cell of every level (before issue #17):
+    (leaf weights, finest level, leaf of every finest cell)."""
+    from skdpcluster.cluster._stable_init import coarse_cell_map
+    node_ids, node_counts, node_parents, node_thresholds, parent_ids = [], [], [], [], None
+    for g, noisy, threshold in zip(levels, noisy_counts, thresholds):
+        is_node = noisy > threshold
+        if parent_ids is not None:
+            parents = parent_ids[coarse_cell_map(g, n_dims, 2)]
+            is_node &= parents >= 0
+        ids = np.full(noisy.size, -1)
+        cells = np.flatnonzero(is_node)
+        ids[cells] = len(node_counts) + np.arange(len(cells))
+        node_counts.extend(noisy[cells])
+        node_parents.extend(parents[cells] if parent_ids is not None else [-1] * len(cells))
+        node_thresholds.extend([threshold] * len(cells))
+        node_ids.append(ids)
+        parent_ids = ids
+    node_counts, node_parents = np.array(node_counts, dtype=float), np.array(node_parents, int)
+    child = node_parents >= 0
+    weights = node_counts - np.bincount(node_parents[child], weights=node_counts[child],
+                                        minlength=len(node_counts))
+    kept = weights > np.array(node_thresholds)
+    leaf_of_node = np.where(kept, np.cumsum(kept) - 1, -1)
+    finest = max((g for g, ids in zip(levels, node_ids) if np.any(kept[ids[ids >= 0]])),
+                 default=0)
+    deepest = np.full(levels[-1] ** n_dims, -1)
+    in_chain = np.ones(deepest.size, dtype=bool)
+    for g, ids in zip(levels, node_ids):
+        node = ids[coarse_cell_map(levels[-1], n_dims, levels[-1] // g)]
+        in_chain &= node >= 0
+        deepest = np.where(in_chain, node, deepest)
+    table = np.where(deepest >= 0, leaf_of_node[np.maximum(deepest, 0)], -1) if len(
+        leaf_of_node) else deepest
+    return weights[kept], finest, table
+
+
+@pytest.mark.parametrize("n_dims", [2, 3])
+@pytest.mark.parametrize("seed", range(4))
+def test_multiresolution_leaves_read_only_the_children_of_nodes(n_dims, seed):
+    """Issue #17: releasing the counts of the nodes' children only gives the partition that the
+    counts of every cell give: the same leaves, weights, finest level and leaf of every cell.
+    The cells read at a level are all children of the nodes above (those the noise of the
+    other cells could never make nodes), and every level is released once, even empty."""
+    from skdpcluster.cluster._stable_init import multiresolution_leaves, shifted_cells_per_axis
+    rng = np.random.default_rng(seed)
+    Y = np.vstack([rng.normal(0.5, 0.05, (3000, n_dims)), rng.normal(-0.4, 0.2, (1000, n_dims)),
+                   rng.uniform(-1, 1, (200, n_dims))])
+    levels, shift = [2, 4, 8, 16], rng.uniform(0, 1, n_dims)
+    sizes = [shifted_cells_per_axis(g) for g in levels]
+    noisy = [np.bincount(GridInitializer._cell_index(Y, g, 1.0, shift), minlength=m**n_dims)
+             + rng.normal(0, 8.0, m**n_dims) for g, m in zip(levels, sizes)]
+    thresholds = [30.0, 25.0, 20.0, 15.0]
+    read = []
+
+    def release(level, cells):
+        read.append((level, cells))
+        return noisy[level][cells]
+
+    leaves = multiresolution_leaves(sizes, n_dims, release, thresholds)
+    weights, finest, table = _dense_multiresolution_leaves(sizes, n_dims, noisy, thresholds)
+    assert [level for level, _ in read] == [0, 1, 2, 3]
+    assert len(read[-1][1]) < sizes[-1] ** n_dims / 4  # far fewer than the cells of a level
+    np.testing.assert_array_equal(leaves.weights, weights)
+    assert leaves.finest_level == finest and len(weights) >= 2
+    np.testing.assert_array_equal(leaves.finest_cell_leaves(n_dims), table)
 
 
 def test_james_stein_lowers_the_squared_error_of_noisy_means():
@@ -607,7 +676,9 @@ def test_no_heavy_cell_gives_centres_near_the_one_centre_solution():
     assert np.median(ratios) <= 1.02, ratios
 
 
-#: Fits whose releases were recorded from main at 038aa15 (before issue #17's speed work):
+#: Fits whose releases were recorded from main at 038aa15 (before issue #17's speed work) and
+#: again when the grid counts became the cells the partition reads (issue #17: the same law,
+#: fewer noise draws, so another draw from the same seed; ``tests/data/stable_releases.json``):
 #: name -> (estimator, parameters, (n_samples, n_clusters, n_features), on Dask).
 _RECORDED_FITS = {
     "kmeans_projected": (PrivateStableKMeans, {"n_clusters": 4, "data_radius": 60.0,
@@ -636,13 +707,13 @@ _RECORDED_FITS = {
 
 @pytest.fixture(scope="module")
 def recorded_releases():
-    path = Path(__file__).resolve().parent / "data" / "stable_releases_038aa15.json"
+    path = Path(__file__).resolve().parent / "data" / "stable_releases.json"
     return json.loads(path.read_text())
 
 
 @pytest.mark.parametrize("name", list(_RECORDED_FITS))
 def test_same_seed_gives_the_release_recorded_before_the_speed_work(name, recorded_releases):
-    """Issue #17: the faster passes release what main (038aa15) released with the same seed.
+    """Issue #17: the faster passes release what main released with the same seed.
 
     Statistics may be added in another order (a relative rounding difference
     of about n * 2^-53 in a sum), so centres agree to 1e-9 of the data scale

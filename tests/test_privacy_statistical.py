@@ -44,6 +44,7 @@ from skdpcluster.cluster._stable import _ClippedData, core_statistics
 from skdpcluster.cluster._stable_init import noisy_cell_sums
 from skdpcluster.ktuple import averages, min_tuples, noisy_centers
 from skdpcluster.mechanisms import gaussian_sigma
+from skdpcluster.utils._data import as_rows
 
 REAL = pytest.param(None, True, id="real")
 HALF = pytest.param(0.5, False, id="mutant-half-sensitivity")
@@ -387,6 +388,69 @@ def test_stable_core_releases_wide(monkeypatch, factor, should_pass, release, ne
     _scale_entry(monkeypatch, _stable_init.SUM_COUNT_SENSITIVITY, neighbouring, factor)
     bound, claim = _core_bound(release, neighbouring, n_draws=400_000, seed=10)
     assert (bound <= claim) is should_pass
+
+
+# ---------------------------------------------------------------------------
+# Stable grid initializer: the multi-resolution counts (spec §9.6 steps 2-3)
+# ---------------------------------------------------------------------------
+
+GRID_ROWS, GRID_POINT = 200, 0.3
+
+
+def _grid_counts_bound(n_draws, seed):
+    """The released counts of every level, on rows at one point and with one more row there.
+
+    Only the cells the partition reads are released (issue #17): every cell of
+    the coarsest level, then the children of the nodes. The statistic is the
+    sum over the levels of the largest released count, the count of the cell
+    holding the rows (200 rows, far above the thresholds; the other cells hold
+    none): one row more shifts each of the L levels' counts by 1, so the
+    statistic separates the pair with mu = sqrt(L) / sigma, the whole
+    release's claim sqrt(2 sum rho).
+    """
+    rng = np.random.default_rng(seed)
+    initializer = _stable_init.GridInitializer()
+    shares = initializer._shares(1, 0.5)
+    original = _stable_init.zcdp_gaussian_mechanism
+    samples = []
+    for n_rows in (GRID_ROWS, GRID_ROWS + 1):
+        rows = as_rows(np.full((n_rows, 1), GRID_POINT))
+        statistic = np.empty(n_draws)
+        for draw in range(n_draws):
+            largest = []
+
+            def recording(value, **kwargs):
+                noisy, event = original(value, **kwargs)
+                largest.append(noisy.max(initial=-np.inf))
+                return noisy, event
+
+            _stable_init.zcdp_gaussian_mechanism = recording
+            try:
+                *_, events = initializer._heavy_cells(rows, None, shares, 1.0, "add_remove", rng)
+            finally:
+                _stable_init.zcdp_gaussian_mechanism = original
+            statistic[draw] = sum(largest)
+        samples.append(statistic)
+    claim = math.sqrt(2.0 * sum(event.rho for event in events))
+    sigma = events[0].scale
+    means = [len(events) * n for n in (GRID_ROWS, GRID_ROWS + 1)]
+    return _mu_bound(samples, _gaussian_edges(means, math.sqrt(len(events)) * sigma)), claim
+
+
+@pytest.mark.parametrize("factor, should_pass", VERDICTS)
+def test_stable_grid_counts_within_their_share(monkeypatch, factor, should_pass):
+    """The noisy counts of all the levels are sqrt(2 rho_counts)-GDP under add/remove.
+
+    Share under test: the ``stable/grid_init/counts_g*`` events of
+    :meth:`GridInitializer._heavy_cells` (0.12 of the initializer's rho,
+    split over the levels), released for the cells the partition reads. The
+    mutant halves ``SUM_COUNT_SENSITIVITY``.
+    """
+    _scale_entry(monkeypatch, _stable_init.SUM_COUNT_SENSITIVITY, "add_remove", factor)
+    bound, claim = _grid_counts_bound(n_draws=4_000, seed=11)
+    assert (bound <= claim) is should_pass
+    if should_pass:  # the statistic sees the shift (the confidence bound is loose at 4000 draws)
+        assert bound > 0.3 * claim
 
 
 # ---------------------------------------------------------------------------

@@ -402,8 +402,11 @@ class MultiresolutionLeaves:
 
     Attributes
     ----------
-    node_ids : list of ndarray
-        Per level, the node id of every grid cell (``-1``: not a node).
+    levels : tuple of int
+        Cells per axis of every level, coarsest first.
+    node_cells : list of ndarray
+        Per level, the cells that are nodes (sorted cell indices); node ids
+        run over the levels in this order.
     leaf_of_node : ndarray
         Leaf index of every node (``-1``: dropped, too light).
     weights : ndarray
@@ -412,36 +415,72 @@ class MultiresolutionLeaves:
         Cells per axis of the finest level holding a leaf (0 when there is none).
     """
 
-    node_ids: list
+    levels: tuple
+    node_cells: list
     leaf_of_node: np.ndarray
     weights: np.ndarray
     finest_level: int
 
-    def row_leaves(self, cells):
-        """Leaf of every row (``-1``: dropped), from its grid cell at every level.
+    def finest_cell_leaves(self, n_dims):
+        """Leaf of every cell of the finest level (``-1``: dropped or in no node).
 
-        A row belongs to the deepest node on its chain of cells, so the leaves
-        are disjoint and each row is in at most one.
+        A row belongs to the deepest node on its chain of cells (so the leaves
+        are disjoint and each row is in at most one), and the cell of a row at
+        every level is a function of its finest cell: a row's leaf is this
+        table at its finest cell. Built top-down, each node writing its leaf
+        over the finest cells it covers (a box of :math:`r^p` cells,
+        :func:`descendant_offsets`), so deeper nodes overwrite their parents.
+        Post-processing of the released partition.
         """
-        deepest = np.full(len(cells[0]), -1, dtype=np.intp)
-        if not len(self.leaf_of_node):
-            return deepest
-        in_chain = np.ones(len(cells[0]), dtype=bool)
-        for node_ids, row_cells in zip(self.node_ids, cells):
-            node = node_ids[row_cells]
-            in_chain &= node >= 0
-            deepest = np.where(in_chain, node, deepest)
-        return np.where(deepest >= 0, self.leaf_of_node[np.maximum(deepest, 0)], -1)
+        finest = self.levels[-1]
+        table = np.full(finest**n_dims, -1, dtype=np.intp)
+        first_node = 0
+        for cells_per_axis, cells in zip(self.levels, self.node_cells):
+            ratio = finest // cells_per_axis
+            corners = _finest_corners(cells, cells_per_axis, n_dims, ratio)
+            leaves = self.leaf_of_node[first_node:first_node + len(cells)]
+            table[corners[:, None] + descendant_offsets(finest, n_dims, ratio)] = leaves[:, None]
+            first_node += len(cells)
+        return table
 
-    def finest_cell_leaves(self, levels, n_dims):
-        """Leaf of every cell of the finest level (``-1``: dropped): :meth:`row_leaves` of them.
 
-        The cell of a row at every level is a function of its finest cell
-        (:func:`coarse_cell_map`), so so is its leaf: a row's leaf is this
-        table at its finest cell. Post-processing of the released partition.
-        """
-        finest = levels[-1]
-        return self.row_leaves([coarse_cell_map(finest, n_dims, finest // g) for g in levels])
+def _axes(cells, cells_per_axis, n_dims):
+    """Axis coordinates :math:`a_j` of cells :math:`\\sum_j a_j c^j`, shape (n_cells, n_dims)."""
+    return (cells[:, None] // cells_per_axis ** np.arange(n_dims)) % cells_per_axis
+
+
+def _finest_corners(cells, cells_per_axis, n_dims, ratio):
+    """The finest cell at the lowest corner of each cell (``ratio`` finest cells per axis in one)."""
+    finest = cells_per_axis * ratio
+    return (_axes(cells, cells_per_axis, n_dims) * ratio) @ finest ** np.arange(n_dims)
+
+
+@functools.lru_cache(maxsize=32)
+def descendant_offsets(cells_per_axis, n_dims, ratio):
+    r"""Index offsets :math:`\sum_j o_j c^j`, :math:`o \in [0, r)^p`, of a box of :math:`r^p` cells.
+
+    Added to the index of a box's lowest corner in a grid of :math:`c` =
+    ``cells_per_axis`` cells per axis, they give every cell of the box. Public
+    and the same in every fit, so cached (read-only) for the process.
+    """
+    offsets = np.zeros(1, dtype=np.intp)
+    for axis in reversed(range(n_dims)):
+        offsets = (offsets[:, None] + np.arange(ratio) * cells_per_axis**axis).ravel()
+    offsets.flags.writeable = False
+    return offsets
+
+
+def child_cells(cells, cells_per_axis, n_dims):
+    """The :math:`2^p` cells of the next finer level (twice the cells per axis) in each cell.
+
+    Returns the children in increasing cell order and, for each, the
+    position of its parent in ``cells``.
+    """
+    corners = _finest_corners(cells, cells_per_axis, n_dims, 2)
+    children = (corners[:, None] + descendant_offsets(2 * cells_per_axis, n_dims, 2)).ravel()
+    parents = np.repeat(np.arange(len(cells)), 2**n_dims)
+    order = np.argsort(children, kind="stable")
+    return children[order], parents[order]
 
 
 @functools.lru_cache(maxsize=32)
@@ -474,18 +513,28 @@ def shifted_cells_per_axis(g):
     return g + g // 2
 
 
-def multiresolution_leaves(levels, n_dims, noisy_counts, thresholds):
+def multiresolution_leaves(levels, n_dims, release_counts, thresholds):
     r"""A private quadtree-like partition from the noisy counts of nested dense grids.
 
-    Post-processing of released counts only (no data): the *nodes* are the
-    heavy cells (:math:`\tilde n_c > \tau_g`) of the coarsest level and,
-    at every finer level, the heavy cells whose parent is a node. Every
-    node is a *leaf* holding the rows of its cell that lie in no child node,
-    with the noisy weight :math:`\tilde n_c - \sum_{\text{child nodes}}
-    \tilde n_{c'}`; leaves of weight at most their level's :math:`\tau_g`
-    are dropped with their rows. Dense regions are refined to the finest
-    level at which they stay heavy, so a small cluster keeps its own leaves
-    where a single level would merge it (coarse) or drop it (fine).
+    The *nodes* are the heavy cells (:math:`\tilde n_c > \tau_g`) of the
+    coarsest level and, at every finer level, the heavy cells whose parent is
+    a node. Every node is a *leaf* holding the rows of its cell that lie in
+    no child node, with the noisy weight :math:`\tilde n_c - \sum_{\text{child
+    nodes}} \tilde n_{c'}`; leaves of weight at most their level's
+    :math:`\tau_g` are dropped with their rows. Dense regions are refined to
+    the finest level at which they stay heavy, so a small cluster keeps its
+    own leaves where a single level would merge it (coarse) or drop it (fine).
+
+    Only the counts the partition reads are released: every cell of the
+    coarsest level, then at each finer level the :math:`2^p` children of the
+    nodes of the level above (the other cells of a level could never be
+    nodes). Which cells those are is a function of the counts released
+    before, so each level is a Gaussian mechanism on a sub-vector of that
+    level's counts (sensitivity at most the whole vector's), adaptively
+    composed: the privacy of a release of every cell, and the same partition
+    as from the counts of every cell (the same law), at the cost of the
+    nodes' children rather than of the :math:`(3g/2)^p` cells of a level
+    (126k noisy counts at p = 3, most of a fit at n = 10^4: issue #17).
 
     Parameters
     ----------
@@ -493,8 +542,12 @@ def multiresolution_leaves(levels, n_dims, noisy_counts, thresholds):
         Cells per axis, each level twice the previous one.
     n_dims : int
         Dimension of the grids.
-    noisy_counts : list of ndarray
-        Per level, the noisy count of every cell (index :math:`\sum_j a_j g^j`).
+    release_counts : callable
+        ``release_counts(level, cells)``: the noisy counts of the given cells
+        (sorted indices :math:`\sum_j a_j c^j`) of level ``level`` (a
+        position in ``levels``). Called once per level, coarsest first, even
+        with no cells, so that every level's release is made and charged
+        whatever the counts.
     thresholds : list of float
         Per level, the heavy-cell threshold :math:`\tau_g`.
 
@@ -502,21 +555,19 @@ def multiresolution_leaves(levels, n_dims, noisy_counts, thresholds):
     -------
     MultiresolutionLeaves
     """
-    node_ids, node_counts, node_parents, node_thresholds = [], [], [], []
-    parent_ids = None
-    for g, noisy, threshold in zip(levels, noisy_counts, thresholds):
-        is_node = noisy > threshold
-        if parent_ids is not None:
-            parents = parent_ids[coarse_cell_map(g, n_dims, 2)]
-            is_node &= parents >= 0
-        ids = np.full(noisy.size, -1, dtype=np.intp)
-        cells = np.flatnonzero(is_node)
-        ids[cells] = len(node_counts) + np.arange(len(cells))
-        node_counts.extend(noisy[cells])
-        node_parents.extend(parents[cells] if parent_ids is not None else [-1] * len(cells))
-        node_thresholds.extend([threshold] * len(cells))
-        node_ids.append(ids)
-        parent_ids = ids
+    node_cells, node_counts, node_parents, node_thresholds = [], [], [], []
+    cells = np.arange(levels[0] ** n_dims)
+    parents = np.full(cells.size, -1, dtype=np.intp)
+    for level, (cells_per_axis, threshold) in enumerate(zip(levels, thresholds)):
+        if level > 0:
+            cells, parent_positions = child_cells(node_cells[-1], levels[level - 1], n_dims)
+            parents = len(node_counts) - len(node_cells[-1]) + parent_positions
+        noisy = np.asarray(release_counts(level, cells), dtype=float)
+        heavy = noisy > threshold
+        node_cells.append(cells[heavy])
+        node_counts.extend(noisy[heavy])
+        node_parents.extend(parents[heavy])
+        node_thresholds.extend([threshold] * int(heavy.sum()))
     node_counts = np.asarray(node_counts, dtype=float)
     node_parents = np.asarray(node_parents, dtype=np.intp)
     has_parent = node_parents >= 0
@@ -524,9 +575,9 @@ def multiresolution_leaves(levels, n_dims, noisy_counts, thresholds):
                                         minlength=len(node_counts))
     kept = weights > np.asarray(node_thresholds, dtype=float)
     leaf_of_node = np.where(kept, np.cumsum(kept) - 1, -1)
-    finest = max((g for g, ids in zip(levels, node_ids)
-                  if np.any(kept[ids[ids >= 0]])), default=0)
-    return MultiresolutionLeaves(node_ids, leaf_of_node, weights[kept], finest)
+    level_of_node = np.repeat(np.asarray(levels), [len(c) for c in node_cells])
+    finest = int(level_of_node[kept].max()) if kept.any() else 0
+    return MultiresolutionLeaves(tuple(levels), node_cells, leaf_of_node, weights[kept], finest)
 
 
 class GridInitializer:
@@ -564,7 +615,10 @@ class GridInitializer:
        above :math:`\tau_g`. Dense regions get fine cells and a small cluster
        keeps its own leaves (the single level of earlier versions, the finest
        one holding 80% of the mass, dropped clusters of a few percent at
-       n = 10^4: issue #16).
+       n = 10^4: issue #16). Only the counts the partition reads are
+       released (every cell of the coarsest level, then the children of the
+       nodes): the same partition, and the same privacy, as the noisy counts
+       of every cell (:func:`multiresolution_leaves`).
     4. Noisy sums of :math:`x/\Lambda` over the leaves (disjoint, each row in
        at most one: one Gaussian mechanism); coreset points
        :math:`\Pi_{B(0,\Lambda)}(\Lambda\,\mathrm{JS}(\tilde S_c/\tilde w_c))` with
@@ -740,34 +794,37 @@ class GridInitializer:
         """Steps 2-3: noisy counts per level, and the leaves of the multi-resolution partition.
 
         The counts of all levels come from one pass (:func:`_finest_cell_counts`: the
-        finest level's, added up into the coarser ones by :func:`_level_counts`). Returns
-        the grid (levels and public shift, what a pass needs to find a row's cells), the
-        :class:`MultiresolutionLeaves` and the count events.
+        finest level's, added up into the coarser ones by :func:`_level_counts`); the
+        noisy counts are those :func:`multiresolution_leaves` reads. Returns the grid
+        (levels and public shift, what a pass needs to find a row's cells), the
+        :class:`MultiresolutionLeaves` and the count events (one per level).
         """
         n_features = rows.shape[1]
         n_dims = n_features if basis is None else basis.shape[1]
         levels, thresholds = self._thresholds(n_features, n_dims, shares, neighbouring)
         grid = (levels, self._grid_shift(n_dims, data_radius, rng))
-        noisy_counts, events = [], []
         finest_counts = rows.map_reduce(_finest_cell_counts, basis, grid, data_radius)
-        for g, counts in zip(levels, _level_counts(finest_counts, levels, n_dims)):
+        counts = _level_counts(finest_counts, levels, n_dims)
+        events = []
+
+        def release_counts(level, cells):
             noisy, event = zcdp_gaussian_mechanism(
-                counts, sensitivity=SUM_COUNT_SENSITIVITY[neighbouring][1],
+                counts[level][cells], sensitivity=SUM_COUNT_SENSITIVITY[neighbouring][1],
                 rho=shares["counts"] / len(levels), rng=rng,
-                label=f"stable/grid_init/counts_g{g}", neighbouring=neighbouring,
+                label=f"stable/grid_init/counts_g{levels[level]}", neighbouring=neighbouring,
             )
-            noisy_counts.append(noisy)
             events.append(event)
+            return noisy
+
         leaves = multiresolution_leaves([shifted_cells_per_axis(g) for g in levels], n_dims,
-                                        noisy_counts, thresholds)
+                                        release_counts, thresholds)
         return grid, leaves, events
 
     def _coreset(self, rows, basis, grid, leaves, rho, data_radius, neighbouring, rng):
         """Step 4: noisy sums over the leaves (disjoint, one pass); coreset points and weights."""
         weights = leaves.weights
         n_dims = rows.shape[1] if basis is None else basis.shape[1]
-        cell_leaves = leaves.finest_cell_leaves([shifted_cells_per_axis(g) for g in grid[0]],
-                                                n_dims)
+        cell_leaves = leaves.finest_cell_leaves(n_dims)
         sums, _ = rows.map_reduce(_leaf_sums, basis, grid, data_radius, cell_leaves,
                                   len(weights))
         noisy, event = zcdp_gaussian_mechanism(
