@@ -532,7 +532,11 @@ def test_multiresolution_leaves_are_disjoint_and_weighted_by_their_rows():
 def _dense_multiresolution_leaves(levels, n_dims, noisy_counts, thresholds):
     """The partition from the noisy counts of every cell of every level (before issue #17):
     (leaf weights, finest level, leaf of every finest cell)."""
-    from skdpcluster.cluster._stable_init import coarse_cell_map
+    from skdpcluster.cluster._stable_init import coarse_cells
+
+    def coarse_cell_map(cells_per_axis, n_dims, ratio):
+        return coarse_cells(np.arange(cells_per_axis**n_dims), cells_per_axis, n_dims, ratio)
+
     node_ids, node_counts, node_parents, node_thresholds, parent_ids = [], [], [], [], None
     for g, noisy, threshold in zip(levels, noisy_counts, thresholds):
         is_node = noisy > threshold
@@ -733,19 +737,36 @@ def test_same_seed_gives_the_release_recorded_before_the_speed_work(name, record
     np.testing.assert_allclose(fitted.cluster_centers_, recorded["centers"], rtol=0, atol=1e-7)
 
 
+def test_clipped_rows_are_the_rows_themselves_when_clipping_changes_nothing():
+    """Issue #17: rows centred at the origin and all inside the ball are read in place (no copy
+    of the data); a row outside the ball gets a projected copy and the input is never written."""
+    from skdpcluster.cluster._stable import _ClippedData
+    X = np.random.default_rng(0).normal(size=(50, 3))
+    inside = _ClippedData.from_rows(X, np.zeros(3), 10.0)
+    assert inside.X is X and len(inside.outside) == 0
+    before = X.copy()
+    clipped = _ClippedData.from_rows(X, np.zeros(3), 1.0)
+    assert clipped.X is not X and np.array_equal(X, before)
+    assert np.all(np.linalg.norm(clipped.X, axis=1) <= 1.0 + 1e-12)
+    centred = _ClippedData.from_rows(X, np.ones(3), 10.0)
+    np.testing.assert_array_equal(centred.X, X - 1.0)
+
+
 def test_grid_cells_of_every_level_follow_from_the_finest_level():
     """Issue #17: one cell index per row (the finest level, in blocks) gives every level's cells.
 
     The nested shifted grids share their origin and their widths differ by
     powers of two, so the coarse cell of a row computed directly equals the
-    coarse cell of its finest cell (:func:`coarse_cell_map`), and the level
-    counts added up from the finest ones equal the direct counts.
+    coarse cell of its finest cell (:func:`coarse_cells`), and the level
+    counts added up from the finest ones equal the direct counts, at every
+    cell (occupied or not).
     """
     from skdpcluster.cluster._stable_init import (
         GRID_BLOCK_ROWS,
         _cell_indices,
+        _counts_at,
         _level_counts,
-        coarse_cell_map,
+        coarse_cells,
         shifted_cells_per_axis,
     )
 
@@ -761,9 +782,10 @@ def test_grid_cells_of_every_level_follow_from_the_finest_level():
     counts = _level_counts(np.bincount(finest, minlength=cells**3), levels, 3)
     for g, level_counts in zip(levels, counts):
         direct = GridInitializer._cell_index(X @ basis, g, radius, shift)
-        assert np.array_equal(coarse_cell_map(cells, 3, levels[-1] // g)[finest], direct)
-        assert np.array_equal(level_counts,
-                              np.bincount(direct, minlength=shifted_cells_per_axis(g) ** 3))
+        assert np.array_equal(coarse_cells(finest, cells, 3, levels[-1] // g), direct)
+        every_cell = np.arange(shifted_cells_per_axis(g) ** 3)
+        assert np.array_equal(_counts_at(level_counts, every_cell),
+                              np.bincount(direct, minlength=every_cell.size))
 
 
 @pytest.mark.parametrize("n_cells", [3, 20])  # one-hot products; per-column bincounts

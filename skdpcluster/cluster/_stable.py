@@ -217,9 +217,19 @@ class _ClippedData:
 
     @classmethod
     def from_rows(cls, X, center, radius):
-        clipped = X - center
+        """The rows of ``X`` centred and projected; ``X`` itself (no copy) when that changes nothing.
+
+        With the centre at the origin and every row inside the ball, the
+        centred, projected rows are the rows bit for bit: the fit reads ``X``
+        (C-ordered float64, never written) instead of a copy of it (a copy of
+        the data less in memory, issue #17).
+        """
+        unchanged = X.dtype == np.float64 and X.flags.c_contiguous and not np.any(center)
+        clipped = X if unchanged else X - center
         sq_norms = np.einsum("ij,ij->i", clipped, clipped)
         outside = np.flatnonzero(sq_norms > radius * radius)
+        if len(outside) and clipped is X:
+            clipped = X.copy()
         clipped[outside] *= (radius / np.sqrt(sq_norms[outside]))[:, None]
         sq_norms[outside] = np.einsum("ij,ij->i", clipped[outside], clipped[outside])
         return cls(clipped, sq_norms, radius, outside)

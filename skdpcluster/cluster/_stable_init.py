@@ -433,7 +433,7 @@ class MultiresolutionLeaves:
         Post-processing of the released partition.
         """
         finest = self.levels[-1]
-        table = np.full(finest**n_dims, -1, dtype=np.intp)
+        table = np.full(finest**n_dims, -1, dtype=np.int32)  # leaves are few; half the memory
         first_node = 0
         for cells_per_axis, cells in zip(self.levels, self.node_cells):
             ratio = finest // cells_per_axis
@@ -483,29 +483,17 @@ def child_cells(cells, cells_per_axis, n_dims):
     return children[order], parents[order]
 
 
-@functools.lru_cache(maxsize=32)
-def coarse_cell_map(cells_per_axis, n_dims, ratio):
-    r"""Cell of a coarser grid holding each cell of a finer one (public, no data).
+def coarse_cells(cells, cells_per_axis, n_dims, ratio):
+    r"""Cell of a coarser grid holding each of the given cells of a finer one (public, no data).
 
     Cell :math:`\sum_j a_j c^j` of the grid with :math:`c` = ``cells_per_axis``
     cells per axis lies in cell :math:`\sum_j \lfloor a_j/r\rfloor (c/r)^j` of the
     grid with :math:`c/r` cells per axis (``ratio`` r, a power of two dividing c):
     the nested grids of :meth:`GridInitializer._cell_index`, whose origins agree
     and whose widths differ by the factor r.
-
-    Public and the same in every fit, so cached (read-only) for the process.
-
-    Returns
-    -------
-    ndarray of shape (cells_per_axis ** n_dims,)
     """
-    coarse = np.arange(cells_per_axis) // ratio
-    coarse_cells = cells_per_axis // ratio
-    index = np.zeros(1, dtype=np.intp)
-    for axis in reversed(range(n_dims)):  # the last axis varies slowest
-        index = (index[:, None] + coarse * coarse_cells**axis).ravel()
-    index.flags.writeable = False
-    return index
+    coarse_per_axis = cells_per_axis // ratio
+    return (_axes(cells, cells_per_axis, n_dims) // ratio) @ coarse_per_axis ** np.arange(n_dims)
 
 
 def shifted_cells_per_axis(g):
@@ -809,7 +797,8 @@ class GridInitializer:
 
         def release_counts(level, cells):
             noisy, event = zcdp_gaussian_mechanism(
-                counts[level][cells], sensitivity=SUM_COUNT_SENSITIVITY[neighbouring][1],
+                _counts_at(counts[level], cells),
+                sensitivity=SUM_COUNT_SENSITIVITY[neighbouring][1],
                 rho=shares["counts"] / len(levels), rng=rng,
                 label=f"stable/grid_init/counts_g{levels[level]}", neighbouring=neighbouring,
             )
@@ -886,7 +875,7 @@ def _second_moment(chunk):
 def _finest_cells(chunk, basis, grid, data_radius):
     """Cell of every row of a chunk in the finest level of the shifted ``grid`` (levels, shift).
 
-    The rows' cells at the coarser levels follow from it (:func:`coarse_cell_map`),
+    The rows' cells at the coarser levels follow from it (:func:`coarse_cells`),
     so a pass needs this one index per row. Computed once per chunk
     (:meth:`~skdpcluster.utils._data.RowChunk.cached`): in memory the counts
     and the leaves' sums of a fit share it.
@@ -919,13 +908,33 @@ def _finest_cell_counts(chunk, basis, grid, data_radius):
 
 
 def _level_counts(finest_counts, levels, n_dims):
-    """Counts of every level (float arrays), each added up from the next finer: sums of integers."""
-    counts = [finest_counts.astype(float)]
-    for g in levels[-2::-1]:
-        parents = coarse_cell_map(shifted_cells_per_axis(2 * g), n_dims, 2)
-        counts.append(np.bincount(parents, weights=counts[-1],
-                                  minlength=shifted_cells_per_axis(g) ** n_dims))
-    return counts[::-1]
+    """Per level, the occupied cells (sorted) and their row counts, added up from the finest level.
+
+    Sums of integers, so exact in floating point; a few entries per occupied
+    cell rather than dense arrays of every cell of every level (the memory of
+    a fit at n = 10^4 is that of its grid, issue #17). :func:`_counts_at`
+    reads them.
+    """
+    finest = shifted_cells_per_axis(levels[-1])
+    occupied = np.flatnonzero(finest_counts)
+    rows = finest_counts[occupied].astype(float)
+    counts = []
+    for g in levels:
+        cells, position = np.unique(coarse_cells(occupied, finest, n_dims, levels[-1] // g),
+                                    return_inverse=True)
+        counts.append((cells, np.bincount(position, weights=rows, minlength=len(cells))))
+    return counts
+
+
+def _counts_at(level_counts, cells):
+    """Row counts of the given cells of a level of :func:`_level_counts` (0 for an empty cell)."""
+    occupied, counts = level_counts
+    position = np.searchsorted(occupied, cells)
+    found = position < len(occupied)
+    found[found] = occupied[position[found]] == cells[found]
+    values = np.zeros(len(cells))
+    values[found] = counts[position[found]]
+    return values
 
 
 def _leaf_sums(chunk, basis, grid, data_radius, cell_leaves, n_leaves):
