@@ -742,6 +742,7 @@ def test_clipped_rows_are_the_rows_themselves_when_clipping_changes_nothing():
     of the data); a row outside the ball gets a projected copy and the input is never written."""
     from skdpcluster.cluster._stable import _ClippedData
     X = np.random.default_rng(0).normal(size=(50, 3))
+    X.setflags(write=False)  # as a read-only memmap: never written, copied when projected
     inside = _ClippedData.from_rows(X, np.zeros(3), 10.0)
     assert inside.X is X and len(inside.outside) == 0
     before = X.copy()

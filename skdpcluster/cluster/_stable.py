@@ -228,10 +228,10 @@ class _ClippedData:
         clipped = X if unchanged else X - center
         sq_norms = np.einsum("ij,ij->i", clipped, clipped)
         outside = np.flatnonzero(sq_norms > radius * radius)
-        if len(outside) and clipped is X:
-            clipped = X.copy()
-        clipped[outside] *= (radius / np.sqrt(sq_norms[outside]))[:, None]
-        sq_norms[outside] = np.einsum("ij,ij->i", clipped[outside], clipped[outside])
+        if len(outside):
+            clipped = X.copy() if clipped is X else clipped
+            clipped[outside] *= (radius / np.sqrt(sq_norms[outside]))[:, None]
+            sq_norms[outside] = np.einsum("ij,ij->i", clipped[outside], clipped[outside])
         return cls(clipped, sq_norms, radius, outside)
 
     def cached(self, key, compute):
