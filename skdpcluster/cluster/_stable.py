@@ -21,7 +21,7 @@ from numbers import Integral, Real
 import numpy as np
 
 from skdpcluster.averaging import _project_onto_ball, private_one_medians_of_rows
-from skdpcluster.averaging.one_median import cell_order, one_medians_of_sorted
+from skdpcluster.averaging.one_median import cell_order, one_medians_of_sorted, sorted_by_cell
 from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _BasePrivateClusterer
 from skdpcluster.cluster._cost_estimate import COST_KEYS, CostEstimateMixin
 from skdpcluster.cluster._highdim import HighDimInitializer
@@ -50,6 +50,7 @@ from skdpcluster.utils._compat import HasMethods, Interval, StrOptions, single_t
 from skdpcluster.utils._data import DaskRows, cached_statistic
 from skdpcluster.utils._docstrings import shared_params
 from skdpcluster.utils._progress import phase
+from skdpcluster.utils._threads import fit_threads
 from skdpcluster.utils._warnings import warn_user
 
 __all__ = ["PrivateStableKMeans", "PrivateStableKMedian"]
@@ -206,23 +207,27 @@ class _ClippedData:
 
     :meth:`assign` remembers its last results, so the selection reuses the
     assignments the refinement already computed for the same centres.
+    ``n_threads`` is the threads of the passes that run on threads
+    (:func:`~skdpcluster.utils._threads.fit_threads`; their results do not
+    depend on it).
     """
 
     X: np.ndarray
     sq_norms: np.ndarray
     radius: float
     outside: np.ndarray
+    n_threads: int = 1
     _memo: dict = field(default_factory=dict, repr=False, compare=False)
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def from_rows(cls, X, center, radius):
+    def from_rows(cls, X, center, radius, n_threads=1):
         clipped = X - center
         sq_norms = np.einsum("ij,ij->i", clipped, clipped)
         outside = np.flatnonzero(sq_norms > radius * radius)
         clipped[outside] *= (radius / np.sqrt(sq_norms[outside]))[:, None]
         sq_norms[outside] = np.einsum("ij,ij->i", clipped[outside], clipped[outside])
-        return cls(clipped, sq_norms, radius, outside)
+        return cls(clipped, sq_norms, radius, outside, n_threads)
 
     def cached(self, key, compute):
         """``compute()`` once per key (:func:`~skdpcluster.utils._data.cached_statistic`)."""
@@ -296,11 +301,14 @@ class _ClippedChunks:
         return X.map_rows(_nearest_labels, centers[order] + center, dtype=np.intp)
 
 
-def clipped_rows(X, center, radius):
-    """The rows centred at ``center`` and projected into B(0, radius), in memory or chunked."""
+def clipped_rows(X, center, radius, n_threads=1):
+    """The rows centred at ``center`` and projected into B(0, radius), in memory or chunked.
+
+    ``n_threads``: the threads of the in-memory passes (:class:`_ClippedData`).
+    """
     if hasattr(X, "map_reduce"):
         return _ClippedChunks(X, center, radius)
-    return _ClippedData.from_rows(X, center, radius)
+    return _ClippedData.from_rows(X, center, radius, n_threads)
 
 
 def _clipped_block(block, center, radius):
@@ -489,17 +497,21 @@ class _PrivateStableBase(CostEstimateMixin, _BasePrivateClusterer):
         10^6 x 10 by 10 x 3 projection took 0.6 s with two OpenBLAS threads
         and 0.04 s with one on a loaded 2-core machine). The products, hence
         the releases, are the same: the threads split the rows, not the sums.
+        The passes that split the rows into public blocks themselves run on
+        the threads ``KMeans`` would use (:func:`~skdpcluster.utils._threads.fit_threads`,
+        read before the limit), with the same releases on any number of threads.
         """
+        n_threads = fit_threads()
         with single_threaded():
-            return self._fit_private_steps(X, plan, rng)
+            return self._fit_private_steps(X, plan, rng, n_threads)
 
-    def _fit_private_steps(self, X, plan, rng):
+    def _fit_private_steps(self, X, plan, rng, n_threads):
         if "cost_main" in plan.values:
             return self._fit_with_cost_estimate(X, plan, rng)
         if "one_cluster" in plan.values:
             return fit_one_cluster(self, X, plan, rng)
         values = plan.values
-        data = clipped_rows(X, values["center"], values["radius"])
+        data = clipped_rows(X, values["center"], values["radius"], n_threads)
         init_rng, refine_rng, select_rng = rng.spawn(3)
         phase("initializer", initializer=type(values["initializer"]).__name__)
         start = self._initial_centers(data, values["initializer"], values["budget"], init_rng)
@@ -1262,7 +1274,8 @@ class PrivateStableKMedian(_PrivateStableBase):
         if not isinstance(data, _ClippedData):
             return private_one_medians_of_rows(data, cell_labels, **parameters)
         counts, order = cell_order(cell_labels(data), len(parameters["centers"]))
-        return one_medians_of_sorted(data.X[order], counts, **parameters)
+        return one_medians_of_sorted(sorted_by_cell(data.X, order), counts,
+                                     n_threads=data.n_threads, **parameters)
 
     def _median_domains(self, initial, radius):
         """Centre and radius of every cell's domain (public: functions of B and Lambda)."""
