@@ -331,14 +331,23 @@ def cell_order(labels, n_cells):
     return counts, order.astype(np.int32) if len(labels) < 2**31 else order
 
 
-def sorted_by_cell(points, order):
+def sorted_by_cell(points, order, n_threads=1):
     """``points[order].T`` as a C-contiguous array: one row per feature, the points as columns.
 
-    Gathered feature by feature (a transposed copy of ``points[order]`` costs 4x more).
+    Gathered in blocks of :data:`_MEDIAN_BLOCK_ELEMENTS` values, so that the
+    copy needs no more than a block beside it (a feature at a time would copy
+    every column and a 64-bit order: +25 % peak memory at n = 10^6), runs of
+    blocks on ``n_threads`` threads (each writes its own columns).
     """
     points_t = np.empty((points.shape[1], len(order)))
-    for feature, row in enumerate(points_t):
-        np.take(points[:, feature], order, out=row)
+    block = max(1, _MEDIAN_BLOCK_ELEMENTS // max(points.shape[1], 1))
+    starts = range(0, len(order), block)
+
+    def gather(run):
+        for start in run:
+            points_t[:, start:start + block] = points[order[start:start + block]].T
+
+    ordered_map(gather, np.array_split(starts, max(1, min(n_threads, len(starts)))), n_threads)
     return points_t
 
 

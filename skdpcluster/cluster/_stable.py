@@ -14,6 +14,7 @@ or :mod:`skdpcluster.averaging`.
 """
 
 import functools
+import itertools
 import math
 from dataclasses import dataclass, field, replace
 from numbers import Integral, Real
@@ -22,7 +23,11 @@ import numpy as np
 from scipy import optimize
 
 from skdpcluster.averaging import _project_onto_ball, private_one_medians_of_rows
-from skdpcluster.averaging.one_median import cell_order, one_medians_of_sorted, sorted_by_cell
+from skdpcluster.averaging.one_median import (
+    cell_order,
+    one_medians_of_sorted,
+    sorted_by_cell,
+)
 from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _BasePrivateClusterer
 from skdpcluster.cluster._cost_estimate import COST_KEYS, CostEstimateMixin
 from skdpcluster.cluster._highdim import HighDimInitializer
@@ -62,6 +67,8 @@ __all__ = ["PrivateStableKMeans", "PrivateStableKMedian"]
 #: can never push the converted epsilon above the request.
 _RHO_SAFETY = 1.0 - 1e-10
 _PRIVACY_MODELS = ("zcdp", "dp", "public")
+#: Blocks of ``CHUNK_ROWS`` rows per run of :meth:`_ClippedData.nearest` on threads.
+NEAREST_RUN_BLOCKS = 16
 
 
 # ---------------------------------------------------------------------------
@@ -276,22 +283,28 @@ class _ClippedData:
         return self._memo[key]
 
     def nearest(self, centers):
-        """``nearest_centers`` of the rows, on ``n_threads`` runs of whole blocks (same bits).
+        """``nearest_centers`` of the rows, runs of whole blocks on ``n_threads`` threads (same bits).
 
         ``nearest_centers`` computes every block of ``CHUNK_ROWS`` rows on its
         own, so runs of whole blocks give the labels and distances of one
-        call, on any number of threads.
+        call, on any number of threads. Each run writes its rows of the
+        result (runs of at most ``NEAREST_RUN_BLOCKS`` blocks, so a thread
+        holds no more than about 1 MiB beside it).
         """
         n_blocks = -(-len(self.X) // CHUNK_ROWS)
-        n_runs = min(self.n_threads, n_blocks)
-        if n_runs <= 1:
+        if self.n_threads <= 1 or n_blocks <= 1:
             return nearest_centers(self.X, centers, self.sq_norms)
+        labels, sq_distances = np.empty(len(self.X), dtype=np.intp), np.empty(len(self.X))
+        n_runs = max(self.n_threads, -(-n_blocks // NEAREST_RUN_BLOCKS))
         bounds = [CHUNK_ROWS * (run * n_blocks // n_runs) for run in range(n_runs + 1)]
-        runs = [slice(start, stop) for start, stop in zip(bounds[:-1], bounds[1:])]
-        parts = ordered_map(
-            lambda rows: nearest_centers(self.X[rows], centers, self.sq_norms[rows]), runs,
-            self.n_threads)
-        return tuple(np.concatenate(values) for values in zip(*parts))
+
+        def assign_run(rows):
+            labels[rows], sq_distances[rows] = nearest_centers(self.X[rows], centers,
+                                                               self.sq_norms[rows])
+
+        ordered_map(assign_run, [slice(*run) for run in itertools.pairwise(bounds)],
+                    self.n_threads)
+        return labels, sq_distances
 
 
 class _ClippedChunks:
@@ -1302,7 +1315,7 @@ class PrivateStableKMedian(_PrivateStableBase):
         if not isinstance(data, _ClippedData):
             return private_one_medians_of_rows(data, cell_labels, **parameters)
         counts, order = cell_order(cell_labels(data), len(parameters["centers"]))
-        return one_medians_of_sorted(sorted_by_cell(data.X, order), counts,
+        return one_medians_of_sorted(sorted_by_cell(data.X, order, data.n_threads), counts,
                                      n_threads=data.n_threads, **parameters)
 
     def _median_domains(self, initial, radius):
