@@ -238,13 +238,13 @@ class _ClippedData:
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def from_rows(cls, X, center, radius, n_threads=1):
+    def from_rows(cls, X, center, radius):
         clipped = X - center
         sq_norms = np.einsum("ij,ij->i", clipped, clipped)
         outside = np.flatnonzero(sq_norms > radius * radius)
         clipped[outside] *= (radius / np.sqrt(sq_norms[outside]))[:, None]
         sq_norms[outside] = np.einsum("ij,ij->i", clipped[outside], clipped[outside])
-        return cls(clipped, sq_norms, radius, outside, n_threads)
+        return cls(clipped, sq_norms, radius, outside)
 
     def cached(self, key, compute):
         """``compute()`` once per key (:func:`~skdpcluster.utils._data.cached_statistic`)."""
@@ -349,7 +349,7 @@ def clipped_rows(X, center, radius, n_threads=1):
     """
     if hasattr(X, "map_reduce"):
         return _ClippedChunks(X, center, radius)
-    return _ClippedData.from_rows(X, center, radius, n_threads)
+    return replace(_ClippedData.from_rows(X, center, radius), n_threads=n_threads)
 
 
 def _clipped_block(block, center, radius):
