@@ -659,13 +659,15 @@ def test_one_median_unit_vectors_have_norm_at_most_one(scale):
 @pytest.mark.parametrize("n_features", [1, 3, 10])
 def test_one_median_unit_sums_are_the_same_bits_on_any_number_of_threads(n_features):
     """Issue #17: the blocks' partial sums are added in block order whatever the threads."""
+    one_median = A.one_median
     rng = np.random.default_rng(1)
-    counts = np.array([3 * A.one_median._MEDIAN_BLOCK_ELEMENTS // n_features + 5, 0, 17, 2_000])
+    counts = np.array([3 * one_median._MEDIAN_BLOCK_ELEMENTS // n_features + 5, 0, 17, 2_000])
     points_t = rng.normal(scale=100.0, size=(n_features, counts.sum()))
-    blocks = A.one_median._cell_blocks(counts, n_features)
     iterates = rng.normal(size=(len(counts), n_features))
-    alone = A.one_median._unit_sums(iterates, points_t, blocks, 1)
-    assert len(blocks) == 6 and not alone[1].any()
+    runs = one_median._cell_blocks(counts, n_features)
+    alone = one_median._unit_sums(iterates, points_t, runs, 1)
+    assert [len(run) for run in runs] == [6] and not alone[1].any()
     for n_threads in (2, 3, 8):
-        assert np.array_equal(A.one_median._unit_sums(iterates, points_t, blocks, n_threads),
-                              alone)
+        runs = one_median._cell_blocks(counts, n_features, n_threads)
+        assert len(runs) > 1 and sum(runs, []) == one_median._cell_blocks(counts, n_features)[0]
+        assert np.array_equal(one_median._unit_sums(iterates, points_t, runs, n_threads), alone)

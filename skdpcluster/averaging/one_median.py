@@ -196,35 +196,37 @@ def _block_unit_sums(iterates, points_t, blocks):
     return partials
 
 
-def _cell_blocks(counts, n_features):
-    """(cell, start, stop) of the blocks of every non-empty cell of points sorted by cell.
+def _cell_blocks(counts, n_features, n_runs=1):
+    """Blocks (cell, start, stop) of the non-empty cells of points sorted by cell, in runs.
 
     Each cell's points are taken in blocks of about
     :data:`_MEDIAN_BLOCK_ELEMENTS` values (cache-sized: 4x faster than whole
-    cells at n = 10^6, d = 10).
+    cells at n = 10^6, d = 10). The blocks, in order, are cut in at most
+    ``n_runs`` runs of consecutive blocks with about as many points each
+    (one run per thread of :func:`_unit_sums`).
     """
     block = max(1, _MEDIAN_BLOCK_ELEMENTS // n_features)
-    return [(cell, first, min(first + block, stop))
-            for cell, start, stop in _cell_ranges(counts)
-            for first in range(start, stop, block)]
+    blocks = [(cell, first, min(first + block, stop))
+              for cell, start, stop in _cell_ranges(counts)
+              for first in range(start, stop, block)]
+    total, runs = max(int(np.sum(counts)), 1), [[] for _ in range(n_runs)]
+    for cell, start, stop in blocks:  # a block goes to the run its first point falls in
+        runs[min(n_runs - 1, start * n_runs // total)].append((cell, start, stop))
+    return [run for run in runs if run]
 
 
-def _unit_sums(iterates, points_t, blocks, n_threads=1):
-    r"""Per cell :math:`\sum_x u(w_j - x)`, the blocks (:func:`_cell_blocks`) on ``n_threads`` threads.
+def _unit_sums(iterates, points_t, runs, n_threads=1):
+    r"""Per cell :math:`\sum_x u(w_j - x)`: the runs of blocks (:func:`_cell_blocks`) on threads.
 
-    The blocks are cut in ``n_threads`` runs of consecutive blocks, one per
-    thread (:func:`~skdpcluster.utils._threads.ordered_map`); every block's
-    partial sum is computed by :func:`_block_unit_sums` whatever thread runs
-    it, and the partial sums are added to their cell's sum in block order:
-    the sums are the same bits on any number of threads (issue #17).
+    Every run is one task of :func:`~skdpcluster.utils._threads.ordered_map`
+    on ``n_threads`` threads; every block's partial sum is computed by
+    :func:`_block_unit_sums` whatever thread runs it, and the partial sums
+    are added to their cell's sum in block order: the sums are the same bits
+    however the blocks are cut in runs and on any number of threads (issue #17).
     """
     sums = np.zeros_like(iterates)
-    if not blocks:
-        return sums
-    runs = np.array_split(np.arange(len(blocks)), min(n_threads, len(blocks)))
-    partials = ordered_map(
-        functools.partial(_block_unit_sums, iterates, points_t),
-        [[blocks[index] for index in run] for run in runs], n_threads)
+    partials = ordered_map(functools.partial(_block_unit_sums, iterates, points_t), runs,
+                           n_threads)
     for run_partials in partials:
         for cell, partial in run_partials:
             sums[cell] += partial
@@ -310,9 +312,9 @@ def one_medians_of_sorted(points_t, counts, *, centers, radii, epsilon, delta, r
     cell_order(labels(), n_cells)`` keeps neither the labels nor a 64-bit
     order alive beside it (the peak memory of a 10^6-row fit, issue #17).
     """
-    blocks = _cell_blocks(counts, points_t.shape[0])
+    runs = _cell_blocks(counts, points_t.shape[0], n_threads)
     return _median_descent(
-        counts, lambda iterates: _unit_sums(iterates, points_t, blocks, n_threads), centers,
+        counts, lambda iterates: _unit_sums(iterates, points_t, runs, n_threads), centers,
         radii, epsilon=epsilon, delta=delta, rng=rng, n_iter=n_iter, step_scale=step_scale,
         neighbouring=neighbouring)
 
