@@ -32,6 +32,8 @@ _MEDIAN_SENSITIVITIES = {"add_remove": (1.0, 1.0), "replace_one": (2.0, math.sqr
 _MEDIAN_COUNT_SHARE = 0.1
 # Values per block of rows in the 1-median's gradient sums (1 MiB of float64).
 _MEDIAN_BLOCK_ELEMENTS = 2**17
+# Values per block of the gather of the points sorted by cell (128 KiB: in cache).
+_GATHER_BLOCK_ELEMENTS = 2**14
 # Rows closer than this to their cell's iterate add 0 to its gradient sum (u(0) = 0): above
 # it, the squares of the differences lose nothing to underflow (see _block_unit_sums).
 _MEDIAN_MIN_NORM = 2.0**-500
@@ -339,18 +341,24 @@ def cell_order(labels, n_cells):
 def sorted_by_cell(points, order, n_threads=1):
     """``points[order].T`` as a C-contiguous array: one row per feature, the points as columns.
 
-    Gathered in blocks of :data:`_MEDIAN_BLOCK_ELEMENTS` values, so that the
-    copy needs no more than a block beside it (a feature at a time would copy
-    every column and a 64-bit order: +25 % peak memory at n = 10^6), runs of
-    blocks on ``n_threads`` threads (each writes its own columns).
+    Gathered in blocks of :data:`_GATHER_BLOCK_ELEMENTS` values through one
+    row buffer per run, so that the copy needs no more than a block beside it
+    (a feature at a time would copy every column and a 64-bit order: +25 %
+    peak memory at n = 10^6; a new array per block costs its page faults);
+    runs of blocks on ``n_threads`` threads (each writes its own columns).
     """
-    points_t = np.empty((points.shape[1], len(order)))
-    block = max(1, _MEDIAN_BLOCK_ELEMENTS // max(points.shape[1], 1))
+    n_features = points.shape[1]
+    points_t = np.empty((n_features, len(order)))
+    block = max(1, _GATHER_BLOCK_ELEMENTS // max(n_features, 1))
     starts = range(0, len(order), block)
 
     def gather(run):
+        rows = np.empty((block, n_features))
         for start in run:
-            points_t[:, start:start + block] = points[order[start:start + block]].T
+            indices = order[start:start + block]
+            # mode="clip" writes straight into ``rows`` (valid indices: a permutation's)
+            gathered = np.take(points, indices, axis=0, out=rows[:len(indices)], mode="clip")
+            points_t[:, start:start + len(indices)] = gathered.T
 
     ordered_map(gather, np.array_split(starts, max(1, min(n_threads, len(starts)))), n_threads)
     return points_t
