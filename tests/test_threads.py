@@ -79,3 +79,15 @@ def test_a_fit_on_one_thread_releases_the_same_bits_as_the_default_fit(estimator
             assert np.array_equal(fitted.candidate_centers_[name], centers)
         assert np.array_equal(fitted.labels_, default.labels_)
         assert fitted.privacy_spent_ == default.privacy_spent_
+
+
+@pytest.mark.parametrize("estimate_cost", [False, True])
+def test_a_stable_fit_reads_its_threads_before_limiting_them(estimate_cost):
+    """Issue #17: the plan records ``fit_threads()`` (read outside ``single_threaded()``), so the
+    main fit of ``estimate_cost=True``, which runs inside the limit, still gets the threads."""
+    X = np.random.default_rng(0).normal(size=(500, 3))
+    plan = PrivateStableKMedian(2, data_radius=5.0, estimate_cost=estimate_cost)._plan(X)
+    values = plan.values["cost_main_plan"].values if estimate_cost else plan.values
+    assert values["n_threads"] == fit_threads()
+    with single_threaded():
+        assert PrivateStableKMeans(2, data_radius=5.0)._plan(X).values["n_threads"] == 1

@@ -450,7 +450,8 @@ class _PrivateStableBase(CostEstimateMixin, _BasePrivateClusterer):
             initializer.check_input(X, self.n_clusters, budget.initializer, radius)
         plan = PrivateFitPlan(
             (float(self.epsilon), float(self.delta)),
-            {"center": center, "radius": radius, "initializer": initializer, "budget": budget},
+            {"center": center, "radius": radius, "initializer": initializer, "budget": budget,
+             "n_threads": fit_threads()},
             {"data_radius_": radius, "budget_": budget.as_dict(), "initializer_": name},
             unproven,
         )
@@ -539,20 +540,21 @@ class _PrivateStableBase(CostEstimateMixin, _BasePrivateClusterer):
         and 0.04 s with one on a loaded 2-core machine). The products, hence
         the releases, are the same: the threads split the rows, not the sums.
         The passes that split the rows into public blocks themselves run on
-        the threads ``KMeans`` would use (:func:`~skdpcluster.utils._threads.fit_threads`,
-        read before the limit), with the same releases on any number of threads.
+        the threads ``KMeans`` would use, read by :meth:`_plan` before the
+        limit (``n_threads``, :func:`~skdpcluster.utils._threads.fit_threads`;
+        also for the main fit of ``estimate_cost=True``, which runs inside
+        the limit), with the same releases on any number of threads.
         """
-        n_threads = fit_threads()
         with single_threaded():
-            return self._fit_private_steps(X, plan, rng, n_threads)
+            return self._fit_private_steps(X, plan, rng)
 
-    def _fit_private_steps(self, X, plan, rng, n_threads):
+    def _fit_private_steps(self, X, plan, rng):
         if "cost_main" in plan.values:
             return self._fit_with_cost_estimate(X, plan, rng)
         if "one_cluster" in plan.values:
             return fit_one_cluster(self, X, plan, rng)
         values = plan.values
-        data = clipped_rows(X, values["center"], values["radius"], n_threads)
+        data = clipped_rows(X, values["center"], values["radius"], values["n_threads"])
         init_rng, refine_rng, select_rng = rng.spawn(3)
         phase("initializer", initializer=type(values["initializer"]).__name__)
         start = self._initial_centers(data, values["initializer"], values["budget"], init_rng)
