@@ -35,7 +35,7 @@ _MEDIAN_BLOCK_ELEMENTS = 2**17
 # Values per block of the gather of the points sorted by cell (128 KiB: in cache).
 _GATHER_BLOCK_ELEMENTS = 2**14
 # Rows closer than this to their cell's iterate add 0 to its gradient sum (u(0) = 0): above
-# it, the squares of the differences lose nothing to underflow (see _block_unit_sums).
+# it, underflow costs the squared norms a relative 2^-74 at most (see _block_unit_sums).
 _MEDIAN_MIN_NORM = 2.0**-500
 
 # ---------------------------------------------------------------------------
@@ -309,7 +309,7 @@ def private_one_medians(
 
 def one_medians_of_sorted(points_t, counts, *, centers, radii, epsilon, delta, rng, n_iter,
                           step_scale, neighbouring, n_threads=1):
-    """:func:`private_one_medians` on trusted points sorted by cell, transposed (:func:`sorted_by_cell`).
+    """:func:`private_one_medians` on trusted points sorted by cell, as :func:`sorted_by_cell` gives.
 
     The releases are those of :func:`private_one_medians`, the same bits
     for any ``n_threads`` (the threads of every step's pass, :func:`_unit_sums`).

@@ -283,7 +283,7 @@ class _ClippedData:
         return self._memo[key]
 
     def nearest(self, centers):
-        """``nearest_centers`` of the rows, runs of whole blocks on ``n_threads`` threads (same bits).
+        """``nearest_centers`` of the rows, in runs of whole blocks on ``n_threads`` threads.
 
         ``nearest_centers`` computes every block of ``CHUNK_ROWS`` rows on its
         own, so runs of whole blocks give the labels and distances of one
