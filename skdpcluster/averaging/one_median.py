@@ -309,7 +309,7 @@ def private_one_medians(
 
 def one_medians_of_sorted(points_t, counts, *, centers, radii, epsilon, delta, rng, n_iter,
                           step_scale, neighbouring, n_threads=1):
-    """:func:`private_one_medians` on trusted points sorted by cell, as :func:`sorted_by_cell` gives.
+    """:func:`private_one_medians` on trusted points, sorted by :func:`sorted_by_cell`.
 
     The releases are those of :func:`private_one_medians`, the same bits
     for any ``n_threads`` (the threads of every step's pass, :func:`_unit_sums`).
