@@ -657,9 +657,11 @@ def test_one_median_unit_vectors_have_norm_at_most_one(scale):
 
 
 @pytest.mark.parametrize("n_features", [1, 3, 10])
-def test_one_median_unit_sums_are_the_same_bits_on_any_number_of_threads(n_features):
+def test_one_median_unit_sums_are_the_same_bits_on_any_number_of_threads(n_features,
+                                                                        monkeypatch):
     """Issue #17: the blocks' partial sums are added in block order whatever the threads."""
     one_median = A.one_median
+    monkeypatch.setattr(one_median, "_MEDIAN_THREAD_BLOCKS", 1)  # threads on a few blocks
     rng = np.random.default_rng(1)
     counts = np.array([3 * one_median._MEDIAN_BLOCK_ELEMENTS // n_features + 5, 0, 17, 2_000])
     points_t = rng.normal(scale=100.0, size=(n_features, counts.sum()))

@@ -62,8 +62,12 @@ def test_a_fit_on_one_thread_releases_the_same_bits_as_the_default_fit(estimator
     """Issue #17: the in-memory passes run on ``fit_threads()`` threads with the same releases.
 
     The default fit (scikit-learn's OpenMP threads, as ``KMeans``), one under
-    ``single_threaded()`` (one thread) and one on 4 threads give the same bits.
+    ``single_threaded()`` (one thread) and one on 4 threads give the same bits
+    (the 1-median steps on threads from one block of values per thread).
     """
+    from skdpcluster.averaging import one_median
+
+    monkeypatch.setattr(one_median, "_MEDIAN_THREAD_BLOCKS", 1)
     X = make_separated_mixture(70_000, n_clusters=4, n_features=16, separation=10,
                                random_state=7)[0]
     with warnings.catch_warnings():

@@ -32,6 +32,8 @@ _MEDIAN_SENSITIVITIES = {"add_remove": (1.0, 1.0), "replace_one": (2.0, math.sqr
 _MEDIAN_COUNT_SHARE = 0.1
 # Values per block of rows in the 1-median's gradient sums (1 MiB of float64).
 _MEDIAN_BLOCK_ELEMENTS = 2**17
+# Blocks of values per thread, at least, in the 1-median's steps (see _cell_blocks).
+_MEDIAN_THREAD_BLOCKS = 8
 # Values per block of the gather of the points sorted by cell (128 KiB: in cache).
 _GATHER_BLOCK_ELEMENTS = 2**14
 # Rows closer than this to their cell's iterate add 0 to its gradient sum (u(0) = 0): above
@@ -205,15 +207,18 @@ def _cell_blocks(counts, n_features, n_runs=1):
     :data:`_MEDIAN_BLOCK_ELEMENTS` values (cache-sized: 4x faster than whole
     cells at n = 10^6, d = 10). The blocks, in order, are cut in at most
     ``n_runs`` runs of consecutive blocks with about as many points each
-    (one run per thread of :func:`_unit_sums`), and at least a full block
-    of values each (a thread costs more than it gives on less).
+    (one run per thread of :func:`_unit_sums`), and at least
+    :data:`_MEDIAN_THREAD_BLOCKS` blocks of values each: every NumPy call of
+    a block hands the GIL over, which costs about as much as the block's
+    arithmetic, so two threads made the steps 5-15 % slower at n = 10^5,
+    d = 10 (7.6 blocks a step) on the 2-core machine (issue #17).
     """
     block = max(1, _MEDIAN_BLOCK_ELEMENTS // n_features)
     blocks = [(cell, first, min(first + block, stop))
               for cell, start, stop in _cell_ranges(counts)
               for first in range(start, stop, block)]
     total = max(int(np.sum(counts)), 1)
-    n_runs = max(1, min(n_runs, total // block))
+    n_runs = max(1, min(n_runs, total // (_MEDIAN_THREAD_BLOCKS * block)))
     runs = [[] for _ in range(n_runs)]
     for cell, start, stop in blocks:  # a block goes to the run its first point falls in
         runs[min(n_runs - 1, start * n_runs // total)].append((cell, start, stop))
