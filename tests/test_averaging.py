@@ -674,3 +674,17 @@ def test_one_median_unit_sums_are_the_same_bits_on_any_number_of_threads(n_featu
         assert len(runs) > 1
         assert [b for run in runs for b in run] == one_median._cell_blocks(counts, n_features)[0]
         assert np.array_equal(one_median._unit_sums(iterates, points_t, runs, n_threads), alone)
+
+
+@pytest.mark.parametrize("n_threads", [1, 2, 3])
+def test_points_sorted_by_cell_are_the_transposed_rows_on_any_number_of_threads(n_threads,
+                                                                                monkeypatch):
+    """Issue #17: the blocked gather gives ``points[order].T``, C-ordered, on any threads."""
+    monkeypatch.setattr(A.one_median, "_GATHER_THREAD_BLOCKS", 1)  # threads on a few blocks
+    rng = np.random.default_rng(2)
+    points = rng.normal(size=(20_011, 7))
+    order = rng.permutation(len(points))[:19_000].astype(np.int32)
+    points_t = A.one_median.sorted_by_cell(points, order, n_threads)
+    assert points_t.flags.c_contiguous
+    assert np.array_equal(points_t, points[order].T)
+    assert A.one_median.sorted_by_cell(points, order[:0], n_threads).shape == (7, 0)

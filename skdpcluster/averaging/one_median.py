@@ -36,6 +36,8 @@ _MEDIAN_BLOCK_ELEMENTS = 2**17
 _MEDIAN_THREAD_BLOCKS = 8
 # Values per block of the gather of the points sorted by cell (128 KiB: in cache).
 _GATHER_BLOCK_ELEMENTS = 2**14
+# Blocks of the gather per thread, at least (see sorted_by_cell).
+_GATHER_THREAD_BLOCKS = 64
 # Rows closer than this to their cell's iterate add 0 to its gradient sum (u(0) = 0): above
 # it, underflow costs the squared norms a relative 2^-74 at most (see _block_unit_sums).
 _MEDIAN_MIN_NORM = 2.0**-500
@@ -350,7 +352,9 @@ def sorted_by_cell(points, order, n_threads=1):
     row buffer per run, so that the copy needs no more than a block beside it
     (a feature at a time would copy every column and a 64-bit order: +25 %
     peak memory at n = 10^6; a new array per block costs its page faults);
-    runs of blocks on ``n_threads`` threads (each writes its own columns).
+    runs of at least :data:`_GATHER_THREAD_BLOCKS` blocks on ``n_threads``
+    threads (each writes its own columns; at n = 10^5, d = 10, two threads
+    took 2.9 ms against 2.3 ms on one, at 10^6 28-31 ms against 41 ms).
     """
     n_features = points.shape[1]
     points_t = np.empty((n_features, len(order)))
@@ -365,7 +369,8 @@ def sorted_by_cell(points, order, n_threads=1):
             gathered = np.take(points, indices, axis=0, out=rows[:len(indices)], mode="clip")
             points_t[:, start:start + len(indices)] = gathered.T
 
-    ordered_map(gather, np.array_split(starts, max(1, min(n_threads, len(starts)))), n_threads)
+    n_runs = max(1, min(n_threads, len(starts) // _GATHER_THREAD_BLOCKS))
+    ordered_map(gather, np.array_split(starts, n_runs), n_threads)
     return points_t
 
 
