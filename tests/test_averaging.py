@@ -628,3 +628,63 @@ def test_huge_epsilon_uses_basic_composition_instead_of_overflowing(n_features):
         A.private_average(points, n_public=40, data_radius=5.0, r_min=0.1, epsilon=1e5,
                           delta=1e-6, beta=0.05, rng=np.random.default_rng(0),
                           composition="advanced")
+
+
+@pytest.mark.parametrize("scale", [3.5e-162, 2.3e-162, 1e-150, 1.0, 1e150, 1e-320])
+def test_one_median_unit_vectors_have_norm_at_most_one(scale):
+    """Issue #17: every row adds a vector of norm <= 1 as computed, checked in exact arithmetic.
+
+    The squared norms of tiny differences underflow (the old 1/N gave norms up to 1.25 at
+    2.3e-162) and ordinary ones round (1 + 2e-16 at scale 1): the factor gamma/N of
+    ``_block_unit_sums`` keeps every contribution within the sensitivity bound.
+    """
+    from fractions import Fraction
+
+    rng = np.random.default_rng(0)
+    n_features = 10
+    differences = (rng.uniform(0.5, 1.5, (2000, n_features)) * rng.choice([-1, 1], (2000, 1))
+                   * scale)
+    differences = np.vstack([differences, scale * np.eye(n_features)])  # one coordinate: worst
+    iterate = np.full((1, n_features), 3.0 * scale)
+    points_t = np.ascontiguousarray((iterate - differences).T)
+    blocks = [(0, row, row + 1) for row in range(len(differences))]
+    contributions = [partial for _, partial in
+                     A.one_median._block_unit_sums(iterate, points_t, blocks)]
+    worst = max(sum(Fraction(float(v)) ** 2 for v in c) for c in contributions)
+    assert worst <= 1
+    if scale >= 1e-150:  # no underflow: the contributions are unit vectors to 1e-15
+        assert float(worst) == pytest.approx(1.0, abs=1e-14)
+
+
+@pytest.mark.parametrize("n_features", [1, 3, 10])
+def test_one_median_unit_sums_are_the_same_bits_on_any_number_of_threads(n_features,
+                                                                        monkeypatch):
+    """Issue #17: the blocks' partial sums are added in block order whatever the threads."""
+    one_median = A.one_median
+    monkeypatch.setattr(one_median, "_MEDIAN_THREAD_BLOCKS", 1)  # threads on a few blocks
+    rng = np.random.default_rng(1)
+    counts = np.array([3 * one_median._MEDIAN_BLOCK_ELEMENTS // n_features + 5, 0, 17, 2_000])
+    points_t = rng.normal(scale=100.0, size=(n_features, counts.sum()))
+    iterates = rng.normal(size=(len(counts), n_features))
+    runs = one_median._cell_blocks(counts, n_features)
+    alone = one_median._unit_sums(iterates, points_t, runs, 1)
+    assert [len(run) for run in runs] == [6] and not alone[1].any()
+    for n_threads in (2, 3, 8):
+        runs = one_median._cell_blocks(counts, n_features, n_threads)
+        assert len(runs) > 1
+        assert [b for run in runs for b in run] == one_median._cell_blocks(counts, n_features)[0]
+        assert np.array_equal(one_median._unit_sums(iterates, points_t, runs, n_threads), alone)
+
+
+@pytest.mark.parametrize("n_threads", [1, 2, 3])
+def test_points_sorted_by_cell_are_the_transposed_rows_on_any_number_of_threads(n_threads,
+                                                                                monkeypatch):
+    """Issue #17: the blocked gather gives ``points[order].T``, C-ordered, on any threads."""
+    monkeypatch.setattr(A.one_median, "_GATHER_THREAD_BLOCKS", 1)  # threads on a few blocks
+    rng = np.random.default_rng(2)
+    points = rng.normal(size=(20_011, 7))
+    order = rng.permutation(len(points))[:19_000].astype(np.int32)
+    points_t = A.one_median.sorted_by_cell(points, order, n_threads)
+    assert points_t.flags.c_contiguous
+    assert np.array_equal(points_t, points[order].T)
+    assert A.one_median.sorted_by_cell(points, order[:0], n_threads).shape == (7, 0)

@@ -1,9 +1,13 @@
-"""Tests of the in-fit thread helpers (skdpcluster.utils._threads)."""
+"""Tests of the in-fit thread helpers (skdpcluster.utils._threads) and of the fits that use them."""
 
 import threading
+import warnings
 
+import numpy as np
 import pytest
 
+from skdpcluster import BudgetAccountant, PrivateStableKMeans, PrivateStableKMedian
+from skdpcluster.datasets import make_separated_mixture
 from skdpcluster.utils._compat import single_threaded
 from skdpcluster.utils._threads import fit_threads, ordered_map
 
@@ -36,3 +40,58 @@ def test_fit_threads_follows_the_openmp_limits():
     assert fit_threads() >= 1
     with single_threaded():
         assert fit_threads() == 1
+
+
+def _threaded_fit(estimator, X, n_threads, monkeypatch):
+    """A fit whose passes run on ``n_threads`` threads (``fit_threads``), releases recorded."""
+    import skdpcluster.cluster._stable as stable
+
+    monkeypatch.setattr(stable, "fit_threads", lambda: n_threads)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return estimator(accountant=BudgetAccountant(10, 1e-3)).fit(X)
+
+
+@pytest.mark.parametrize("estimator", [
+    lambda **kw: PrivateStableKMedian(4, data_radius=60.0, random_state=0, **kw),
+    lambda **kw: PrivateStableKMedian(2, data_radius=60.0, random_state=1,
+                                      neighbouring="add_remove", median_domain="global", **kw),
+    lambda **kw: PrivateStableKMeans(4, data_radius=60.0, random_state=0, **kw),
+])
+def test_a_fit_on_one_thread_releases_the_same_bits_as_the_default_fit(estimator, monkeypatch):
+    """Issue #17: the in-memory passes run on ``fit_threads()`` threads with the same releases.
+
+    The default fit (scikit-learn's OpenMP threads, as ``KMeans``), one under
+    ``single_threaded()`` (one thread) and one on 4 threads give the same bits
+    (the 1-median steps on threads from one block of values per thread).
+    """
+    from skdpcluster.averaging import one_median
+
+    monkeypatch.setattr(one_median, "_MEDIAN_THREAD_BLOCKS", 1)
+    X = make_separated_mixture(70_000, n_clusters=4, n_features=16, separation=10,
+                               random_state=7)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        default = estimator(accountant=BudgetAccountant(10, 1e-3)).fit(X)
+        with single_threaded():
+            alone = estimator(accountant=BudgetAccountant(10, 1e-3)).fit(X)
+    many = _threaded_fit(estimator, X, 4, monkeypatch)
+    for fitted in (alone, many):
+        assert np.array_equal(fitted.cluster_centers_, default.cluster_centers_)
+        assert fitted.selected_ == default.selected_
+        for name, centers in default.candidate_centers_.items():
+            assert np.array_equal(fitted.candidate_centers_[name], centers)
+        assert np.array_equal(fitted.labels_, default.labels_)
+        assert fitted.privacy_spent_ == default.privacy_spent_
+
+
+@pytest.mark.parametrize("estimate_cost", [False, True])
+def test_a_stable_fit_reads_its_threads_before_limiting_them(estimate_cost):
+    """Issue #17: the plan records ``fit_threads()`` (read outside ``single_threaded()``), so the
+    main fit of ``estimate_cost=True``, which runs inside the limit, still gets the threads."""
+    X = np.random.default_rng(0).normal(size=(500, 3))
+    plan = PrivateStableKMedian(2, data_radius=5.0, estimate_cost=estimate_cost)._plan(X)
+    values = plan.values["cost_main_plan"].values if estimate_cost else plan.values
+    assert values["n_threads"] == fit_threads()
+    with single_threaded():
+        assert PrivateStableKMeans(2, data_radius=5.0)._plan(X).values["n_threads"] == 1

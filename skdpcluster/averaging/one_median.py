@@ -1,6 +1,7 @@
 """The private 1-median by noisy projected gradient descent (Shechner 2021, §5;
 ``spec/shechner_stable.md`` §9.7), for one cell or for disjoint cells at once."""
 
+import functools
 import math
 
 import numpy as np
@@ -20,6 +21,7 @@ from skdpcluster.mechanisms import (
     PrivacyEvent,
     zcdp_gaussian_mechanism,
 )
+from skdpcluster.utils._threads import ordered_map
 from skdpcluster.utils._validation import check_epsilon_delta
 
 # Noisy projected gradient descent for the 1-median (shechner_stable.md §9.3,
@@ -30,6 +32,15 @@ _MEDIAN_SENSITIVITIES = {"add_remove": (1.0, 1.0), "replace_one": (2.0, math.sqr
 _MEDIAN_COUNT_SHARE = 0.1
 # Values per block of rows in the 1-median's gradient sums (1 MiB of float64).
 _MEDIAN_BLOCK_ELEMENTS = 2**17
+# Blocks of values per thread, at least, in the 1-median's steps (see _cell_blocks).
+_MEDIAN_THREAD_BLOCKS = 8
+# Values per block of the gather of the points sorted by cell (128 KiB: in cache).
+_GATHER_BLOCK_ELEMENTS = 2**14
+# Blocks of the gather per thread, at least (see sorted_by_cell).
+_GATHER_THREAD_BLOCKS = 64
+# Rows closer than this to their cell's iterate add 0 to its gradient sum (u(0) = 0): above
+# it, underflow costs the squared norms a relative 2^-74 at most (see _block_unit_sums).
+_MEDIAN_MIN_NORM = 2.0**-500
 
 # ---------------------------------------------------------------------------
 # Private 1-median (shechner_stable.md §9.7)
@@ -142,33 +153,95 @@ def _check_cells(labels, centers, radii, n_points):
     return labels, centers, radii
 
 
-def _unit_sums(iterates, sorted_points, cells):
-    r"""Per cell :math:`\sum_x u(w_j - x)`; ``cells``: (cell, start, stop) of the sorted points.
+def _block_unit_sums(iterates, points_t, blocks):
+    r"""Partial sums :math:`\sum_x u(w_j - x)` of the blocks, in order: ``[(cell, sum), ...]``.
 
-    Each cell's points are contiguous and taken in blocks of about
+    ``blocks`` are (cell, start, stop) column ranges of ``points_t`` (the
+    points sorted by cell, transposed: one contiguous row per feature), all
+    at most :data:`_MEDIAN_BLOCK_ELEMENTS` values. Per block: the
+    differences :math:`w_j - x` (one contiguous row per feature, computed
+    in a buffer allocated once per call), their norms, the factors
+    :math:`\gamma/\|w_j - x\|` and one matrix-vector product.
+
+    **The sensitivity in floating point.** Every row adds its difference
+    :math:`v = \mathrm{fl}(w_j - x)` times a computed factor :math:`a`, and
+    :math:`\|a v\| \le 1` holds for the computed values. The squared norm is
+    a sum of the :math:`d` squares :math:`v_i^2`, all :math:`\ge 0` (no
+    cancellation, whatever the order of the additions), with at most two
+    roundings per term, so with the unit roundoff :math:`u = 2^{-53}` its
+    computed value :math:`s` satisfies :math:`s \ge \|v\|^2(1-u)^{2d} -
+    2d\,2^{-1075}` (:math:`2^{-1075}` bounds an underflow's absolute
+    error). Rows with a computed norm below :data:`_MEDIAN_MIN_NORM` =
+    :math:`2^{-500}` add 0 (:math:`u(0) = 0`; a row that close to the
+    iterate barely moves it); above it :math:`2d\,2^{-1075} \le d\,2^{-74}
+    s`, and the computed norm :math:`N = \mathrm{fl}(\sqrt s)` satisfies
+    :math:`\|v\| \le N(1 + (d + 2)u)` to first order. The factor is
+    :math:`a = \mathrm{fl}(\gamma/N)` with :math:`\gamma = 1 - 2(d + 8)u`
+    (exact in float64), so the products :math:`\mathrm{fl}(a v_i)` form a
+    vector of norm at most :math:`\gamma(1 + u)^2(1 + (d + 2)u) < 1`. (With
+    :math:`1/N` instead, a row's contribution exceeded norm 1 by a unit in
+    the last place on ordinary rows, and by up to 25 % when the squares
+    underflowed; ``test_one_median_unit_vectors_have_norm_at_most_one``.)
+    """
+    n_features = points_t.shape[0]
+    gamma = 1.0 - 2.0 * (n_features + 8) * 2.0**-53
+    size = max(stop - start for _, start, stop in blocks)
+    differences = np.empty(n_features * size)
+    norms, factors = np.empty(size), np.empty(size)
+    partials = []
+    for cell, start, stop in blocks:
+        rows = stop - start
+        difference = differences[:n_features * rows].reshape(n_features, rows)
+        np.subtract(iterates[cell][:, None], points_t[:, start:stop], out=difference)
+        norm = np.sqrt(np.einsum("ij,ij->j", difference, difference, out=norms[:rows]),
+                       out=norms[:rows])
+        factor = factors[:rows]
+        factor.fill(0.0)
+        np.divide(gamma, norm, out=factor, where=norm >= _MEDIAN_MIN_NORM)
+        partials.append((cell, difference @ factor))
+    return partials
+
+
+def _cell_blocks(counts, n_features, n_runs=1):
+    """Blocks (cell, start, stop) of the non-empty cells of points sorted by cell, in runs.
+
+    Each cell's points are taken in blocks of about
     :data:`_MEDIAN_BLOCK_ELEMENTS` values (cache-sized: 4x faster than whole
-    cells at n = 10^6, d = 10): their differences to the cell's iterate, the
-    inverse norms (zero rows stay zero: :math:`u(0) = 0`) and one
-    matrix-vector product give the block's sum. The blocks are computed in
-    three buffers allocated once per call (half the time at n = 10^5, where
-    the allocations cost as much as the arithmetic; issue #17).
+    cells at n = 10^6, d = 10). The blocks, in order, are cut in at most
+    ``n_runs`` runs of consecutive blocks with about as many points each
+    (one run per thread of :func:`_unit_sums`), and at least
+    :data:`_MEDIAN_THREAD_BLOCKS` blocks of values each: every NumPy call of
+    a block hands the GIL over, which costs about as much as the block's
+    arithmetic, so two threads made the steps 5-15 % slower at n = 10^5,
+    d = 10 (7.6 blocks a step) on the 2-core machine (issue #17).
+    """
+    block = max(1, _MEDIAN_BLOCK_ELEMENTS // n_features)
+    blocks = [(cell, first, min(first + block, stop))
+              for cell, start, stop in _cell_ranges(counts)
+              for first in range(start, stop, block)]
+    total = max(int(np.sum(counts)), 1)
+    n_runs = max(1, min(n_runs, total // (_MEDIAN_THREAD_BLOCKS * block)))
+    runs = [[] for _ in range(n_runs)]
+    for cell, start, stop in blocks:  # a block goes to the run its first point falls in
+        runs[min(n_runs - 1, start * n_runs // total)].append((cell, start, stop))
+    return [run for run in runs if run]
+
+
+def _unit_sums(iterates, points_t, runs, n_threads=1):
+    r"""Per cell :math:`\sum_x u(w_j - x)`: the runs of blocks (:func:`_cell_blocks`) on threads.
+
+    Every run is one task of :func:`~skdpcluster.utils._threads.ordered_map`
+    on ``n_threads`` threads; every block's partial sum is computed by
+    :func:`_block_unit_sums` whatever thread runs it, and the partial sums
+    are added to their cell's sum in block order: the sums are the same bits
+    however the blocks are cut in runs and on any number of threads (issue #17).
     """
     sums = np.zeros_like(iterates)
-    block = max(1, _MEDIAN_BLOCK_ELEMENTS // sorted_points.shape[1])
-    size = min(block, len(sorted_points))
-    differences = np.empty((size, sorted_points.shape[1]))
-    norms, inverses = np.empty(size), np.empty(size)
-    for cell, start, stop in cells:
-        for first in range(start, stop, block):
-            rows = min(block, stop - first)
-            difference = np.subtract(iterates[cell], sorted_points[first:first + rows],
-                                     out=differences[:rows])
-            norm = np.sqrt(np.einsum("ij,ij->i", difference, difference, out=norms[:rows]),
-                           out=norms[:rows])
-            inverse = inverses[:rows]
-            inverse.fill(0.0)
-            np.divide(1.0, norm, out=inverse, where=norm > 0)
-            sums[cell] += inverse @ difference
+    partials = ordered_map(functools.partial(_block_unit_sums, iterates, points_t), runs,
+                           n_threads)
+    for run_partials in partials:
+        for cell, partial in run_partials:
+            sums[cell] += partial
     return sums
 
 
@@ -236,24 +309,25 @@ def private_one_medians(
     _check_choice(neighbouring, "neighbouring", _MEDIAN_SENSITIVITIES)
     rng = _check_generator(rng)
     counts, order = cell_order(labels, len(centers))
-    return one_medians_of_sorted(points[order], counts, centers=centers, radii=radii,
-                                 epsilon=epsilon, delta=delta, rng=rng, n_iter=n_iter,
-                                 step_scale=step_scale, neighbouring=neighbouring)
+    return one_medians_of_sorted(sorted_by_cell(points, order), counts, centers=centers,
+                                 radii=radii, epsilon=epsilon, delta=delta, rng=rng,
+                                 n_iter=n_iter, step_scale=step_scale, neighbouring=neighbouring)
 
 
-def one_medians_of_sorted(sorted_points, counts, *, centers, radii, epsilon, delta, rng, n_iter,
-                          step_scale, neighbouring):
-    """:func:`private_one_medians` on trusted points sorted by cell (:func:`cell_order`).
+def one_medians_of_sorted(points_t, counts, *, centers, radii, epsilon, delta, rng, n_iter,
+                          step_scale, neighbouring, n_threads=1):
+    """:func:`private_one_medians` on trusted points, sorted by :func:`sorted_by_cell`.
 
-    The releases are those of :func:`private_one_medians`. A caller that
-    builds the sorted copy as ``points[order]`` with ``counts, order =
+    The releases are those of :func:`private_one_medians`, the same bits
+    for any ``n_threads`` (the threads of every step's pass, :func:`_unit_sums`).
+    A caller that builds ``points_t`` with ``counts, order =
     cell_order(labels(), n_cells)`` keeps neither the labels nor a 64-bit
     order alive beside it (the peak memory of a 10^6-row fit, issue #17).
     """
-    cells = _cell_ranges(counts)
+    runs = _cell_blocks(counts, points_t.shape[0], n_threads)
     return _median_descent(
-        counts, lambda iterates: _unit_sums(iterates, sorted_points, cells), centers, radii,
-        epsilon=epsilon, delta=delta, rng=rng, n_iter=n_iter, step_scale=step_scale,
+        counts, lambda iterates: _unit_sums(iterates, points_t, runs, n_threads), centers,
+        radii, epsilon=epsilon, delta=delta, rng=rng, n_iter=n_iter, step_scale=step_scale,
         neighbouring=neighbouring)
 
 
@@ -261,11 +335,43 @@ def cell_order(labels, n_cells):
     """Cell counts, and the points of the cells in cell order (each cell in point order).
 
     Points labelled ``n_cells`` are left out. The order is int32 when the
-    points allow it.
+    points allow it. Labels that fit in 16 bits are sorted as such (NumPy's
+    stable sort is then a radix sort; the order is the same).
     """
     counts = np.bincount(labels, minlength=n_cells + 1)[:n_cells]
+    if n_cells < 2**15:
+        labels = labels.astype(np.int16)
     order = np.argsort(labels, kind="stable")[:counts.sum()]
     return counts, order.astype(np.int32) if len(labels) < 2**31 else order
+
+
+def sorted_by_cell(points, order, n_threads=1):
+    """``points[order].T`` as a C-contiguous array: one row per feature, the points as columns.
+
+    Gathered in blocks of :data:`_GATHER_BLOCK_ELEMENTS` values through one
+    row buffer per run, so that the copy needs no more than a block beside it
+    (a feature at a time would copy every column and a 64-bit order: +25 %
+    peak memory at n = 10^6; a new array per block costs its page faults);
+    runs of at least :data:`_GATHER_THREAD_BLOCKS` blocks on ``n_threads``
+    threads (each writes its own columns; at n = 10^5, d = 10, two threads
+    took 2.9 ms against 2.3 ms on one, at 10^6 28-31 ms against 41 ms).
+    """
+    n_features = points.shape[1]
+    points_t = np.empty((n_features, len(order)))
+    block = max(1, _GATHER_BLOCK_ELEMENTS // max(n_features, 1))
+    starts = range(0, len(order), block)
+
+    def gather(run):
+        rows = np.empty((block, n_features))
+        for start in run:
+            indices = order[start:start + block]
+            # mode="clip" writes straight into ``rows`` (valid indices: a permutation's)
+            gathered = np.take(points, indices, axis=0, out=rows[:len(indices)], mode="clip")
+            points_t[:, start:start + len(indices)] = gathered.T
+
+    n_runs = max(1, min(n_threads, len(starts) // _GATHER_THREAD_BLOCKS))
+    ordered_map(gather, np.array_split(starts, n_runs), n_threads)
+    return points_t
 
 
 def _cell_ranges(counts):
@@ -282,7 +388,8 @@ def _chunk_cell_counts(chunk, cell_labels, n_cells):
 def _chunk_unit_sums(chunk, cell_labels, iterates):
     """:func:`_unit_sums` of the rows of one chunk (the rows labelled ``len(iterates)`` dropped)."""
     counts, order = cell_order(cell_labels(chunk), len(iterates))
-    return _unit_sums(iterates, chunk.X[order], _cell_ranges(counts))
+    return _unit_sums(iterates, sorted_by_cell(chunk.X, order),
+                      _cell_blocks(counts, chunk.X.shape[1]))
 
 
 def private_one_medians_of_rows(rows, cell_labels, *, centers, radii, epsilon, delta, rng,
