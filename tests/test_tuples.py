@@ -10,6 +10,7 @@ from sklearn.mixture import GaussianMixture
 from skdpcluster.ktuple import _tuples
 from skdpcluster.ktuple._tuples import generate_tuples, sort_tuple_rows
 from skdpcluster.datasets import make_separated_mixture
+from skdpcluster.utils._compat import single_threaded
 
 
 class ConstantLabeler(ClusterMixin, BaseEstimator):
@@ -192,6 +193,13 @@ def test_tuples_do_not_depend_on_n_jobs_or_backend(separated, method, backend):
     with joblib.parallel_config(backend=backend):
         parallel = _tuples_of(separated, method, n_jobs=2)
     np.testing.assert_array_equal(parallel, sequential)
+
+
+def test_tuples_on_the_fit_threads_are_the_one_thread_tuples(separated):
+    # Issue #17: with n_jobs=None the batched chunks run on fit_threads() threads.
+    with single_threaded():
+        one_thread = _tuples_of(separated, "batched", n_tuples=200)
+    np.testing.assert_array_equal(_tuples_of(separated, "batched", n_tuples=200), one_thread)
 
 
 def test_tuples_do_not_depend_on_the_chunk_size(separated, monkeypatch):
