@@ -193,8 +193,12 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
     n_jobs : int, default=None
         Parallel jobs for the blocks (joblib; any backend, including Dask).
         The default ``KMeans`` blocks run on threads unless a joblib backend
-        is configured: ``n_jobs=-1`` uses every core. The release does not
-        depend on it.
+        is configured: ``n_jobs=-1`` uses every core. With one job (the
+        default) the in-memory passes (private bound, ``KMeans`` blocks,
+        refinement on the rows, ``labels_``) run on the threads scikit-learn's
+        ``KMeans`` uses (its OpenMP thread count: ``OMP_NUM_THREADS``,
+        :func:`threadpoolctl.threadpool_limits`). The release does not
+        depend on either.
     {verbose}
 
     Attributes
