@@ -320,7 +320,8 @@ def _solve_in_chunks(solver, X, blocks, draws, n_jobs):
         return np.take(X, blocks[start:stop], axis=0), draws[start:stop]  # take: faster here
 
     if n_threads > 1:
-        chunks = ordered_map(lambda bound: solver(*chunk_args(*bound)), bounds, n_threads)
+        with single_threaded():  # products of small blocks: BLAS threads would only compete
+            chunks = ordered_map(lambda bound: solver(*chunk_args(*bound)), bounds, n_threads)
         advance(n_blocks, n_blocks, "blocks")
     else:
         chunks = []
