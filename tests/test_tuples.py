@@ -358,7 +358,7 @@ def test_batched_tuples_are_those_recorded_before_the_speed_work(name):
         np.testing.assert_allclose(tuples, recorded[f"tuples_{name}"], rtol=1e-9, atol=1e-12)
 
 
-@pytest.mark.parametrize("block_size", [1, 5, 32, 33, 509])
+@pytest.mark.parametrize("block_size", [1, 5, 32, 33, 64, 65, 509])  # one step up to 64 rows
 def test_sampling_by_weight_is_the_inverse_cdf_of_searchsorted(block_size):
     # The two-step windowed count must be numpy.searchsorted(cumsum, u * total) exactly,
     # zero weights, all-zero blocks and uniforms at 0 and near 1 included.

