@@ -209,7 +209,7 @@ RECORDED_ARRAYS = Path(__file__).resolve().parent / "data" / "ktuple_releases_03
 def test_one_thread_gives_the_release_of_the_default_threads():
     """Issue #17: the passes run on fit_threads() threads, and the release does not depend on it.
 
-    100 000 rows: 7 chunks of every refinement pass, 2 parts of the training
+    100 000 rows: 2 chunks of every refinement pass, 2 parts of the training
     labels, many chunks of tuples; bit for bit, the same machine's BLAS on both.
     """
     X = make_separated_mixture(100_000, 4, 8, separation=100.0, random_state=4)[0]

@@ -111,11 +111,13 @@ _MAX_KEY = 2**62
 #: A cell coordinate whose range passes this is replaced by its rank first.
 _RANK_COLUMN_ABOVE = 2**31
 #: Blocks of :data:`~skdpcluster.cluster._stable_init.CHUNK_ROWS` rows per chunk of a pass
-#: over the rows (:func:`_row_cell_sums`): a whole number of blocks of the distance kernels
-#: and of the cell sums, so their blocks and sums are exactly those of one call on all the
-#: rows; small enough (1.3 MB at d = 10) to stay in cache through the passes over it
-#: (measured at n = 1e6, d = k = 10: 4 blocks 12 % faster per pass than 1, 16 no faster than 4).
-_BLOCKS_PER_CHUNK = 4
+#: over the rows (:func:`_row_cell_sums`, one thread's task): a whole number of blocks of the
+#: distance kernels and of the cell sums, so their blocks and sums are exactly those of one
+#: call on all the rows. Measured at n = 1e6, d = k = 10, one pass on an idle 2-core machine:
+#: one thread 0.093 s at 4 to 16 blocks (4 blocks 12 % faster than 1); two threads 0.085 s at
+#: 4 blocks, 0.068-0.073 s at 16 (fewer, larger tasks: less time holding the GIL), no better
+#: at 32 or 64. 5 MB a chunk at d = 10.
+_BLOCKS_PER_CHUNK = 16
 #: After the location, private steps on the raw rows (:func:`refine_on_rows`): one Lloyd
 #: step, then CORE_STEPS core steps with radius factor 1/3, as PrivateStableKMeans.
 CORE_STEPS, CORE_RADIUS_FACTOR = 2, 1.0 / 3.0
