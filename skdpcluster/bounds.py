@@ -71,6 +71,7 @@ import numpy as np
 from skdpcluster.averaging import _check_generator, _check_points
 from skdpcluster.mechanisms import PrivacyEvent, exponential_mechanism, zcdp_rho_for_dp
 from skdpcluster.utils._data import as_rows
+from skdpcluster.utils._threads import fit_threads, ordered_map
 from skdpcluster.utils._validation import check_epsilon_delta, check_probability
 from skdpcluster.utils._warnings import warn_user
 
@@ -93,6 +94,9 @@ _CENTER_RESOLUTION = 0.02
 _BETA = 0.05
 #: Rows per block of the distances to the centre: no copy of all the rows is made.
 _BLOCK_ROWS = 8192
+#: Rows per part whose distances are sorted and counted together (:func:`_distance_rank_counts`):
+#: a multiple of ``_BLOCK_ROWS``; the parts run on the fit's threads.
+_SORT_ROWS = 32 * _BLOCK_ROWS
 
 
 @dataclass(frozen=True)
@@ -186,22 +190,35 @@ def _private_quantile(values, grid, quantile, epsilon, rng, log_base_measure=Non
     return _grid_release(scores, grid, epsilon, rng, log_base_measure)
 
 
-def _column_median_counts(chunk, grid):
-    """:func:`_median_counts` of every column of a chunk of rows, shape (2, n_features, |grid|)."""
-    return np.array([_median_counts(column, grid) for column in chunk.X.T]).transpose(1, 0, 2)
+def _column_median_counts(chunk, grid, n_threads=1):
+    """:func:`_median_counts` of every column of a chunk of rows, shape (2, n_features, |grid|).
+
+    The columns are sorted on ``n_threads`` threads (the convention of
+    :mod:`skdpcluster.utils._threads`): the counts are whole numbers, the same
+    on any number of threads.
+    """
+    counts = ordered_map(lambda column: _median_counts(column, grid), chunk.X.T, n_threads)
+    return np.array(counts).transpose(1, 0, 2)
 
 
-def _distance_rank_counts(chunk, center, grid):
+def _distance_rank_counts(chunk, center, grid, n_threads=1):
     """:func:`_rank_counts` of the distances of a chunk's rows to ``center``.
 
     The distances are computed :data:`_BLOCK_ROWS` rows at a time (each row's
-    distance is the same as in one call on all the rows).
+    distance is the same as in one call on all the rows), and counted in
+    parts of :data:`_SORT_ROWS` rows on ``n_threads`` threads (the counts are
+    additive over parts and whole numbers: the same on any number of threads,
+    the convention of :mod:`skdpcluster.utils._threads`).
     """
-    distances = np.empty(len(chunk.X))
-    for start in range(0, len(chunk.X), _BLOCK_ROWS):
-        block = slice(start, start + _BLOCK_ROWS)
-        distances[block] = np.linalg.norm(chunk.X[block] - center, axis=1)
-    return _rank_counts(distances, grid)
+    def part_counts(start):
+        part = chunk.X[start:start + _SORT_ROWS]
+        distances = np.empty(len(part))
+        for block_start in range(0, len(part), _BLOCK_ROWS):
+            block = slice(block_start, block_start + _BLOCK_ROWS)
+            distances[block] = np.linalg.norm(part[block] - center, axis=1)
+        return _rank_counts(distances, grid)
+
+    return sum(ordered_map(part_counts, range(0, max(len(chunk.X), 1), _SORT_ROWS), n_threads))
 
 
 def _coordinate_epsilon(epsilon, delta, n_features):
@@ -213,16 +230,17 @@ def _coordinate_epsilon(epsilon, delta, n_features):
     return (zcdp, True) if zcdp > basic else (basic, False)
 
 
-def _private_center(rows, budget, neighbouring, rng):
+def _private_center(rows, budget, neighbouring, rng, n_threads=1):
     """Step 1: coordinate-wise private median on the centre grid, and its composite event.
 
-    The median scores are added up over the chunks of ``rows`` (one pass).
+    The median scores are added up over the chunks of ``rows`` (one pass), each
+    chunk's columns sorted on ``n_threads`` threads.
     """
     n_features = rows.shape[1]
     per_coordinate, zcdp = _coordinate_epsilon(budget.epsilon_center, budget.delta_center,
                                                n_features)
     grid = center_grid()
-    scores = np.minimum(*rows.map_reduce(_column_median_counts, grid))
+    scores = np.minimum(*rows.map_reduce(_column_median_counts, grid, n_threads))
     center = np.array([_grid_release(scores[j], grid, per_coordinate, rng)[0]
                        for j in range(n_features)])
     event = PrivacyEvent(
@@ -288,11 +306,14 @@ def radius_quantile(n_samples, epsilon, quantile=0.99, beta=_BETA):
     return min(quantile, max(0.5, 1.0 - 2.0 * margin / (n_samples * epsilon)))
 
 
-def _private_radius(rows, center, epsilon, quantile, neighbouring, rng):
-    """Step 2: private quantile of the distances to ``center`` on the radius grid (one pass)."""
+def _private_radius(rows, center, epsilon, quantile, neighbouring, rng, n_threads=1):
+    """Step 2: private quantile of the distances to ``center`` on the radius grid (one pass).
+
+    Each chunk's distances are counted in parts on ``n_threads`` threads.
+    """
     grid = radius_grid()
     quantile = radius_quantile(rows.shape[0], epsilon, quantile)
-    counts = rows.map_reduce(_distance_rank_counts, center, grid)
+    counts = rows.map_reduce(_distance_rank_counts, center, grid, n_threads)
     radius, event = _grid_release(-np.abs(counts - quantile * rows.shape[0]), grid, epsilon, rng,
                                   log_base_measure=-np.log(grid))
     event = PrivacyEvent(
@@ -414,12 +435,14 @@ def private_bounds(X, *, budget, rng, center=None, quantile=0.99, neighbouring="
     if center is None:
         check_epsilon_delta(budget.epsilon_center, budget.delta_center)
     rng = _check_generator(rng)
+    # In memory, the passes run on the fit's threads; a rows object's chunks are its tasks.
+    n_threads = 1 if hasattr(X, "map_reduce") else fit_threads()
     events = []
     if center is None:
-        center, center_event = _private_center(rows, budget, neighbouring, rng)
+        center, center_event = _private_center(rows, budget, neighbouring, rng, n_threads)
         events.append(center_event)
     radius, radius_event = _private_radius(rows, center, budget.epsilon_radius, quantile,
-                                           neighbouring, rng)
+                                           neighbouring, rng, n_threads)
     events.append(radius_event)
     _warn_if_degraded(rows.shape[0], center, radius, budget, quantile, warn_context)
     return (center, radius), events

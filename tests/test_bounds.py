@@ -150,6 +150,22 @@ def test_radius_step_copies_no_rows_and_gives_the_one_call_distances(monkeypatch
     assert peak <= 0.3 * X.nbytes
 
 
+@pytest.mark.parametrize("n_threads", [1, 2])
+def test_threaded_passes_give_the_one_call_counts(monkeypatch, n_threads):
+    # Issue #17: in memory the columns are sorted, and the distances counted in parts, on the
+    # fit's threads; the counts must be those of one sort of all the values, on any thread count.
+    monkeypatch.setattr(B, "_BLOCK_ROWS", 1000)
+    monkeypatch.setattr(B, "_SORT_ROWS", 3000)  # 14 parts, the last one short
+    X = np.random.default_rng(1).standard_normal((40_500, 4)) * 3.0
+    center, chunk = np.full(4, 0.5), as_rows(X).chunk
+    counts = B._distance_rank_counts(chunk, center, B.radius_grid(), n_threads)
+    assert np.array_equal(counts, B._rank_counts(np.linalg.norm(X - center, axis=1),
+                                                 B.radius_grid()))
+    columns = B._column_median_counts(chunk, B.center_grid(), n_threads)
+    for j, column in enumerate(X.T):
+        assert np.array_equal(columns[:, j], B._median_counts(column, B.center_grid()))
+
+
 def test_events_hold_public_values_only(blobs):
     X, _ = blobs
     first = B.private_bounds(X, budget=BUDGET, rng=np.random.default_rng(2))[1]

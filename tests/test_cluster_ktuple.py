@@ -18,6 +18,8 @@ from skdpcluster.exceptions import (
     PrivacyLeakWarning,
 )
 from skdpcluster.ktuple import min_tuples
+from skdpcluster.utils._compat import single_threaded
+from skdpcluster.utils._threads import fit_threads
 
 N_TUPLES = min_tuples(1.0, 1e-6, 0.05)  # 1963
 
@@ -201,6 +203,29 @@ RECORDED_RELEASES = {
 _RECORDED_DATA = {"d2": (30_000, 2), "d10": (40_000, 10)}
 _RECORDED_PARAMS = {"default": {}, "public": {"data_radius": 200.0, "data_center": [1.0, -2.0]}}
 RECORDED_ARRAYS = Path(__file__).resolve().parent / "data" / "ktuple_releases_038aa15.npz"
+
+
+@pytest.mark.skipif(fit_threads() < 2, reason="one OpenMP thread: nothing to compare")
+def test_one_thread_gives_the_release_of_the_default_threads():
+    """Issue #17: the passes run on fit_threads() threads, and the release does not depend on it.
+
+    100 000 rows: 2 chunks of every refinement pass, 2 parts of the training
+    labels, many chunks of tuples; bit for bit, the same machine's BLAS on both.
+    """
+    X = make_separated_mixture(100_000, 4, 8, separation=100.0, random_state=4)[0]
+
+    def fit():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return KTupleClusterer(4, random_state=2, accountant=BudgetAccountant()).fit(X)
+
+    threaded = fit()
+    with single_threaded():
+        one_thread = fit()
+    assert threaded.status_ == one_thread.status_ == "success"
+    np.testing.assert_array_equal(threaded.cluster_centers_, one_thread.cluster_centers_)
+    np.testing.assert_array_equal(threaded.labels_, one_thread.labels_)
+    assert threaded.privacy_ledger_ == one_thread.privacy_ledger_
 
 
 @pytest.mark.parametrize("data, params, seed", list(RECORDED_RELEASES))

@@ -10,6 +10,7 @@ from sklearn.mixture import GaussianMixture
 from skdpcluster.ktuple import _tuples
 from skdpcluster.ktuple._tuples import generate_tuples, sort_tuple_rows
 from skdpcluster.datasets import make_separated_mixture
+from skdpcluster.utils._compat import single_threaded
 
 
 class ConstantLabeler(ClusterMixin, BaseEstimator):
@@ -194,6 +195,13 @@ def test_tuples_do_not_depend_on_n_jobs_or_backend(separated, method, backend):
     np.testing.assert_array_equal(parallel, sequential)
 
 
+def test_tuples_on_the_fit_threads_are_the_one_thread_tuples(separated):
+    # Issue #17: with n_jobs=None the batched chunks run on fit_threads() threads.
+    with single_threaded():
+        one_thread = _tuples_of(separated, "batched", n_tuples=200)
+    np.testing.assert_array_equal(_tuples_of(separated, "batched", n_tuples=200), one_thread)
+
+
 def test_tuples_do_not_depend_on_the_chunk_size(separated, monkeypatch):
     default = _tuples_of(separated, "batched")
     monkeypatch.setattr(_tuples, "_CHUNK_BYTES", 1)  # one block per chunk
@@ -350,7 +358,7 @@ def test_batched_tuples_are_those_recorded_before_the_speed_work(name):
         np.testing.assert_allclose(tuples, recorded[f"tuples_{name}"], rtol=1e-9, atol=1e-12)
 
 
-@pytest.mark.parametrize("block_size", [1, 5, 32, 33, 509])
+@pytest.mark.parametrize("block_size", [1, 5, 32, 33, 64, 65, 509])  # one step up to 64 rows
 def test_sampling_by_weight_is_the_inverse_cdf_of_searchsorted(block_size):
     # The two-step windowed count must be numpy.searchsorted(cumsum, u * total) exactly,
     # zero weights, all-zero blocks and uniforms at 0 and near 1 included.

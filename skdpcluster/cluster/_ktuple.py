@@ -31,9 +31,10 @@ from skdpcluster.ktuple.located import (
 from skdpcluster.ktuple.noisy_centers import _check_modes as check_noisy_centers_modes
 from skdpcluster.ktuple.noisy_centers import default_separation, private_k_noisy_centers
 from skdpcluster.ktuple.partition import _outer_ell, compute_m_eps1
-from skdpcluster.utils._compat import HasMethods, Interval, StrOptions, fit_context
+from skdpcluster.utils._compat import HasMethods, Interval, StrOptions, fit_context, single_threaded
 from skdpcluster.utils._docstrings import shared_params
 from skdpcluster.utils._progress import phase
+from skdpcluster.utils._threads import fit_threads, ordered_map
 
 __all__ = ["KTupleClusterer"]
 
@@ -45,6 +46,9 @@ LOCATED_ROWS_PER_CLUSTER = 5
 #: Share of (epsilon, delta) that ``fallback_share="auto"`` reserves for the general method with
 #: the paper's methods (``"located"`` on rows reserves nothing: see :class:`_GeneralMethodOnRows`).
 AUTO_FALLBACK_SHARE = 0.1
+#: Blocks of :data:`~skdpcluster.cluster._stable_init.CHUNK_ROWS` rows per part of the
+#: training labels (:func:`_labels_or_none`), the unit of work of one thread.
+_LABEL_BLOCKS = 16
 
 
 @shared_params
@@ -189,8 +193,12 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
     n_jobs : int, default=None
         Parallel jobs for the blocks (joblib; any backend, including Dask).
         The default ``KMeans`` blocks run on threads unless a joblib backend
-        is configured: ``n_jobs=-1`` uses every core. The release does not
-        depend on it.
+        is configured: ``n_jobs=-1`` uses every core. With one job (the
+        default) the in-memory passes (private bound, ``KMeans`` blocks,
+        refinement on the rows, ``labels_``) run on the threads scikit-learn's
+        ``KMeans`` uses (its OpenMP thread count: ``OMP_NUM_THREADS``,
+        :func:`threadpoolctl.threadpool_limits`). The release does not
+        depend on either.
     {verbose}
 
     Attributes
@@ -717,7 +725,7 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
     def _training_labels(X, centers):
         if hasattr(X, "map_rows"):  # Dask rows: a lazy Dask array
             return X.map_rows(_labels_or_none, centers, dtype=np.intp)
-        return _labels_or_none(X, centers)
+        return _labels_or_none(X, centers, fit_threads())
 
     # -- precomputed tuples ---------------------------------------------------------------
     @fit_context(prefer_skip_nested_validation=True)
@@ -761,20 +769,28 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
         return result
 
 
-def _labels_or_none(X, centers):
+def _labels_or_none(X, centers, n_threads=1):
     """Nearest centre of every row; -1 everywhere when nothing was released.
 
     The stable estimators' chunked kernel
     (:func:`~skdpcluster.cluster._stable_init.nearest_centers`): bounded
     memory, and at k = d = 10 about 4 times faster than
-    :func:`~sklearn.metrics.pairwise_distances_argmin` on one thread.
+    :func:`~sklearn.metrics.pairwise_distances_argmin` on one thread. Parts of
+    :data:`_LABEL_BLOCKS` of its blocks run on ``n_threads`` threads (the
+    convention of :mod:`skdpcluster.utils._threads`: each row's label is
+    computed in the same block on any number of threads).
     """
     # Imported here: cluster._stable_init imports this module (its k-tuple initializer).
-    from skdpcluster.cluster._stable_init import nearest_centers  # noqa: PLC0415
+    from skdpcluster.cluster._stable_init import CHUNK_ROWS, nearest_centers  # noqa: PLC0415
 
     if centers is None:
         return np.full(X.shape[0], -1, dtype=np.intp)
-    return nearest_centers(np.asarray(X, dtype=np.float64), centers)[0]
+    X = np.asarray(X, dtype=np.float64)
+    part_rows = _LABEL_BLOCKS * CHUNK_ROWS
+    with single_threaded():  # a block by k centres: BLAS threads only cost
+        parts = ordered_map(lambda start: nearest_centers(X[start:start + part_rows], centers)[0],
+                            range(0, max(len(X), 1), part_rows), n_threads)
+    return np.concatenate(parts)
 
 
 def plan_fallback(X, n_clusters, epsilon, delta, data_radius, data_center, n_jobs):

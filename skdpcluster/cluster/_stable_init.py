@@ -63,6 +63,7 @@ __all__ = [
     "KTupleInitializer",
     "PublicCenters",
     "add_cell_sums",
+    "cell_sum_terms",
     "lloyd_step",
     "nearest_centers",
     "noisy_cell_sums",
@@ -169,16 +170,27 @@ def add_cell_sums(X, labels, sums, counts):
     counts : ndarray of shape (n_cells + 1,)
         Running counts (whole numbers).
     """
-    n_cells = len(sums) - 1
-    counts += np.bincount(labels, minlength=n_cells + 1)
+    counts += np.bincount(labels, minlength=len(sums))
+    for term in cell_sum_terms(X, labels, len(sums) - 1):
+        sums += term
+
+
+def cell_sum_terms(X, labels, n_cells):
+    """The terms :func:`add_cell_sums` adds: the per-cell sums of every block of rows, in order.
+
+    Yields one ndarray of shape (n_cells + 1, n_features) per block of
+    :data:`CHUNK_ROWS` rows (row ``n_cells``: the dropped rows). Adding them
+    in turn to running sums is :func:`add_cell_sums`, bit for bit, wherever
+    they were computed.
+    """
     one_hot = np.eye(n_cells + 1) if n_cells <= ONE_HOT_MAX_CELLS else None
     for start in range(0, len(X), CHUNK_ROWS):
         rows = slice(start, start + CHUNK_ROWS)
         if one_hot is not None:
-            sums += one_hot.take(labels[rows], axis=0).T @ X[rows]  # take: faster, same rows
-            continue
-        for j, column in enumerate(X[rows].T):
-            sums[:, j] += np.bincount(labels[rows], weights=column, minlength=n_cells + 1)
+            yield one_hot.take(labels[rows], axis=0).T @ X[rows]  # take: faster, same rows
+        else:
+            yield np.column_stack([np.bincount(labels[rows], weights=column, minlength=n_cells + 1)
+                                   for column in X[rows].T])
 
 
 def random_ball_points(rng, n_points, n_features, radius):
