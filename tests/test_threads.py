@@ -95,3 +95,15 @@ def test_a_stable_fit_reads_its_threads_before_limiting_them(estimate_cost):
     assert values["n_threads"] == fit_threads()
     with single_threaded():
         assert PrivateStableKMeans(2, data_radius=5.0)._plan(X).values["n_threads"] == 1
+
+
+def test_a_nested_ordered_map_runs_in_its_pool_thread_instead_of_waiting():
+    """A task of the pool that maps again (both pools have 2 threads) would wait forever on
+    threads that all wait; the nested map runs in the calling pool thread instead."""
+    def inner(item):
+        return ordered_map(lambda j: (item, j, threading.get_ident()), range(3), 2)
+
+    results = ordered_map(inner, range(4), 2)
+    assert [[(i, j) for i, j, _ in row] for row in results] == [
+        [(i, j) for j in range(3)] for i in range(4)]
+    assert all(len({ident for *_, ident in row}) == 1 for row in results)

@@ -26,6 +26,7 @@ __all__ = ["fit_threads", "ordered_map"]
 
 _EXECUTORS = {}
 _EXECUTORS_LOCK = threading.Lock()
+_THREAD_PREFIX = "skdpcluster-fit"
 
 
 def fit_threads():
@@ -42,17 +43,20 @@ def _executor(n_threads):
     with _EXECUTORS_LOCK:
         if n_threads not in _EXECUTORS:
             _EXECUTORS[n_threads] = ThreadPoolExecutor(
-                max_workers=n_threads, thread_name_prefix="skdpcluster")
+                max_workers=n_threads, thread_name_prefix=_THREAD_PREFIX)
         return _EXECUTORS[n_threads]
 
 
 def ordered_map(func, items, n_threads):
     """``[func(item) for item in items]``, computed on ``n_threads`` threads, in item order.
 
-    With one thread, or one item, the loop runs in the calling thread.
+    With one thread, or one item, or when called from one of the pool's own
+    threads (a nested call, which could otherwise wait forever on a pool
+    whose threads all wait), the loop runs in the calling thread.
     Exceptions are raised in the caller, as the loop would raise them.
     """
     items = list(items)
-    if n_threads <= 1 or len(items) <= 1:
+    nested = threading.current_thread().name.startswith(_THREAD_PREFIX)
+    if n_threads <= 1 or len(items) <= 1 or nested:
         return [func(item) for item in items]
     return list(_executor(min(n_threads, len(items))).map(func, items))
