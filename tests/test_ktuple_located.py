@@ -551,3 +551,25 @@ def test_located_reaches_the_issue_targets(name):
         est, ari, ratio = _fit_and_score(X, y, k, radius, seed)
         passed += est.status_ == "success" and ari >= 0.99 and ratio <= max_ratio
     assert passed >= 5
+
+
+@pytest.mark.parametrize("n_threads", [1, 2])
+def test_row_cell_sums_are_the_same_bits_in_any_chunking(monkeypatch, n_threads):
+    """Issue #17: the refinement's chunks (about 1/16 of the rows, for the peak memory) group
+    whole blocks, so the per-cell sums are the same bits for any chunk size and thread count."""
+    from skdpcluster.cluster._stable_init import CHUNK_ROWS, nearest_centers
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(5 * CHUNK_ROWS + 123, 3)) * 4.0
+    centers = rng.normal(size=(4, 3)) * 4.0
+
+    def labelled(chunk):
+        return nearest_centers(chunk.X, centers, chunk.sq_norms)[0]
+
+    results = []
+    monkeypatch.setattr(L, "fit_threads", lambda: n_threads)
+    for blocks in [(1, 1), (2, 2), (16, 16)]:
+        monkeypatch.setattr(L, "_BLOCKS_PER_CHUNK", blocks)
+        results.append(L._row_cell_sums(X, np.full(3, 0.5), 9.0, labelled, 4))
+    assert len(results[0][1]) == 4 and results[0][1].sum() > 0
+    for sums, counts in results[1:]:
+        assert np.array_equal(sums, results[0][0]) and np.array_equal(counts, results[0][1])

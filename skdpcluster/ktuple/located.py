@@ -113,11 +113,13 @@ _RANK_COLUMN_ABOVE = 2**31
 #: Blocks of :data:`~skdpcluster.cluster._stable_init.CHUNK_ROWS` rows per chunk of a pass
 #: over the rows (:func:`_row_cell_sums`, one thread's task): a whole number of blocks of the
 #: distance kernels and of the cell sums, so their blocks and sums are exactly those of one
-#: call on all the rows. Measured at n = 1e6, d = k = 10, one pass on an idle 2-core machine:
-#: one thread 0.093 s at 4 to 16 blocks (4 blocks 12 % faster than 1); two threads 0.085 s at
-#: 4 blocks, 0.068-0.073 s at 16 (fewer, larger tasks: less time holding the GIL), no better
-#: at 32 or 64. 5 MB a chunk at d = 10.
-_BLOCKS_PER_CHUNK = 16
+#: call on all the rows, whatever the chunks. A chunk is about 1/16 of the rows, between these
+#: bounds: every thread holds a centred copy of its chunk (5 MB at 16 blocks, d = 10), which
+#: at 16 blocks made the peak memory at n = 1e5 1.17 x scikit-learn's (0.94 x at 8). Measured at
+#: n = 1e6, d = k = 10, one pass on an idle 2-core machine: one thread 0.093 s at 4 to 16
+#: blocks; two threads 0.085 s at 4 blocks, 0.068-0.073 s at 16 (fewer, larger tasks: less
+#: time holding the GIL), no better at 32 or 64.
+_BLOCKS_PER_CHUNK = (4, 16)
 #: After the location, private steps on the raw rows (:func:`refine_on_rows`): one Lloyd
 #: step, then CORE_STEPS core steps with radius factor 1/3, as PrivateStableKMeans.
 CORE_STEPS, CORE_RADIUS_FACTOR = 2, 1.0 / 3.0
@@ -892,7 +894,7 @@ def _row_cell_sums(X, center, radius, labelled, n_cells):
     ``labelled(chunk)`` gives the cell of every row of a
     :class:`~skdpcluster.cluster._stable._ClippedData` chunk (``n_cells``: no
     cell). The chunks of :data:`_BLOCKS_PER_CHUNK` blocks of rows (fixed by
-    the row count), centred and projected into B(0, radius)
+    the row count: about 1/16 of the rows), centred and projected into B(0, radius)
     (:class:`~skdpcluster.cluster._stable._ClippedData`), run on the
     :func:`~skdpcluster.utils._threads.fit_threads` threads, the convention of
     :mod:`skdpcluster.utils._threads`: each chunk gives the sum terms of its
@@ -921,7 +923,8 @@ def _row_cell_sums(X, center, radius, labelled, n_cells):
         cell_sum_terms,
     )
 
-    chunk_rows = _BLOCKS_PER_CHUNK * CHUNK_ROWS
+    fewest, most = _BLOCKS_PER_CHUNK
+    chunk_rows = CHUNK_ROWS * min(most, max(fewest, len(X) // (16 * CHUNK_ROWS)))
 
     def chunk_terms(start):
         chunk = _ClippedData.from_rows(X[start:start + chunk_rows], center, radius)
