@@ -107,3 +107,38 @@ def test_a_nested_ordered_map_runs_in_its_pool_thread_instead_of_waiting():
     assert [[(i, j) for i, j, _ in row] for row in results] == [
         [(i, j) for j in range(3)] for i in range(4)]
     assert all(len({ident for *_, ident in row}) == 1 for row in results)
+
+
+def _map_in_a_pool_thread(_):
+    return ordered_map(lambda item: item * 2, range(6), 2)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "register_at_fork"), reason="no fork")
+def test_a_forked_child_maps_on_threads_after_the_parent_did():
+    """A child made by fork inherits the parent's pool object but not its threads: without a
+    fresh pool in the child, its first map waited forever (review of issue #17)."""
+    import multiprocessing
+
+    assert ordered_map(lambda item: item, range(4), 2) == [0, 1, 2, 3]  # the parent's pool
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.apply_async(_map_in_a_pool_thread, (0,)).get(timeout=60) == [
+            0, 2, 4, 6, 8, 10]
+
+
+def test_nothing_of_a_failed_map_runs_on_after_the_caller_has_the_error():
+    """As a loop stops at its first error: queued items are cancelled, running ones ended."""
+    started, finished = [], []
+
+    def task(item):
+        started.append(item)
+        if item == 0:
+            raise ValueError("item 0")
+        threading.Event().wait(0.05)
+        finished.append(item)
+
+    with pytest.raises(ValueError, match="item 0"):
+        ordered_map(task, range(8), 2)
+    running_after_the_error = sorted(set(started) - set(finished) - {0})
+    threading.Event().wait(0.2)
+    assert running_after_the_error == [] and len(started) < 8
+    assert sorted(finished) == sorted(set(started) - {0})

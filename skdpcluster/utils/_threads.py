@@ -17,8 +17,9 @@ so the noisy releases drawn from them, are the same bits on one thread or
 many.
 """
 
+import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 
 from skdpcluster.utils._compat import openmp_threads
 
@@ -27,6 +28,16 @@ __all__ = ["fit_threads", "ordered_map"]
 _EXECUTORS = {}
 _EXECUTORS_LOCK = threading.Lock()
 _THREAD_PREFIX = "skdpcluster-fit"
+
+
+def _forget_executors_in_child():
+    """A forked child inherits the pools but not their threads: start afresh there."""
+    global _EXECUTORS_LOCK
+    _EXECUTORS.clear()
+    _EXECUTORS_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_executors_in_child)
 
 
 def fit_threads():
@@ -53,10 +64,21 @@ def ordered_map(func, items, n_threads):
     With one thread, or one item, or when called from one of the pool's own
     threads (a nested call, which could otherwise wait forever on a pool
     whose threads all wait), the loop runs in the calling thread.
-    Exceptions are raised in the caller, as the loop would raise them.
+    Exceptions are raised in the caller, the first in item order, as the loop
+    would raise it; the items not yet started are cancelled and those running
+    are waited for first, so nothing of the map runs on once the caller has
+    the error. A forked child starts with no pool (the parent's threads are
+    not copied by ``fork``).
     """
     items = list(items)
     nested = threading.current_thread().name.startswith(_THREAD_PREFIX)
     if n_threads <= 1 or len(items) <= 1 or nested:
         return [func(item) for item in items]
-    return list(_executor(min(n_threads, len(items))).map(func, items))
+    futures = [_executor(min(n_threads, len(items))).submit(func, item) for item in items]
+    try:
+        return [future.result() for future in futures]
+    except BaseException:
+        for future in futures:  # as the loop: nothing runs on once the caller has the error
+            future.cancel()
+        wait(futures)
+        raise
