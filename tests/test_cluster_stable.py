@@ -601,6 +601,56 @@ def test_multiresolution_leaves_read_only_the_children_of_nodes(n_dims, seed):
     np.testing.assert_array_equal(leaves.finest_cell_leaves(n_dims), table)
 
 
+@pytest.mark.parametrize("n_dims", [1, 3])
+def test_grid_counts_reach_the_partition_only_through_their_release(monkeypatch, n_dims):
+    """Review of issue #17: the cells released at every level, and the partition, are functions
+    of the released values only. With a stand-in mechanism whose output ignores the counts, a
+    data set and its neighbour with one more row in an otherwise empty cell ask for the same
+    number of cells at every level and get the same partition (a release that read the counts
+    directly, e.g. only the occupied cells, would differ); every level is asked once."""
+    from skdpcluster.cluster import _stable_init
+    from skdpcluster.utils._data import as_rows
+
+    original = _stable_init.zcdp_gaussian_mechanism
+    initializer = GridInitializer()
+    shares = initializer._shares(n_dims, 0.5)
+    outcomes = []
+    for extra in (0, 1):
+        requests = []
+
+        def stand_in(value, **kwargs):
+            event = original(value, **kwargs)[1]
+            requests.append((kwargs["label"], len(value)))
+            return 1e9 * (np.arange(len(value)) % 5 == 0), event  # a function of the request
+
+        monkeypatch.setattr(_stable_init, "zcdp_gaussian_mechanism", stand_in)
+        X = np.vstack([np.full((200, n_dims), 0.3), np.full((extra, n_dims), -0.9)])
+        _, leaves, events = initializer._heavy_cells(as_rows(X), None, shares, 1.0, "add_remove",
+                                                     np.random.default_rng(0))
+        outcomes.append((requests, leaves, len(events)))
+    (requests, leaves, n_events), (requests_2, leaves_2, n_events_2) = outcomes
+    assert requests == requests_2 and n_events == n_events_2 == len(requests)
+    assert len(requests) == len(leaves.levels) and requests[-1][1] > 0
+    assert all(np.array_equal(a, b) for a, b in zip(leaves.node_cells, leaves_2.node_cells))
+    np.testing.assert_array_equal(leaves.weights, leaves_2.weights)
+    np.testing.assert_array_equal(leaves.finest_cell_leaves(n_dims),
+                                  leaves_2.finest_cell_leaves(n_dims))
+
+
+def test_multiresolution_leaves_release_every_level_even_with_no_node():
+    """With no heavy cell at the coarsest level every finer level is still released (an empty
+    request, charged as the others), and the partition is empty."""
+    from skdpcluster.cluster._stable_init import multiresolution_leaves, shifted_cells_per_axis
+    sizes = [shifted_cells_per_axis(g) for g in (2, 4, 8)]
+    read = []
+    leaves = multiresolution_leaves(
+        sizes, 2, lambda level, cells: read.append((level, len(cells))) or np.zeros(len(cells)),
+        [1.0, 1.0, 1.0])
+    assert read == [(0, sizes[0] ** 2), (1, 0), (2, 0)]
+    assert len(leaves.weights) == 0 and leaves.finest_level == 0
+    assert np.all(leaves.finest_cell_leaves(2) == -1)
+
+
 def test_james_stein_lowers_the_squared_error_of_noisy_means():
     """Positive-part James-Stein never raises the mean squared error for d >= 3 (and keeps d < 3)."""
     from skdpcluster.cluster._stable_init import james_stein

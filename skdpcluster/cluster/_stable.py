@@ -244,7 +244,8 @@ class _ClippedData:
         With the centre at the origin and every row inside the ball, the
         centred, projected rows are the rows bit for bit: the fit reads ``X``
         (C-ordered float64, never written) instead of a copy of it (a copy of
-        the data less in memory, issue #17).
+        the data less in memory, issue #17); ``X`` must then not change while
+        the fit runs (its squared norms and clipping are decided here).
         """
         unchanged = X.dtype == np.float64 and X.flags.c_contiguous and not np.any(center)
         clipped = X if unchanged else X - center
