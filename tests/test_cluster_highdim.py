@@ -36,6 +36,7 @@ from skdpcluster.cluster._highdim_recovery import (
     sparsify_rows,
 )
 from skdpcluster.cluster._stable_init import nearest_centers
+from skdpcluster.datasets import make_separated_mixture
 from skdpcluster.exceptions import PrivacyLeakWarning
 
 ESTIMATORS = [PrivateHighDimKMeans, PrivateHighDimKMedian]
@@ -264,6 +265,93 @@ def test_swap_losses_match_naive_reference(power, slots, monkeypatch):
     got = hc.swap_losses(hc.DistanceRows(Y, C, power), np.array(slots))
     expected = _naive_swap_losses(Y, C, np.array(slots), power)
     np.testing.assert_allclose(got, expected, rtol=1e-5)
+
+
+def _near_tie_distances(power, seed):
+    """Tight groups far from the origin, and candidates almost as close as their slots.
+
+    Every group sits at norm 1e4 (float32 distances are off by tens there),
+    two of them within 1e-3, the third spread over about 30 (its ball counts);
+    each candidate is farther than a slot from the group's points by t in
+    [-8, 5000] squared units: the skip test must keep the pairs where
+    rounding can still put the candidate inside the bound.
+    """
+    rng = np.random.default_rng(seed)
+    anchors = rng.standard_normal((3, 3))
+    anchors *= 1e4 / np.linalg.norm(anchors, axis=1, keepdims=True)
+    spread = np.repeat([1e-3, 1e-3, 30.0], 200)[:, None]  # the last group is wide
+    Y = np.repeat(anchors, 200, axis=0) + spread * rng.standard_normal((600, 3))
+    slots, centers = [], []
+    for anchor in anchors:
+        offset = rng.standard_normal(3)
+        offset *= 3.0 / np.linalg.norm(offset)
+        slots.append(len(centers))
+        centers.append(anchor + offset)
+        for t in np.concatenate([rng.uniform(-8, 50, 20), rng.uniform(50, 5000, 20)]):
+            direction = rng.standard_normal(3)
+            centers.append(anchor + direction * np.sqrt(9.0 + t) / np.linalg.norm(direction))
+    return hc.DistanceRows(Y, np.array(centers), power), np.array(slots)
+
+
+def _skip_violations(distances, slots):
+    """Skipped (candidate, group) pairs where a computed distance falls inside the bound."""
+    by_slot, starts, groups, d1, d2 = hc.slot_groups(distances, slots)
+    near, second = by_slot.dominated(starts, slots, groups)
+    every = np.arange(len(by_slot))
+    if by_slot.power == 2:  # the k-means form of group_sums, all candidates in one product
+        centers = np.hstack([by_slot.centers, by_slot.c_sq[:, None]])
+        points = np.vstack([by_slot.scaled_t, np.ones((1, len(d1)), dtype=np.float32)])
+        values, bounds = centers @ points, (d1 - by_slot.y_sq, d2 - by_slot.y_sq)
+    else:
+        values, bounds = by_slot.rows(every), (d1, d2)
+    stops = np.append(starts[1:], len(d1))
+    bad = 0
+    for skip, bound in zip((near, second), bounds):
+        for g, (start, stop) in enumerate(zip(starts, stops)):
+            inside = values[:, start:stop] < bound[start:stop]
+            bad += int(np.sum(skip[:, g] & inside.any(axis=1)))
+    return bad, int(near.sum() + second.sum())
+
+
+@pytest.mark.parametrize("power", [1, 2])
+@pytest.mark.parametrize("seed", range(5))
+def test_skipped_swap_pairs_take_the_bound_on_every_point(power, seed):
+    # A skipped pair adds the bound's sum: right only if every computed distance is at least
+    # the bound. Near-ties at norm 1e4 (float32 errors of tens) must not be skipped.
+    violations, skipped = _skip_violations(*_near_tie_distances(power, seed))
+    assert violations == 0
+    assert skipped > 60  # the far candidates are skipped: the test is not vacuous
+
+
+@pytest.mark.parametrize("power", [1, 2])
+def test_a_skip_test_without_the_rounding_margin_is_caught(power, monkeypatch):
+    # The mutant that trusts exact arithmetic (no float32 margin) skips near-ties that
+    # rounding puts inside the bound: the check above sees it.
+    monkeypatch.setattr(hc, "_FLOAT32_UNIT", 0.0)
+    assert sum(_skip_violations(*_near_tie_distances(power, seed))[0] for seed in range(5)) > 0
+
+
+@pytest.mark.parametrize("power", [1, 2])
+def test_swap_losses_with_skips_are_the_sums_without(power, monkeypatch):
+    distances, slots = _near_tie_distances(power, 0)
+    skipped = hc.swap_losses(distances, slots)
+    monkeypatch.setattr(hc.DistanceRows, "dominated", lambda self, starts, slots, groups: (
+        np.zeros((len(self), len(starts)), dtype=bool),) * 2)
+    np.testing.assert_allclose(skipped, hc.swap_losses(distances, slots), rtol=1e-12)
+
+
+def test_swap_rounds_on_separated_clusters_skip_most_pairs():
+    # Where the time of a round went (issue #17): candidates near one cluster are farther than
+    # that cluster's slot from every other group's points.
+    X = make_separated_mixture(20_000, 10, 10, separation=1e4, random_state=0)[0]
+    Y = hc.project_rows(X, 5, 1.1e4, np.random.default_rng(0))
+    rng = np.random.default_rng(1)
+    centers = np.vstack([Y[rng.choice(len(Y), 150, replace=False)],
+                         rng.uniform(-1e4, 1e4, (15, 5))])
+    distances = hc.DistanceRows(Y, centers, 2)
+    by_slot, starts, groups, _, _ = hc.slot_groups(distances, np.arange(10))
+    near, second = by_slot.dominated(starts, np.arange(10), groups)
+    assert near.mean() > 0.8 and second.mean() > 0.5
 
 
 @pytest.mark.parametrize("n_rows", [1, 2, 7])
