@@ -19,7 +19,7 @@ from scipy import stats
 from dp_stats import epsilon_lower_bound
 
 from skdpcluster import BudgetAccountant
-from skdpcluster.cluster import _highdim_candidates as hc
+from skdpcluster.cluster import _highdim, _highdim_candidates as hc
 from skdpcluster.mechanisms import laplace_zero_cells_above
 from skdpcluster.cluster._highdim import (
     _PROFILE_RULES,
@@ -845,3 +845,29 @@ def test_benchmark_dp_lloyd_baseline_is_pure_and_within_epsilon():
     assert np.all(np.linalg.norm(centers - center, axis=1) <= radius * (1 + 1e-12))
     assert math.fsum(e.cost()[0] for e in events) <= 1.0 * (1 + 1e-9)
     assert all(e.delta == 0 for e in events) and len(events) == 10
+
+
+@pytest.mark.parametrize("estimator", [PrivateHighDimKMeans, PrivateHighDimKMedian])
+@pytest.mark.parametrize("n_features", [3, 12])  # unprojected (p >= d) and projected
+def test_rows_inside_the_ball_are_read_in_place_with_the_same_release(estimator, n_features,
+                                                                      monkeypatch):
+    # Centred at the origin and inside the ball, the clipped rows are the rows: the fit reads X
+    # itself (a copy of the data less) and releases the bits of the fit on the copy.
+    X = make_separated_mixture(6_000, 4, n_features, separation=20, random_state=0)[0]
+    X.setflags(write=False)  # nothing may write into the caller's rows
+    params = {"n_clusters": 4, "data_radius": 60.0, "data_center": np.zeros(n_features),
+              "random_state": 0}
+    in_place = estimator(**params, accountant=BudgetAccountant()).fit(X)
+    assert _highdim._ClipRows(np.zeros(n_features), 60.0).changes_nothing(X)
+    monkeypatch.setattr(_highdim._ClipRows, "changes_nothing", lambda self, rows: False)
+    copied = estimator(**params, accountant=BudgetAccountant()).fit(X)
+    assert np.array_equal(in_place.cluster_centers_, copied.cluster_centers_)
+    assert np.array_equal(in_place.labels_, copied.labels_)
+
+
+def test_rows_outside_the_ball_or_off_centre_are_mapped():
+    X = np.array([[3.0, 4.0], [0.0, 1.0]])
+    assert _highdim._ClipRows(np.zeros(2), 5.0).changes_nothing(X)
+    assert not _highdim._ClipRows(np.zeros(2), 4.9).changes_nothing(X)
+    assert not _highdim._ClipRows(np.array([0.0, 1e-300]), 5.0).changes_nothing(X)
+    assert not _highdim._ClipRows(np.zeros(2), 5.0).changes_nothing(np.asfortranarray(X))

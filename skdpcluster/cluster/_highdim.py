@@ -208,7 +208,9 @@ class _Data:
     ``row_map`` is the per-row map onto the bounds of the raw rows ``raw``; the mapped copy
     :attr:`X` is made on first use, after the first trial's partition
     (which projects the raw rows block by block), so the two are never
-    stored together at that partition's memory peak.
+    stored together at that partition's memory peak. When the map changes no
+    row (:func:`_same_rows`), :attr:`X` is ``raw`` itself: ``raw`` must then
+    not change while the fit runs.
     """
 
     raw: np.ndarray
@@ -263,6 +265,22 @@ class _ClipRows:
 
     def __call__(self, rows):
         return clip_rows(rows, self.center, self.radius)  # one copy of the rows, clipped in place
+
+    def changes_nothing(self, rows):
+        """Whether :meth:`__call__` gives ``rows`` back bit for bit.
+
+        It does when the centre is the origin (:math:`x - 0 = x`) and every
+        norm, computed as :func:`clip_rows` computes it, is at most the radius
+        (the factor is then ``radius / radius = 1``).
+        """
+        if np.any(self.center) or rows.dtype != np.float64 or not rows.flags.c_contiguous:
+            return False
+        return bool(np.all(np.sqrt(np.einsum("ij,ij->i", rows, rows)) <= self.radius))
+
+
+def _same_rows(rows):
+    """The per-row map of rows that already satisfy the bounds: the rows themselves (no copy)."""
+    return rows
 
 
 class _SparseRows:
@@ -444,6 +462,8 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
             row_map = _SparseRows(center, self.sparsity, float(self.coord_bound), radius)
         else:
             row_map = _ClipRows(center, radius)
+            if not hasattr(X, "map_reduce") and row_map.changes_nothing(X):
+                row_map = _same_rows  # a copy of the data less (issue #17)
         if hasattr(X, "map_reduce"):
             from skdpcluster.cluster._highdim_chunked import ChunkedData
 

@@ -124,10 +124,11 @@ def project_with(X, matrix, clip_radius, row_map=None):
     """:func:`project_rows` with its matrix already drawn (:func:`projection_matrix`).
 
     A map of each row, so a block of rows gives its rows of the whole projection.
+    ``row_map`` may return its input itself; it is then copied before the clip.
     """
     if matrix is None:
-        return _clip_in_place(np.array(X, dtype=float) if row_map is None else row_map(X),
-                              clip_radius)
+        mapped = X if row_map is None else row_map(X)
+        return _clip_in_place(np.array(X, dtype=float) if mapped is X else mapped, clip_radius)
     if row_map is None:
         return _clip_in_place(X @ matrix, clip_radius)
     Y = np.empty((len(X), matrix.shape[1]))
