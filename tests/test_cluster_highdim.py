@@ -7,6 +7,7 @@ for d in {1, 5, 50}, delta 0 in the pure-DP default, bad input rejected
 before any randomness, determinism, and a utility band from the noise scale.
 """
 
+import itertools
 import math
 import sys
 import tracemalloc
@@ -268,28 +269,40 @@ def test_swap_losses_match_naive_reference(power, slots, monkeypatch):
 
 
 def _near_tie_distances(power, seed):
-    """Tight groups far from the origin, and candidates almost as close as their slots.
+    """Groups far from the origin, with candidates exactly or almost as close as their slots.
 
-    Every group sits at norm 1e4 (float32 distances are off by tens there),
-    two of them within 1e-3, the third spread over about 30 (its ball counts);
-    each candidate is farther than a slot from the group's points by t in
-    [-8, 5000] squared units: the skip test must keep the pairs where
-    rounding can still put the candidate inside the bound.
+    p = 6: three coordinates about 6e3 and three about 1.5, so that sums of
+    their products need more than float64's 53 bits (with one magnitude they
+    are exact). Two groups are 100 copies of one point; around each, the
+    candidates are the slot's offset with its signs flipped (exactly as far
+    as the slot: each offset is a multiple of the coordinate's float32 unit,
+    so the candidates are float32 values), each also moved by one unit along
+    one axis (a hair nearer or farther), and 20 candidates farther by 10 to
+    5000 squared units. The third group is spread over about 30, so its ball
+    counts.
     """
     rng = np.random.default_rng(seed)
-    anchors = rng.standard_normal((3, 3))
-    anchors *= 1e4 / np.linalg.norm(anchors, axis=1, keepdims=True)
-    spread = np.repeat([1e-3, 1e-3, 30.0], 200)[:, None]  # the last group is wide
-    Y = np.repeat(anchors, 200, axis=0) + spread * rng.standard_normal((600, 3))
+    magnitude = np.array([6e3, 6e3, 6e3, 1.5, 1.5, 1.5])
+    unit = np.array([2.0**-11] * 3 + [2.0**-23] * 3)  # float32 units at those magnitudes
+    limit = np.array([3.0] * 3 + [0.2] * 3)
+    anchors = np.round(magnitude * rng.uniform(0.8, 1.2, (3, 6)) / unit) * unit
+    spread = np.repeat([0.0, 0.0, 30.0], 100)[:, None]
+    Y = np.repeat(anchors, 100, axis=0) + spread * rng.standard_normal((300, 6))
     slots, centers = [], []
     for anchor in anchors:
-        offset = rng.standard_normal(3)
-        offset *= 3.0 / np.linalg.norm(offset)
+        offset = np.round(rng.uniform(-limit, limit) / unit) * unit
         slots.append(len(centers))
         centers.append(anchor + offset)
-        for t in np.concatenate([rng.uniform(-8, 50, 20), rng.uniform(50, 5000, 20)]):
-            direction = rng.standard_normal(3)
-            centers.append(anchor + direction * np.sqrt(9.0 + t) / np.linalg.norm(direction))
+        for signs in itertools.product([-1.0, 1.0], repeat=6):
+            tie = np.array(signs) * offset
+            centers.append(anchor + tie)  # as far as the slot
+            axis = rng.integers(6)
+            tie[axis] += unit[axis] * rng.choice([-1.0, 1.0])
+            centers.append(anchor + tie)
+        for t in rng.uniform(10, 5000, 20):
+            direction = rng.standard_normal(6)
+            centers.append(anchor + direction * np.sqrt(offset @ offset + t)
+                           / np.linalg.norm(direction))
     return hc.DistanceRows(Y, np.array(centers), power), np.array(slots)
 
 
@@ -299,9 +312,8 @@ def _skip_violations(distances, slots):
     near, second = by_slot.dominated(starts, slots, groups)
     every = np.arange(len(by_slot))
     if by_slot.power == 2:  # the k-means form of group_sums, all candidates in one product
-        centers = np.hstack([by_slot.centers, by_slot.c_sq[:, None]])
-        points = np.vstack([by_slot.scaled_t, np.ones((1, len(d1)), dtype=np.float32)])
-        values, bounds = centers @ points, (d1 - by_slot.y_sq, d2 - by_slot.y_sq)
+        points = np.vstack([by_slot.scaled_t, np.ones(len(d1))])
+        values, bounds = by_slot.augmented @ points, (d1 - by_slot.y_sq, d2 - by_slot.y_sq)
     else:
         values, bounds = by_slot.rows(every), (d1, d2)
     stops = np.append(starts[1:], len(d1))
@@ -317,17 +329,26 @@ def _skip_violations(distances, slots):
 @pytest.mark.parametrize("seed", range(5))
 def test_skipped_swap_pairs_take_the_bound_on_every_point(power, seed):
     # A skipped pair adds the bound's sum: right only if every computed distance is at least
-    # the bound. Near-ties at norm 1e4 (float32 errors of tens) must not be skipped.
+    # the bound. Exact and near ties at norm 1e4 (float64 errors of 1e-8) must not be skipped.
     violations, skipped = _skip_violations(*_near_tie_distances(power, seed))
     assert violations == 0
-    assert skipped > 60  # the far candidates are skipped: the test is not vacuous
+    assert skipped > 150  # the far candidates and the farther nudges: not vacuous
 
 
 @pytest.mark.parametrize("power", [1, 2])
 def test_a_skip_test_without_the_rounding_margin_is_caught(power, monkeypatch):
-    # The mutant that trusts exact arithmetic (no float32 margin) skips near-ties that
-    # rounding puts inside the bound: the check above sees it.
-    monkeypatch.setattr(hc, "_FLOAT32_UNIT", 0.0)
+    # The mutant that trusts exact arithmetic (no margin) skips exact ties that rounding
+    # puts inside the bound: the check above sees it.
+    monkeypatch.setattr(hc, "_FLOAT64_UNIT", 0.0)
+    assert sum(_skip_violations(*_near_tie_distances(power, seed))[0] for seed in range(5)) > 0
+
+
+@pytest.mark.parametrize("power", [1, 2])
+def test_a_skip_test_without_the_group_radius_is_caught(power, monkeypatch):
+    # The mutant that tests the group's mean only skips candidates some points are nearer to.
+    balls = hc.DistanceRows.group_balls
+    monkeypatch.setattr(hc.DistanceRows, "group_balls",
+                        lambda self, starts: (balls(self, starts)[0], np.zeros(len(starts))))
     assert sum(_skip_violations(*_near_tie_distances(power, seed))[0] for seed in range(5)) > 0
 
 
@@ -337,7 +358,36 @@ def test_swap_losses_with_skips_are_the_sums_without(power, monkeypatch):
     skipped = hc.swap_losses(distances, slots)
     monkeypatch.setattr(hc.DistanceRows, "dominated", lambda self, starts, slots, groups: (
         np.zeros((len(self), len(starts)), dtype=bool),) * 2)
-    np.testing.assert_allclose(skipped, hc.swap_losses(distances, slots), rtol=1e-12)
+    # The same terms, added in another order: float64 rounding of sums of m terms <= S.
+    atol = len(distances.y_sq) * distances.scale * 2.0**-40
+    np.testing.assert_allclose(skipped, hc.swap_losses(distances, slots), rtol=0, atol=atol)
+
+
+@pytest.mark.parametrize("power", [1, 2])
+@pytest.mark.parametrize("scale", [1.0, 2.0**-74])  # 2^-74: float32 squares are subnormal
+def test_swap_scores_move_by_at_most_the_sensitivity_when_a_neighbour_flips_skips(power, scale):
+    # One row added at the edge of a group widens its ball, so fewer pairs are skipped on the
+    # neighbour: every score still moves by at most Delta (review of issue #17: with float32
+    # products and tiny norms, a skip took the bound where the computed minimum was smaller,
+    # and a score moved by 125 Delta).
+    rng = np.random.default_rng(0)
+    radius = 2.0 * scale
+    anchors = np.array([[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0]]) * scale
+    Y = np.repeat(anchors, 50, axis=0) + 0.01 * scale * rng.standard_normal((150, 2))
+    C = np.vstack([anchors, anchors[rng.integers(3, size=60)]
+                   + 0.3 * scale * rng.standard_normal((60, 2)), [[0.0, 0.0]]])
+    slots = np.arange(3)
+    other = np.vstack([Y, np.array([[1.0, 0.9]]) * scale])  # add/remove, inside B(0, radius)
+    base, neighbour = hc.DistanceRows(Y, C, power), hc.DistanceRows(other, C, power)
+    diff = hc.swap_losses(base, slots) - hc.swap_losses(neighbour, slots)
+    assert np.abs(diff).max() <= (2 * radius) ** power * (1 + 1e-9)
+    assert np.any(_skips(base, slots) != _skips(neighbour, slots))  # the skips do change
+
+
+def _skips(distances, slots):
+    by_slot, starts, groups, _, _ = hc.slot_groups(distances, slots)
+    near, second = by_slot.dominated(starts, slots, groups)
+    return np.concatenate([near, second], axis=1)
 
 
 def test_swap_rounds_on_separated_clusters_skip_most_pairs():

@@ -77,6 +77,7 @@ N_ROWS, N_COMPONENTS = 40_000, 5
 @pytest.fixture
 def small_blocks(monkeypatch):
     monkeypatch.setattr(_highdim_candidates, "CHUNK_ELEMENTS", 5000)
+    monkeypatch.setattr(_highdim_candidates, "_CACHED_ELEMENTS", 5000)
     return np.random.default_rng(0).standard_normal((N_ROWS, 10)) * 5.0
 
 
@@ -103,13 +104,13 @@ def test_candidates_store_no_coordinates_of_all_the_points(small_blocks):
 def test_distances_are_built_and_argmin_taken_by_blocks(small_blocks):
     Y = _highdim_candidates.project_rows(small_blocks, N_COMPONENTS, 8.0,
                                          np.random.default_rng(1))
-    # float32 -2 Y^T and |y|^2: (p + 1) x 4 bytes per point (was 3 float32 copies of Y on top).
+    # float32 -2 Y^T and float64 |y|^2: 4p + 8 bytes per point (was 3 float32 copies of Y on top).
     distances, peak = _peak_bytes(_highdim_candidates.DistanceRows, Y, Y[:50], 2)
-    assert peak <= 1.1 * (N_COMPONENTS + 1) * 4 * N_ROWS
+    assert peak <= 1.1 * (4 * N_COMPONENTS + 8) * N_ROWS
     slots = np.arange(0, 50, 5)
     nearest, peak = _peak_bytes(distances.nearest, slots)
     assert np.array_equal(nearest, distances.rows(slots).argmin(axis=0))
-    assert peak <= 8 * N_ROWS + 4 * 4 * 5000  # the labels and a few blocks, never k x n floats
+    assert peak <= 8 * N_ROWS + 4 * 8 * 5000  # the labels and a few float64 blocks, never k x n
 
 
 def test_projection_maps_the_raw_rows_block_by_block(small_blocks):

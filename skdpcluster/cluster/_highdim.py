@@ -435,7 +435,8 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
         return plan
 
     def _max_data_radius(self, n_samples):
-        r"""The local search sums :math:`n` squared distances of up to :math:`2\Lambda_p` in float32."""
+        r"""The local search stores the points in float32: :math:`n` squared distances of up to
+        :math:`2\Lambda_p` stay within float32's range (a margin: they are summed in float64)."""
         float32_max = float(np.finfo(np.float32).max)
         return math.sqrt(float32_max / (8.0 * max(n_samples, 1))) / self.proj_clip_factor
 
@@ -559,7 +560,7 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
         candidates, start = initial_slots(candidates, self.n_clusters, settings.init, swap_rng)
         sample, partition = data.swap_rows(Y, candidates.centers, self._POWER,
                                            settings.n_samples, sample_rng)
-        del Y  # the float32 distances replace it: one fewer n x p array at the peak
+        del Y  # the distances' float32 points replace it: one fewer n x p array at the peak
         slots, swap_events, _ = private_local_swap(
             sample, start, n_iter=settings.n_swap_iter, epsilon=budget.swap,
             sensitivity=(2.0 * settings.proj_radius) ** self._POWER,

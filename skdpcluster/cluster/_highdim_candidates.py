@@ -46,8 +46,7 @@ __all__ = [
     "swap_sample",
 ]
 
-#: Elements of one block of candidate-to-point distances (float32: 1 MiB, cache-sized:
-#: 20 % faster than 4 MiB blocks at 65 536 rows).
+#: Elements of one block of rows, or of candidate-to-point distances (2 MiB of float64).
 CHUNK_ELEMENTS = 2**18
 #: At most this many empty cubes are activated per level; beyond it a uniform
 #: subset is kept (post-processing of the level's release, spec §5.3). Reached
@@ -55,12 +54,14 @@ CHUNK_ELEMENTS = 2**18
 MAX_EMPTY_ACTIVATIONS = 100_000
 #: Enumerate the children explicitly when there are at most this many.
 _ENUMERATE_CHILDREN = 2**16
+#: Values of one block of distances that stays in a core's cache (512 KiB of float64).
+_CACHED_ELEMENTS = 2**16
 #: Expected number of rows the local search scores (:func:`swap_sample`).
 SWAP_SAMPLE_ROWS = 2**16
 #: Restarts of the k-means on the (small) weighted candidate set.
 _CORESET_N_INIT = 10
-#: The unit roundoff of float32, the precision of the swap distances.
-_FLOAT32_UNIT = 2.0**-24
+#: The unit roundoff of float64, the precision of the swap distances.
+_FLOAT64_UNIT = 2.0**-53
 
 
 def merge_repeats(events):
@@ -565,22 +566,33 @@ def initial_slots(candidates, n_clusters, init, rng):
 class DistanceRows:
     r"""Rows :math:`D[c, i] = \|y_i - C_c\|^{q}` (q = 2: k-means, 1: k-median), computed on demand.
 
-    Nothing of size :math:`|C| \times n` is ever stored: :meth:`rows`
-    computes the requested candidates only, in float32, so memory stays at
-    :data:`CHUNK_ELEMENTS` per block whatever the number of candidates.
-    Losses are accumulated in float64.
+    The points and the candidates are stored rounded to float32 (half the
+    memory), and those values are the points and candidates of the
+    distances, which are computed in float64: a product of two float32
+    values is exact in float64 (48 significant bits, no underflow), so the
+    only rounding is that of a sum of :math:`p + 2` terms, at most
+    :math:`(p + 2)2^{-53}S` (:attr:`scale` :math:`S`), whatever BLAS kernel
+    or block shape computes it (the float32 products of an earlier version
+    were 2^29 times coarser and depended on the block shape). Nothing of
+    size :math:`|C| \times n` is ever stored: :meth:`rows` computes the
+    requested candidates only, by blocks of :data:`CHUNK_ELEMENTS` values.
     """
 
     def __init__(self, Y, centers, power):
-        self.centers, self.power = np.asarray(centers, dtype=np.float32), power
+        centers = np.asarray(centers, dtype=np.float32)
+        # The candidates with their squared norms as a last coordinate (against a row of ones).
+        self.augmented = np.empty((len(centers), centers.shape[1] + 1))
+        self.centers, self.c_sq = self.augmented[:, :-1], self.augmented[:, -1]
+        self.centers[:] = centers
+        self.c_sq[:] = np.einsum("ij,ij->i", self.centers, self.centers)
+        self.power = power
         self.scaled_t = np.empty((Y.shape[1], len(Y)), dtype=np.float32)
-        self.y_sq = np.empty(len(Y), dtype=np.float32)
+        self.y_sq = np.empty(len(Y))
         for batch in _row_blocks(Y):
             block = np.asarray(Y[batch], dtype=np.float32)
-            self.scaled_t[:, batch] = -2.0 * block.T
+            self.scaled_t[:, batch] = -2.0 * block.T  # exact: a power of two
+            block = block.astype(np.float64)
             self.y_sq[batch] = np.einsum("ij,ij->i", block, block)
-        self.c_sq = np.einsum("ij,ij->i", self.centers, self.centers)
-        self.chunk = max(1, CHUNK_ELEMENTS // max(len(Y), 1))
         self.scale = (_norm_bound(self.c_sq, Y.shape[1]) + _norm_bound(self.y_sq, Y.shape[1]))**2
 
     def __len__(self):
@@ -594,21 +606,45 @@ class DistanceRows:
         return view
 
     def rows(self, index, points=slice(None)):
-        """``D[index, points]`` (all the points by default), float32."""
-        block = self.centers[index] @ self.scaled_t[:, points]
-        block += self.c_sq[index, None]
-        block += self.y_sq[None, points]
+        """``D[index, points]`` (all the points by default), float64, by blocks of points."""
+        scaled_t, y_sq = self.scaled_t[:, points], self.y_sq[points]
+        centers = self.augmented[index]
+        block = np.empty((len(centers), len(y_sq)))
+        for batch in _row_blocks(y_sq, width=len(scaled_t) + 1):
+            block[:, batch] = centers @ _with_ones(scaled_t[:, batch])
+        return self._finish(block, y_sq)
+
+    def _finish(self, block, y_sq):
+        r""":math:`\|c\|^2 - 2c\cdot y` (a block of products) to :math:`D`, in place."""
+        block += y_sq
         np.maximum(block, 0.0, out=block)
         return block if self.power == 2 else np.sqrt(block, out=block)
 
-    def nearest(self, index):
-        """For every point, the position in ``index`` of its nearest candidate, by blocks of points.
+    def column_blocks(self, index):
+        """``(columns, D[index, columns])`` for consecutive blocks of the points.
 
-        The argmin of :meth:`rows` without its ``len(index)`` x n array.
+        The blocks hold about :data:`_CACHED_ELEMENTS` values and are one
+        buffer, overwritten by the next block: :meth:`rows` by pieces, in
+        cache and without a new array per block.
         """
+        centers = self.augmented[index]
+        width = max(1, _CACHED_ELEMENTS // max(len(centers), len(self.augmented[0])))
+        width = min(width, max(len(self.y_sq), 1))
+        points = np.ones((len(self.scaled_t) + 1, width))
+        block = np.empty((len(centers), width))
+        for start in range(0, len(self.y_sq), width):
+            columns = slice(start, min(start + width, len(self.y_sq)))
+            size = columns.stop - start
+            points[:-1, :size] = self.scaled_t[:, columns]
+            out = block[:, :size]
+            np.matmul(centers, points[:, :size], out=out)
+            yield columns, self._finish(out, self.y_sq[columns])
+
+    def nearest(self, index):
+        """For every point, the position in ``index`` of its nearest candidate (argmin of :meth:`rows`)."""
         nearest = np.empty(len(self.y_sq), dtype=np.intp)
-        for batch in _row_blocks(nearest, width=len(index)):
-            nearest[batch] = _column_argmin(self.rows(index, batch))[0]
+        for columns, block in self.column_blocks(index):
+            nearest[columns] = _column_argmin(block)[0]
         return nearest
 
     def dominated(self, starts, slots, groups):
@@ -629,50 +665,42 @@ class DistanceRows:
         - 2y\cdot(c - z)` is affine in y, so on the ball :math:`B(\mu_g,
         R_g)` around the group's mean that holds its points it is at least
         :math:`\|c\|^2 - \|z\|^2 - 2\mu_g\cdot(c - z) - 2R_g\|c - z\|`
-        (computed in float64 from the stored float32 points and centres).
-        The test asks that lower bound to be at least the margin
-        :math:`m = (8(p + 4)u + 2^{-30})S`, with :math:`u = 2^{-24}` and
-        :math:`S` :attr:`scale`, a bound on every :math:`(\|c\| +
-        \|y\|)^2`.
+        (computed in float64 from the stored points and centres). The test
+        asks that lower bound to be at least the margin :math:`m = 32(p +
+        8)uS`, with :math:`u = 2^{-53}` and :math:`S` :attr:`scale`, a bound
+        on every :math:`(\|c\| + \|y\|)^2`.
 
-        **Why the computed values agree.** The float32 distances of
-        :meth:`rows` (and the k-means form of :meth:`group_sums`) are
-        :math:`\|c\|^2 - 2c\cdot y + \|y\|^2` with errors at most
-        :math:`(2\gamma_{p+1} + 2\gamma_p + 5u)S` on either side
+        **Why the computed values agree.** The products being exact, the
+        distances of :meth:`rows` (and the k-means form of
+        :meth:`group_sums`) are :math:`\|c\|^2 - 2c\cdot y + \|y\|^2` with
+        errors at most :math:`(\gamma_p + 2u)S` on either side
         (:math:`\gamma_n = nu/(1 - nu)`, any summation order, FMA or not),
-        so a margin of :math:`8(p + 4)uS` makes the computed distance to c at
-        least the computed bound on every point: the minimum the per-point
-        sum would take is the bound, bit for bit (:math:`2^{-30}S` covers
-        the float64 rounding of the test). A point's term in the loss is
-        therefore the same function of that point whether or not its group
-        is skipped, and the swap scores keep their sensitivity
-        (:func:`private_local_swap`); only the order of the float64
-        additions differs.
+        and the k-means form compares :math:`\|c\|^2 - 2c\cdot y` with
+        :math:`\mathrm{fl}(b - \|y\|^2)`: together at most :math:`(3\gamma_p
+        + 5u)S`. The test's own float64 evaluation errs by less than
+        :math:`(p + 10)u\cdot 4S`, so the margin makes the computed distance to
+        c at least the computed bound on every point: the minimum the
+        per-point sum would take is the bound, bit for bit (for k-median,
+        both sides are square roots of such values, and the correctly
+        rounded square root keeps the order). A point's term in the loss is
+        the bound whether or not its group is skipped, so the swap scores
+        keep their sensitivity (:func:`private_local_swap`); what the other
+        rows decide is only which terms are computed, and a computed term's
+        rounding, at most :math:`(p + 2)uS`.
 
         On separated data almost every (candidate, group) pair is skipped:
         candidates near another cluster are farther than that cluster's
         slot (issue #17).
         """
-        stops = np.append(starts[1:], len(self.y_sq))
-        centers = self.centers.astype(np.float64)
-        slot_centers = centers[np.asarray(slots)]
-        means = np.empty((len(starts), centers.shape[1]))
-        radii = np.empty(len(starts))
-        for g, (start, stop) in enumerate(zip(starts, stops)):
-            points = self.scaled_t[:, start:stop].astype(np.float64)
-            points *= -0.5  # the stored rows, exactly
-            means[g] = points.mean(axis=1)
-            points -= means[g][:, None]
-            radii[g] = math.sqrt(np.einsum("ij,ij->j", points, points).max())
-        radii *= 1.0 + 2.0**-40
-        margin = (8 * (centers.shape[1] + 4) * _FLOAT32_UNIT + 2.0**-30) * self.scale
-        c_sq = np.einsum("ij,ij->i", centers, centers)
-        mean_dots = means @ centers.T  # (groups, candidates)
-        near = np.zeros((len(starts), len(centers)), dtype=bool)
+        slot_centers = self.centers[np.asarray(slots)]
+        means, radii = self.group_balls(starts)
+        margin = 32 * (self.centers.shape[1] + 8) * _FLOAT64_UNIT * self.scale
+        mean_dots = means @ self.centers.T  # (groups, candidates)
+        near = np.zeros((len(starts), len(self.centers)), dtype=bool)
         second = np.zeros_like(near)
         for slot, z in enumerate(slot_centers):
-            gaps = np.linalg.norm(centers - z, axis=1)
-            lower = (c_sq - z @ z) - 2.0 * (mean_dots - (means @ z)[:, None])
+            gaps = np.linalg.norm(self.centers - z, axis=1)
+            lower = (self.c_sq - z @ z) - 2.0 * (mean_dots - (means @ z)[:, None])
             lower -= 2.0 * radii[:, None] * gaps
             farther = lower >= margin
             own = groups == slot
@@ -680,12 +708,29 @@ class DistanceRows:
             second[~own] |= farther[~own]
         return near.T, second.T
 
+    def group_balls(self, starts):
+        """Centre (mean) and radius of a ball holding each group of points (float64).
+
+        The radius is the largest computed distance to the mean, enlarged by
+        a relative :math:`2^{-40}` for its float64 rounding.
+        """
+        stops = np.append(starts[1:], len(self.y_sq))
+        means = np.empty((len(starts), len(self.scaled_t)))
+        radii = np.empty(len(starts))
+        for g, (start, stop) in enumerate(zip(starts, stops)):
+            points = self.scaled_t[:, start:stop].astype(np.float64)
+            points *= -0.5  # the stored rows, exactly
+            means[g] = points.mean(axis=1)
+            points -= means[g][:, None]
+            radii[g] = math.sqrt(np.einsum("ij,ij->j", points, points).max())
+        return means, radii * (1.0 + 2.0**-40)
+
     def group_sums(self, starts, bounds, skips):
         r"""Per group of points, :math:`\sum_{i \in G_l} \min(D_{ci}, b_i)` for every candidate c.
 
         The groups are the runs of points beginning at ``starts``; one
         ``(n_candidates, len(starts))`` float64 array per bound ``b`` in
-        ``bounds`` (arrays over the points, float32). Where ``skip[c, l]``
+        ``bounds`` (arrays over the points). Where ``skip[c, l]``
         (one boolean array per bound, :meth:`dominated`) the minimum is the
         bound on every point, and the sum is the bound's; the other pairs
         are computed by blocks of candidates on the group's points. For
@@ -694,50 +739,58 @@ class DistanceRows:
         2c \cdot y_i, b_i - \|y_i\|^2)`, so a block is one matrix product
         (:math:`\|c\|^2` rides along as a last coordinate against a row of
         ones) and the norms are summed once per group: the same value up to
-        the float32 rounding of the distances (which the expanded form has
-        anyway) and without the clamp at 0.
+        the rounding of the distances (which the expanded form has anyway)
+        and without the clamp at 0.
         """
         stops = np.append(starts[1:], len(self.y_sq))
-        if self.power == 2:
-            centers = np.hstack([self.centers, self.c_sq[:, None]])
-            points = np.vstack([self.scaled_t, np.ones((1, len(self.y_sq)), dtype=np.float32)])
+        centers = self.augmented
+        if self.power == 2:  # compare c^2 - 2c.y with b - y^2: no pass to add y^2 and clamp
             bounds = [bound - self.y_sq for bound in bounds]
-
-            def block_of(index, group):
-                return centers[index] @ points[:, group]
-        else:
-            block_of = self.rows
-        sums = []
-        for bound, skip in zip(bounds, skips):
-            total = np.repeat(np.add.reduceat(bound, starts, dtype=np.float64)[None, :],
-                              len(self), axis=0)
-            for g, (start, stop) in enumerate(zip(starts, stops)):
-                group, computed = slice(start, stop), np.flatnonzero(~skip[:, g])
-                for batch in gen_batches(len(computed), max(1, CHUNK_ELEMENTS // (stop - start))):
-                    index = computed[batch]
-                    total[index, g] = np.minimum(block_of(index, group), bound[group]).sum(
-                        axis=1, dtype=np.float64)
-            sums.append(total)
+        sums = [np.repeat(np.add.reduceat(bound, starts)[None, :], len(self), axis=0)
+                for bound in bounds]
+        for g, (start, stop) in enumerate(zip(starts, stops)):
+            group = slice(start, stop)
+            points = _with_ones(self.scaled_t[:, group])
+            computed = np.flatnonzero(~np.logical_and.reduce([skip[:, g] for skip in skips]))
+            for batch in gen_batches(len(computed), max(1, CHUNK_ELEMENTS // (stop - start))):
+                index = computed[batch]
+                block = centers[index] @ points
+                if self.power != 2:
+                    block = self._finish(block, self.y_sq[group])
+                for total, bound, skip in zip(sums, bounds, skips):
+                    needed = ~skip[index, g]
+                    rows = block if needed.all() else block[needed]
+                    total[index[needed], g] = np.minimum(rows, bound[group]).sum(axis=1)
         if self.power == 2:
-            offset = np.add.reduceat(self.y_sq, starts, dtype=np.float64)
+            offset = np.add.reduceat(self.y_sq, starts)
             sums = [total + offset for total in sums]
         return sums
 
     def loss(self, slots):
         """:math:`L(Z) = \\sum_i \\min_j D[z_j, i]`."""
-        return float(self.rows(slots).min(axis=0).sum(dtype=np.float64))
+        return math.fsum(block.min(axis=0).sum() for _, block in self.column_blocks(slots))
 
 
 def _norm_bound(sq_norms, n_dims):
-    r"""An upper bound on the norms of vectors whose float32 squared norms are ``sq_norms``.
+    r"""An upper bound on the norms of float32 vectors whose float64 squared norms are ``sq_norms``.
 
-    A sum of ``n_dims`` squares in float32 is within :math:`\gamma_p \le 2pu`
-    of the exact value (relative, any order), so the exact squared norm is
-    at most the computed one over :math:`1 - 2(p + 1)u`.
+    The squares of float32 values are exact in float64, so a sum of
+    ``n_dims`` of them is within :math:`\gamma_p \le 2pu` of the exact value
+    (relative, any order; :math:`u = 2^{-53}`), and the exact squared norm
+    is at most the computed one over :math:`1 - 2(p + 1)u` (infinite, so
+    that nothing is skipped, past :math:`p \approx 2^{51}`).
     """
     if len(sq_norms) == 0:
         return 0.0
-    return math.sqrt(float(sq_norms.max()) / (1.0 - 2.0 * (n_dims + 1) * _FLOAT32_UNIT))
+    shrink = 1.0 - 2.0 * (n_dims + 1) * _FLOAT64_UNIT
+    return math.sqrt(float(sq_norms.max()) / shrink) if shrink > 0 else math.inf
+
+
+def _with_ones(scaled_t):
+    """The float32 columns ``scaled_t`` in float64, with a last row of ones."""
+    points = np.ones((len(scaled_t) + 1, scaled_t.shape[1]))
+    points[:-1] = scaled_t
+    return points
 
 
 def _column_argmin(block):
@@ -846,17 +899,20 @@ def slot_groups(distances, slots):
         Where each group of points with the same nearest slot begins.
     groups : ndarray
         The slot (position in ``slots``) of each group.
-    d1, d2 : ndarray of float32
+    d1, d2 : ndarray
         Per sorted point, the distance to its nearest and second-nearest slot
         (:math:`+\infty` when k = 1).
     """
-    slot_rows = distances.rows(slots)
-    nearest, d1 = _column_argmin(slot_rows)
-    slot_rows[nearest, np.arange(len(nearest))] = np.inf
-    d2 = slot_rows.min(axis=0)  # the second smallest (inf when k = 1)
-    del slot_rows
+    nearest = np.empty(len(distances.y_sq), dtype=np.intp)
+    d1, d2 = np.empty_like(distances.y_sq), np.empty_like(distances.y_sq)
+    for columns, slot_rows in distances.column_blocks(slots):
+        nearest[columns], d1[columns] = _column_argmin(slot_rows)
+        slot_rows[nearest[columns], np.arange(slot_rows.shape[1])] = np.inf
+        d2[columns] = slot_rows.min(axis=0)  # the second smallest (inf when k = 1)
     order = np.argsort(nearest.astype(np.int16 if len(slots) < 2**15 else np.intp), kind="stable")
-    groups, starts = np.unique(nearest[order], return_index=True)
+    counts = np.bincount(nearest, minlength=len(slots))
+    groups = np.flatnonzero(counts)
+    starts = (np.cumsum(counts) - counts)[groups]
     return distances.permuted(order), starts, groups, d1[order], d2[order]
 
 
