@@ -264,8 +264,10 @@ def test_swap_losses_match_naive_reference(power, slots, monkeypatch):
     rng = np.random.default_rng(0)
     Y, C = rng.standard_normal((80, 3)), rng.standard_normal((9, 3))
     got = hc.swap_losses(hc.DistanceRows(Y, C, power), np.array(slots))
-    expected = _naive_swap_losses(Y, C, np.array(slots), power)
-    np.testing.assert_allclose(got, expected, rtol=1e-5)
+    # The distances are those of the stored float32 points, computed in float64.
+    stored = [hc._float32_toward_zero(values).astype(np.float64) for values in (Y, C)]
+    expected = _naive_swap_losses(*stored, np.array(slots), power)
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
 
 
 def _near_tie_distances(power, seed):
@@ -306,6 +308,11 @@ def _near_tie_distances(power, seed):
     return hc.DistanceRows(Y, np.array(centers), power), np.array(slots)
 
 
+def _rows(distances, index):
+    """``D[index, :]``, every point (the blocks of ``column_blocks`` side by side)."""
+    return np.hstack([block.copy() for _, block in distances.column_blocks(index)])
+
+
 def _skip_violations(distances, slots):
     """Skipped (candidate, group) pairs where a computed distance falls inside the bound."""
     by_slot, starts, groups, d1, d2 = hc.slot_groups(distances, slots)
@@ -315,7 +322,7 @@ def _skip_violations(distances, slots):
         points = np.vstack([by_slot.scaled_t, np.ones(len(d1))])
         values, bounds = by_slot.augmented @ points, (d1 - by_slot.y_sq, d2 - by_slot.y_sq)
     else:
-        values, bounds = by_slot.rows(every), (d1, d2)
+        values, bounds = _rows(by_slot, every), (d1, d2)
     stops = np.append(starts[1:], len(d1))
     bad = 0
     for skip, bound in zip((near, second), bounds):
@@ -382,6 +389,75 @@ def test_swap_scores_move_by_at_most_the_sensitivity_when_a_neighbour_flips_skip
     diff = hc.swap_losses(base, slots) - hc.swap_losses(neighbour, slots)
     assert np.abs(diff).max() <= (2 * radius) ** power * (1 + 1e-9)
     assert np.any(_skips(base, slots) != _skips(neighbour, slots))  # the skips do change
+
+
+def test_swap_scores_of_neighbours_at_subnormal_float32_squares_differ_by_at_most_delta():
+    # Review of issue #17 (F1): with float32 products, 1000 rows at 0 and a public bound of
+    # 2^-74, a candidate's skip took the bound where the computed minimum was smaller: the
+    # replace-one neighbour (one row moved to the sphere) moved a score by 125 Delta.
+    unit = 2.0**-149  # float32's smallest subnormal
+    a, b, radius = np.sqrt(0.49 * unit), np.sqrt(0.90 * unit), 2.0**-74
+    centers, slots = np.array([[b, 0.0], [a, a], [0.0, -radius]]), np.array([0, 2])
+    Y = np.zeros((1000, 2))
+    other = Y.copy()
+    other[-1] = [radius, 0.0]
+    diff = (hc.swap_losses(hc.DistanceRows(Y, centers, 2), slots)
+            - hc.swap_losses(hc.DistanceRows(other, centers, 2), slots))
+    assert np.abs(diff).max() <= (2 * radius) ** 2 * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("power", [1, 2])
+def test_other_rows_terms_do_not_move_when_a_neighbour_changes_which_pairs_are_computed(power):
+    # Review of issue #17 (F2, R2-1): one row more re-batches the computed candidates of its
+    # group. With float32 (and, for k-median, BLAS) distances the terms of the other rows moved
+    # with the block shape (k-median, 2^16 rows: 5.7e-4 Delta, the square root of a rounding).
+    # Now a term is a function of its row: the score moves by the added row's term, up to the
+    # float64 rounding of the sums.
+    rng = np.random.default_rng(0)
+    y = (rng.standard_normal(6) * [3e3, 1e3, 10.0, 1.0, 0.1, 1e-3]).astype(np.float32)
+    y = y.astype(np.float64)  # full float32 mantissas at mixed magnitudes
+    near = y * (1 + 2.0**-10) + 1e-3 * rng.standard_normal((3, 6))
+    centers, slots = np.vstack([near, -y, y]), np.array([0, 3])
+    # The group's 4 computed candidates are one batch of 4, then batches of 3 and 1.
+    n_rows = (hc.CHUNK_ELEMENTS if power == 2 else hc._CACHED_ELEMENTS) // 4
+    losses = [hc.swap_losses(hc.DistanceRows(np.repeat(y[None], rows, axis=0), centers, power),
+                             slots) for rows in (n_rows, n_rows + 1)]
+    stored = hc._float32_toward_zero(centers).astype(np.float64)
+    own = np.array([[min(np.linalg.norm(y - stored[z]) ** power for z in (c, slots[1 - j]))
+                     for j in range(2)] for c in range(len(centers))])
+    scale = hc.DistanceRows(y[None], centers, power).scale
+    assert np.abs(losses[1] - losses[0] - own).max() <= n_rows * 8 * 2.0**-53 * scale
+
+
+@pytest.mark.parametrize("power", [1, 2])
+def test_a_row_clipped_to_the_sphere_adds_at_most_delta(power):
+    # Review of issue #17 (R2-2): rounding a clipped row to the nearest float32 could put it
+    # outside B(0, Lambda_p) (2^-24 relative) and its term above Delta; rounding toward 0 cannot.
+    rng = np.random.default_rng(0)
+    Y = hc._clip_in_place(rng.standard_normal((200_000, 6)) * 10, 1.0)
+    grew = np.linalg.norm(Y.astype(np.float32).astype(np.float64), axis=1)
+    y = Y[grew.argmax()]  # the row that nearest rounding pushes farthest out
+    assert grew.max() > 1 + 1e-8
+    base, centers = np.repeat(-y[None], 10, axis=0), np.vstack([-y, 0.5 * y])
+    diff = (hc.swap_losses(hc.DistanceRows(np.vstack([base, y]), centers, power), np.array([0]))
+            - hc.swap_losses(hc.DistanceRows(base, centers, power), np.array([0])))
+    assert np.abs(diff).max() <= 2.0 ** power * (1 + 1e-12)
+
+
+def test_k_median_distances_are_the_same_bits_in_any_block():
+    # A k-median term must be a function of its row and candidate (review of issue #17, R2-1):
+    # the element-wise distances do not depend on which candidates or points share a block.
+    rng = np.random.default_rng(0)
+    points = (rng.standard_normal((6, 500)) * 1e3).astype(np.float32)
+    centers = np.hstack([rng.standard_normal((7, 6)) * 1e3, np.zeros((7, 1))])
+    whole = hc._euclidean(centers, points, np.empty((7, 500)), np.empty((7, 500)))
+    for rows, columns in [(slice(2, 3), slice(None)), (slice(0, 5), slice(17, 18)),
+                          (slice(3, 7), slice(100, 331))]:
+        shape = (len(centers[rows]), len(points[0, columns]))
+        part = hc._euclidean(centers[rows], points[:, columns], np.empty(shape), np.empty(shape))
+        assert np.array_equal(part, whole[rows, columns])
+    exact = np.linalg.norm(centers[:, None, :6] + 0.5 * points.T[None].astype(float), axis=2)
+    np.testing.assert_allclose(whole, exact, rtol=1e-14)
 
 
 def _skips(distances, slots):
@@ -454,7 +530,7 @@ def test_swap_sample_keeps_rows_at_the_public_rate():
     kept = np.random.default_rng(2).random(20_000) < 1 / 8  # one public coin per row, q = 1/8
     assert abs(kept.sum() - 2_500) < 5 * math.sqrt(2_500 * 7 / 8)
     assert np.array_equal(sampled.y_sq, distances.y_sq[kept])
-    assert np.array_equal(sampled.rows(np.arange(5)), distances.rows(np.arange(5))[:, kept])
+    assert np.array_equal(_rows(sampled, np.arange(5)), _rows(distances, np.arange(5))[:, kept])
 
 
 def _sampled_swap_counts(last_row, sensitivity, seed, runs=6_000, epsilon=1.0):

@@ -273,8 +273,8 @@ def test_an_overflowing_data_bound_is_refused_before_any_randomness():
 @pytest.mark.filterwarnings("ignore:GridInitializer:UserWarning")  # the radius is vast on purpose
 @pytest.mark.parametrize("estimator, limit", [
     (PrivateStableKMeans(2), 1e100),
-    # The local search sums n float32 squared distances: sqrt(3.4e38 / (8 n)) at n = 4000.
-    (PrivateHighDimKMeans(2), math.sqrt(float(np.finfo(np.float32).max) / (8 * 4000))),
+    # The local search stores the points in float32: 3.4e38 / 4 (whatever n).
+    (PrivateHighDimKMeans(2), float(np.finfo(np.float32).max) / 4),
 ])
 def test_a_public_bound_whose_arithmetic_overflows_is_refused_before_any_randomness(estimator,
                                                                                     limit):
@@ -289,3 +289,11 @@ def test_a_public_bound_whose_arithmetic_overflows_is_refused_before_any_randomn
     with pytest.raises(ValueError, match=re.escape(f"data_radius is above {limit:.3g}")):
         estimator.set_params(data_radius=limit * 1.1).fit(X)
     assert len(accountant.ledger) == 1
+
+
+def test_the_high_dim_radius_limit_does_not_depend_on_the_number_of_rows():
+    # Under add/remove n is private: a limit that moved with n refused a fit on 1001 rows that
+    # it accepted on 1000 (review of issue #17, R2-4).
+    estimator = PrivateHighDimKMeans(2)
+    assert estimator._max_data_radius(1000) == estimator._max_data_radius(1001)
+    assert estimator._max_data_radius(1) == estimator._max_data_radius(10**12)

@@ -435,10 +435,14 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
         return plan
 
     def _max_data_radius(self, n_samples):
-        r"""The local search stores the points in float32: :math:`n` squared distances of up to
-        :math:`2\Lambda_p` stay within float32's range (a margin: they are summed in float64)."""
+        r"""The local search stores the points in float32: :math:`2\Lambda_p` must fit (any n).
+
+        The distances and their sums are float64 (:math:`(2\Lambda_p)^2 n`
+        stays finite below the shared :math:`10^{100}`); the limit does not
+        depend on the number of rows, which is private under add/remove.
+        """
         float32_max = float(np.finfo(np.float32).max)
-        return math.sqrt(float32_max / (8.0 * max(n_samples, 1))) / self.proj_clip_factor
+        return min(self._MAX_DATA_RADIUS, float32_max / (4.0 * self.proj_clip_factor))
 
     def _needs_radius(self, data):
         """Sparse recovery takes its bound from ``coord_bound`` (no private bound is needed)."""

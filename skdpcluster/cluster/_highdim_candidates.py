@@ -108,9 +108,10 @@ def projection_matrix(n_features, n_components, rng):
 
 
 
-def _row_blocks(rows, width=None):
-    """Slices of blocks of ``rows`` with about :data:`CHUNK_ELEMENTS` values each (none if empty).
+def _row_blocks(rows, width=None, elements=None):
+    """Slices of blocks of ``rows`` with about ``elements`` values each (none if empty).
 
+    ``elements`` defaults to :data:`CHUNK_ELEMENTS`.
     ``width``: values per row (default ``rows.shape[1]``). A Dask chunk may hold no rows
     (after a filter): scikit-learn's ``gen_batches`` refuses ``n=0``, which ended the private
     step of a high-dimensional fit after randomness was drawn.
@@ -118,7 +119,8 @@ def _row_blocks(rows, width=None):
     if len(rows) == 0:
         return []
     width = rows.shape[1] if width is None else width
-    return gen_batches(len(rows), max(1, CHUNK_ELEMENTS // max(width, 1)))
+    elements = CHUNK_ELEMENTS if elements is None else elements
+    return gen_batches(len(rows), max(1, elements // max(width, 1)))
 
 
 def project_with(X, matrix, clip_radius, row_map=None):
@@ -566,20 +568,28 @@ def initial_slots(candidates, n_clusters, init, rng):
 class DistanceRows:
     r"""Rows :math:`D[c, i] = \|y_i - C_c\|^{q}` (q = 2: k-means, 1: k-median), computed on demand.
 
-    The points and the candidates are stored rounded to float32 (half the
-    memory), and those values are the points and candidates of the
-    distances, which are computed in float64: a product of two float32
-    values is exact in float64 (48 significant bits, no underflow), so the
-    only rounding is that of a sum of :math:`p + 2` terms, at most
-    :math:`(p + 2)2^{-53}S` (:attr:`scale` :math:`S`), whatever BLAS kernel
-    or block shape computes it (the float32 products of an earlier version
-    were 2^29 times coarser and depended on the block shape). Nothing of
-    size :math:`|C| \times n` is ever stored: :meth:`rows` computes the
-    requested candidates only, by blocks of :data:`CHUNK_ELEMENTS` values.
+    The points and the candidates are stored rounded toward 0 to float32
+    (half the memory; toward 0, so that nothing leaves :math:`B(0,
+    \Lambda_p)`), and those values are the points and candidates of the
+    distances, which are computed in float64, where a product of two
+    float32 values is exact (48 significant bits, no underflow):
+
+    * k-means: :math:`\|c\|^2 - 2c\cdot y + \|y\|^2`, a matrix product per
+      block (the squared norms are computed once per point and candidate).
+      Its rounding, at most :math:`(p + 2)2^{-53}S` (:attr:`scale`
+      :math:`S`), can depend on the block's shape.
+    * k-median: :math:`\sqrt{\sum_j (c_j - y_j)^2}`, element-wise in a fixed
+      order (:func:`_euclidean`): a value is the same function of its
+      candidate and point in any block, with a relative error of at most
+      :math:`(p + 3)2^{-53}` (the square root of the expanded form would turn
+      a block-dependent rounding near 0 into its square root).
+
+    Nothing of size :math:`|C| \times n` is ever stored: :meth:`column_blocks`
+    computes the requested candidates by cache-sized blocks of points.
     """
 
     def __init__(self, Y, centers, power):
-        centers = np.asarray(centers, dtype=np.float32)
+        centers = _float32_toward_zero(np.asarray(centers, dtype=np.float64))
         # The candidates with their squared norms as a last coordinate (against a row of ones).
         self.augmented = np.empty((len(centers), centers.shape[1] + 1))
         self.centers, self.c_sq = self.augmented[:, :-1], self.augmented[:, -1]
@@ -588,8 +598,8 @@ class DistanceRows:
         self.power = power
         self.scaled_t = np.empty((Y.shape[1], len(Y)), dtype=np.float32)
         self.y_sq = np.empty(len(Y))
-        for batch in _row_blocks(Y):
-            block = np.asarray(Y[batch], dtype=np.float32)
+        for batch in _row_blocks(Y, elements=_CACHED_ELEMENTS):
+            block = _float32_toward_zero(np.asarray(Y[batch], dtype=np.float64))
             self.scaled_t[:, batch] = -2.0 * block.T  # exact: a power of two
             block = block.astype(np.float64)
             self.y_sq[batch] = np.einsum("ij,ij->i", block, block)
@@ -605,43 +615,36 @@ class DistanceRows:
                              y_sq=self.y_sq[order])
         return view
 
-    def rows(self, index, points=slice(None)):
-        """``D[index, points]`` (all the points by default), float64, by blocks of points."""
-        scaled_t, y_sq = self.scaled_t[:, points], self.y_sq[points]
-        centers = self.augmented[index]
-        block = np.empty((len(centers), len(y_sq)))
-        for batch in _row_blocks(y_sq, width=len(scaled_t) + 1):
-            block[:, batch] = centers @ _with_ones(scaled_t[:, batch])
-        return self._finish(block, y_sq)
-
     def _finish(self, block, y_sq):
-        r""":math:`\|c\|^2 - 2c\cdot y` (a block of products) to :math:`D`, in place."""
+        r"""Squared distances from :math:`\|c\|^2 - 2c\cdot y` (a block of products), in place."""
         block += y_sq
-        np.maximum(block, 0.0, out=block)
-        return block if self.power == 2 else np.sqrt(block, out=block)
+        return np.maximum(block, 0.0, out=block)
 
     def column_blocks(self, index):
         """``(columns, D[index, columns])`` for consecutive blocks of the points.
 
         The blocks hold about :data:`_CACHED_ELEMENTS` values and are one
-        buffer, overwritten by the next block: :meth:`rows` by pieces, in
+        buffer, overwritten by the next block: the distances by pieces, in
         cache and without a new array per block.
         """
         centers = self.augmented[index]
         width = max(1, _CACHED_ELEMENTS // max(len(centers), len(self.augmented[0])))
         width = min(width, max(len(self.y_sq), 1))
         points = np.ones((len(self.scaled_t) + 1, width))
-        block = np.empty((len(centers), width))
+        block, work = np.empty((len(centers), width)), np.empty((len(centers), width))
         for start in range(0, len(self.y_sq), width):
             columns = slice(start, min(start + width, len(self.y_sq)))
             size = columns.stop - start
-            points[:-1, :size] = self.scaled_t[:, columns]
             out = block[:, :size]
-            np.matmul(centers, points[:, :size], out=out)
-            yield columns, self._finish(out, self.y_sq[columns])
+            if self.power == 2:
+                points[:-1, :size] = self.scaled_t[:, columns]
+                np.matmul(centers, points[:, :size], out=out)
+                yield columns, self._finish(out, self.y_sq[columns])
+            else:
+                yield columns, _euclidean(centers, self.scaled_t[:, columns], out, work[:, :size])
 
     def nearest(self, index):
-        """For every point, the position in ``index`` of its nearest candidate (argmin of :meth:`rows`)."""
+        """For every point, the position in ``index`` of its nearest candidate (first on ties)."""
         nearest = np.empty(len(self.y_sq), dtype=np.intp)
         for columns, block in self.column_blocks(index):
             nearest[columns] = _column_argmin(block)[0]
@@ -671,22 +674,23 @@ class DistanceRows:
         on every :math:`(\|c\| + \|y\|)^2`.
 
         **Why the computed values agree.** The products being exact, the
-        distances of :meth:`rows` (and the k-means form of
-        :meth:`group_sums`) are :math:`\|c\|^2 - 2c\cdot y + \|y\|^2` with
+        k-means distances are :math:`\|c\|^2 - 2c\cdot y + \|y\|^2` with
         errors at most :math:`(\gamma_p + 2u)S` on either side
         (:math:`\gamma_n = nu/(1 - nu)`, any summation order, FMA or not),
-        and the k-means form compares :math:`\|c\|^2 - 2c\cdot y` with
-        :math:`\mathrm{fl}(b - \|y\|^2)`: together at most :math:`(3\gamma_p
-        + 5u)S`. The test's own float64 evaluation errs by less than
-        :math:`(p + 10)u\cdot 4S`, so the margin makes the computed distance to
-        c at least the computed bound on every point: the minimum the
-        per-point sum would take is the bound, bit for bit (for k-median,
-        both sides are square roots of such values, and the correctly
-        rounded square root keeps the order). A point's term in the loss is
-        the bound whether or not its group is skipped, so the swap scores
-        keep their sensitivity (:func:`private_local_swap`); what the other
-        rows decide is only which terms are computed, and a computed term's
-        rounding, at most :math:`(p + 2)uS`.
+        and the k-means form of :meth:`group_sums` compares :math:`\|c\|^2 -
+        2c\cdot y` with :math:`\mathrm{fl}(b - \|y\|^2)`: together at most
+        :math:`(3\gamma_p + 5u)S`. The k-median squares are within
+        :math:`(p + 3)uS` of the exact ones, and the correctly rounded square
+        root keeps their order. The test's own float64 evaluation errs by
+        less than :math:`(p + 10)u\cdot 4S`, so the margin (about 5 times the
+        sum of these) makes the computed distance to c at least the computed
+        bound on every point: the minimum the per-point sum would take is
+        the bound, bit for bit. A point's term in the loss is the bound
+        whether or not its group is skipped, so the swap scores keep their
+        sensitivity (:func:`private_local_swap`); what the other rows decide
+        is only which terms are computed: for k-median nothing else, for
+        k-means the block shape of a computed term, whose rounding is at most
+        :math:`(p + 2)uS`.
 
         On separated data almost every (candidate, group) pair is skipped:
         candidates near another cluster are farther than that cluster's
@@ -752,11 +756,17 @@ class DistanceRows:
             group = slice(start, stop)
             points = _with_ones(self.scaled_t[:, group])
             computed = np.flatnonzero(~np.logical_and.reduce([skip[:, g] for skip in skips]))
-            for batch in gen_batches(len(computed), max(1, CHUNK_ELEMENTS // (stop - start))):
+            if not len(computed):  # gen_batches refuses 0 (every pair skipped: S = 0)
+                continue
+            block_elements = CHUNK_ELEMENTS if self.power == 2 else _CACHED_ELEMENTS
+            for batch in gen_batches(len(computed), max(1, block_elements // (stop - start))):
                 index = computed[batch]
-                block = centers[index] @ points
-                if self.power != 2:
-                    block = self._finish(block, self.y_sq[group])
+                if self.power == 2:
+                    block = centers[index] @ points
+                else:
+                    block = np.empty((len(index), stop - start))
+                    block = _euclidean(centers[index], self.scaled_t[:, group], block,
+                                       np.empty_like(block))
                 for total, bound, skip in zip(sums, bounds, skips):
                     needed = ~skip[index, g]
                     rows = block if needed.all() else block[needed]
@@ -784,6 +794,40 @@ def _norm_bound(sq_norms, n_dims):
         return 0.0
     shrink = 1.0 - 2.0 * (n_dims + 1) * _FLOAT64_UNIT
     return math.sqrt(float(sq_norms.max()) / shrink) if shrink > 0 else math.inf
+
+
+def _float32_toward_zero(values):
+    """``values`` in float32, each rounded toward zero: no coordinate, so no norm, grows.
+
+    Rounding to nearest could put a row clipped to :math:`B(0, \\Lambda_p)`
+    outside it by a relative :math:`2^{-24}`, and a term of the swap loss
+    above the sensitivity by as much.
+    """
+    rounded = values.astype(np.float32)
+    grew = np.abs(rounded) > np.abs(values)
+    bits = rounded.view(np.int32)  # sign and magnitude: one less is the next float toward 0
+    np.subtract(bits, grew, out=bits, casting="unsafe")
+    return rounded
+
+
+def _euclidean(centers, scaled_t, out, work):
+    r"""Distances of ``centers`` to the points :math:`y = -\tfrac12` ``scaled_t``, into ``out``.
+
+    Coordinate by coordinate, :math:`\sqrt{\sum_j (c_j - y_j)^2}`, with NumPy's
+    element-wise operations in a fixed order: a value is the same function of
+    its candidate and point wherever it sits in a block (a matrix product's
+    rounding depends on the block's shape, and a square root near 0 turns an
+    absolute error e of the square into :math:`\sqrt e`), and its relative
+    error is at most :math:`(p + 3)u`. ``centers`` may carry a last column
+    (the squared norm), which is not read.
+    """
+    for j in range(len(scaled_t)):
+        target = out if j == 0 else work
+        np.subtract(centers[:, j, None], scaled_t[j] * np.float32(-0.5), out=target)  # exact y_j
+        np.multiply(target, target, out=target)
+        if j:
+            out += work
+    return np.sqrt(out, out=out)
 
 
 def _with_ones(scaled_t):
