@@ -46,7 +46,7 @@ __all__ = [
     "swap_sample",
 ]
 
-#: Elements of one block of rows, or of candidate-to-point distances (2 MiB of float64).
+#: Elements of one block of rows (2 MiB of float64).
 CHUNK_ELEMENTS = 2**18
 #: At most this many empty cubes are activated per level; beyond it a uniform
 #: subset is kept (post-processing of the level's release, spec §5.3). Reached
@@ -54,8 +54,8 @@ CHUNK_ELEMENTS = 2**18
 MAX_EMPTY_ACTIVATIONS = 100_000
 #: Enumerate the children explicitly when there are at most this many.
 _ENUMERATE_CHILDREN = 2**16
-#: Values of one block of distances that stays in a core's cache (512 KiB of float64).
-_CACHED_ELEMENTS = 2**16
+#: Values of one block of distances that stays in a core's cache (256 KiB of float64).
+_CACHED_ELEMENTS = 2**15
 #: Expected number of rows the local search scores (:func:`swap_sample`).
 SWAP_SAMPLE_ROWS = 2**16
 #: Restarts of the k-means on the (small) weighted candidate set.
@@ -631,7 +631,8 @@ class DistanceRows:
         width = max(1, _CACHED_ELEMENTS // max(len(centers), len(self.augmented[0])))
         width = min(width, max(len(self.y_sq), 1))
         points = np.ones((len(self.scaled_t) + 1, width))
-        block, work = np.empty((len(centers), width)), np.empty((len(centers), width))
+        block = np.empty((len(centers), width))
+        work = np.empty_like(block) if self.power != 2 else None
         for start in range(0, len(self.y_sq), width):
             columns = slice(start, min(start + width, len(self.y_sq)))
             size = columns.stop - start
@@ -758,8 +759,7 @@ class DistanceRows:
             computed = np.flatnonzero(~np.logical_and.reduce([skip[:, g] for skip in skips]))
             if not len(computed):  # gen_batches refuses 0 (every pair skipped: S = 0)
                 continue
-            block_elements = CHUNK_ELEMENTS if self.power == 2 else _CACHED_ELEMENTS
-            for batch in gen_batches(len(computed), max(1, block_elements // (stop - start))):
+            for batch in gen_batches(len(computed), max(1, _CACHED_ELEMENTS // (stop - start))):
                 index = computed[batch]
                 if self.power == 2:
                     block = centers[index] @ points
@@ -767,10 +767,15 @@ class DistanceRows:
                     block = np.empty((len(index), stop - start))
                     block = _euclidean(centers[index], self.scaled_t[:, group], block,
                                        np.empty_like(block))
-                for total, bound, skip in zip(sums, bounds, skips):
+                for position, (total, bound, skip) in enumerate(zip(sums, bounds, skips)):
                     needed = ~skip[index, g]
-                    rows = block if needed.all() else block[needed]
-                    total[index[needed], g] = np.minimum(rows, bound[group]).sum(axis=1)
+                    if not needed.all():
+                        rows = block[needed]  # a copy
+                    elif position == len(sums) - 1:
+                        rows = block  # not read again: its minimum is taken in place
+                    else:
+                        rows = block.copy()
+                    total[index[needed], g] = np.minimum(rows, bound[group], out=rows).sum(axis=1)
         if self.power == 2:
             offset = np.add.reduceat(self.y_sq, starts)
             sums = [total + offset for total in sums]
