@@ -366,14 +366,38 @@ def test_a_skip_test_without_the_group_radius_is_caught(power, monkeypatch):
 
 
 @pytest.mark.parametrize("power", [1, 2])
-def test_swap_losses_with_skips_are_the_sums_without(power, monkeypatch):
-    distances, slots = _near_tie_distances(power, 0)
-    skipped = hc.swap_losses(distances, slots)
-    monkeypatch.setattr(hc.DistanceRows, "dominated", lambda self, starts, slots, groups: (
-        np.zeros((len(self), len(starts)), dtype=bool),) * 2)
-    # The same terms, added in another order: float64 rounding of sums of m terms <= S.
-    atol = len(distances.y_sq) * distances.scale * 2.0**-40
-    np.testing.assert_allclose(skipped, hc.swap_losses(distances, slots), rtol=0, atol=atol)
+def test_swap_losses_are_the_same_with_and_without_the_skip_test(power, monkeypatch):
+    # Whether a round tests for skippable pairs depends on the (random) sample size, and which
+    # pairs it skips on the other rows: the scores must not (review of issue #17, R3-F2: the
+    # skipped sums were added by reduceat, the computed ones by sum).
+    X = make_separated_mixture(20_000, 10, 20, separation=20, random_state=0)[0]
+    Y = hc.project_rows(X, 10, 80.0, np.random.default_rng(0))
+    rng = np.random.default_rng(1)
+    centers = np.vstack([Y[rng.choice(len(Y), 190, replace=False)], rng.uniform(-40, 40, (10, 10))])
+    distances, slots = hc.DistanceRows(Y, centers, power), np.arange(0, 100, 10)
+    assert _skips(distances, slots).mean() > 0.1  # the test does skip
+    skipping = hc.swap_losses(distances, slots)
+    monkeypatch.setattr(hc, "_SKIP_TEST_MIN_VALUES", np.inf)
+    computing = hc.swap_losses(distances, slots)
+    if power == 1:  # element-wise terms, added alike: the same bits
+        assert np.array_equal(skipping, computing)
+    else:  # matrix products: the block shape's rounding, at most (p + 2)uS a term
+        atol = len(Y) * 12 * 2.0**-53 * distances.scale
+        np.testing.assert_allclose(skipping, computing, rtol=0, atol=atol)
+
+
+def test_k_median_swap_losses_are_the_same_bits_in_any_blocks(monkeypatch):
+    # A k-median term is a function of its row (R2-1): cutting the points and the computed
+    # candidates in blocks of one changes no bit, with points on and next to the candidates
+    # (where a square root of the expanded form's rounding was largest).
+    rng = np.random.default_rng(0)
+    centers = rng.standard_normal((40, 6)) * [3e3, 1e3, 10.0, 1.0, 0.1, 1e-3]
+    Y = np.vstack([np.repeat(centers[:10], 50, axis=0),
+                   centers[rng.integers(40, size=500)] + 1e-6 * rng.standard_normal((500, 6))])
+    distances, slots = hc.DistanceRows(Y, centers, 1), np.arange(0, 40, 8)
+    default = hc.swap_losses(distances, slots)
+    monkeypatch.setattr(hc, "_CACHED_ELEMENTS", 1)
+    assert np.array_equal(default, hc.swap_losses(distances, slots))
 
 
 @pytest.mark.parametrize("power", [1, 2])
@@ -424,8 +448,8 @@ def test_other_rows_terms_do_not_move_when_a_neighbour_changes_which_pairs_are_c
     y = y.astype(np.float64)  # full float32 mantissas at mixed magnitudes
     near = y * (1 + 2.0**-10) + 1e-3 * rng.standard_normal((3, 6))
     centers, slots = np.vstack([near, -y, y]), np.array([0, 3])
-    # The group's 4 computed candidates are one batch of 4, then batches of 3 and 1.
-    n_rows = (hc.CHUNK_ELEMENTS if power == 2 else hc._CACHED_ELEMENTS) // 4
+    # The group's 5 computed candidates are batches of 4 and 1, then of 3 and 2.
+    n_rows = hc._CACHED_ELEMENTS // 4
     losses = [hc.swap_losses(hc.DistanceRows(np.repeat(y[None], rows, axis=0), centers, power),
                              slots) for rows in (n_rows, n_rows + 1)]
     stored = hc._float32_toward_zero(centers).astype(np.float64)

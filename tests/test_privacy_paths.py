@@ -295,5 +295,9 @@ def test_the_high_dim_radius_limit_does_not_depend_on_the_number_of_rows():
     # Under add/remove n is private: a limit that moved with n refused a fit on 1001 rows that
     # it accepted on 1000 (review of issue #17, R2-4).
     estimator = PrivateHighDimKMeans(2)
-    assert estimator._max_data_radius(1000) == estimator._max_data_radius(1001)
-    assert estimator._max_data_radius(1) == estimator._max_data_radius(10**12)
+    X = make_separated_mixture(1000, n_clusters=2, n_features=2, separation=20,
+                               random_state=0)[0]
+    radius = 0.99 * estimator._max_data_radius()
+    for rows in (X, np.vstack([X, X[:1]])):  # add/remove neighbours, the same public bound
+        assert estimator.set_params(data_radius=radius, random_state=0,
+                                    accountant=BudgetAccountant()).fit(rows).status_ == "success"

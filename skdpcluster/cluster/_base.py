@@ -428,7 +428,7 @@ class _PrivateFitMixin:
             proven private, and ``data_radius_`` is stored as ``nan``.
         """
         if self._public_radius_given():
-            return self._checked_radius(float(self.data_radius), X.shape[0]), {}
+            return self._checked_radius(float(self.data_radius)), {}
         reason = (
             f"{type(self).__name__}: data_radius={self.data_radius!r}, so the bound was computed "
             "from the data; the result is not differentially private with respect to it. Pass a "
@@ -438,7 +438,7 @@ class _PrivateFitMixin:
         warn_user(reason, PrivacyLeakWarning)
         with np.errstate(over="ignore"):
             radius = float(np.max(np.linalg.norm(X - center, axis=1))) or 1.0
-        return self._checked_radius(radius, X.shape[0]), {"data_radius_": reason}
+        return self._checked_radius(radius), {"data_radius_": reason}
 
     def _public_radius_given(self):
         """Whether ``data_radius`` is a number given by the user (not ``None`` or ``"data"``)."""
@@ -448,17 +448,17 @@ class _PrivateFitMixin:
     #: can overflow float64 (``(2 Lambda)^2 n`` must stay finite).
     _MAX_DATA_RADIUS = 1e100
 
-    def _max_data_radius(self, n_samples):
-        """The largest bound whose arithmetic cannot overflow (public: n is public)."""
+    def _max_data_radius(self):
+        """The largest bound whose arithmetic cannot overflow (the same for any number of rows)."""
         return self._MAX_DATA_RADIUS
 
-    def _checked_radius(self, radius, n_samples):
+    def _checked_radius(self, radius):
         """Refuse, before any randomness, a bound whose arithmetic would overflow.
 
         Inside the private step such an overflow would end the fit in an
         exception (or, with the safety net, in a charged failure).
         """
-        limit = self._max_data_radius(n_samples)
+        limit = self._max_data_radius()
         if not radius <= limit:
             source = ("data_radius" if self._public_radius_given()
                       else f"data_radius={self.data_radius!r}: the largest norm of X - data_center, which")

@@ -434,7 +434,7 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
             print(f"[{type(self).__name__}] plan: budget={budget}")
         return plan
 
-    def _max_data_radius(self, n_samples):
+    def _max_data_radius(self):
         r"""The local search stores the points in float32: :math:`2\Lambda_p` must fit (any n).
 
         The distances and their sums are float64 (:math:`(2\Lambda_p)^2 n`
@@ -458,7 +458,7 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
         sparse_radius = math.sqrt(self.sparsity) * float(self.coord_bound)
         if self.data_radius is not None:
             sparse_radius = min(sparse_radius, float(self.data_radius))
-        return self._checked_radius(sparse_radius, X.shape[0]), {}
+        return self._checked_radius(sparse_radius), {}
 
     # -- private part -------------------------------------------------------------------
     def _prepare(self, X, center, radius):

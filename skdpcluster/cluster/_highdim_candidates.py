@@ -754,8 +754,10 @@ class DistanceRows:
         centers = self.augmented
         if self.power == 2:  # compare c^2 - 2c.y with b - y^2: no pass to add y^2 and clamp
             bounds = [bound - self.y_sq for bound in bounds]
-        sums = [np.repeat(np.add.reduceat(bound, starts)[None, :], len(self), axis=0)
-                for bound in bounds]
+        # A skipped pair's sum: the bound's, added as a computed pair's terms are (``sum``, not
+        # ``reduceat``), so that skipping or not gives the same bits.
+        sums = [np.repeat([[bound[start:stop].sum() for start, stop in zip(starts, stops)]],
+                          len(self), axis=0) for bound in bounds]
         for g, (start, stop) in enumerate(zip(starts, stops)):
             group = slice(start, stop)
             points = _with_ones(self.scaled_t[:, group])

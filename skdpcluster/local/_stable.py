@@ -266,7 +266,7 @@ class LocalPrivateStableKMeans(_BasePrivateClusterer):
                 "local model every user clips its own row to that ball, and no party sees the "
                 "data to compute a bound. Pass data_radius=<a public bound on ||x - center||>.")
         center = self._resolve_center(X.shape[1])
-        radius = self._checked_radius(float(self.data_radius), X.shape[0])
+        radius = self._checked_radius(float(self.data_radius))
         groups = {"mean": 1.0} if self.n_clusters == 1 else self._groups()
         plan = PrivateFitPlan(
             (float(self.epsilon), float(self.delta)),
