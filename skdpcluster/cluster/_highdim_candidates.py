@@ -57,7 +57,7 @@ _ENUMERATE_CHILDREN = 2**16
 #: Values of one block of distances that stays in a core's cache (256 KiB of float64).
 _CACHED_ELEMENTS = 2**15
 #: Candidates x rows from which a swap round first tests which pairs it can skip: below, the
-#: test costs more than it saves (digits, 21 x 1797: 2.3 ms of a 22 ms fit).
+#: test costs more than the products it saves (small fits, such as digits' 21 x 1797).
 _SKIP_TEST_MIN_VALUES = 2**20
 #: Expected number of rows the local search scores (:func:`swap_sample`).
 SWAP_SAMPLE_ROWS = 2**16
@@ -760,10 +760,11 @@ class DistanceRows:
                           len(self), axis=0) for bound in bounds]
         for g, (start, stop) in enumerate(zip(starts, stops)):
             group = slice(start, stop)
-            points = _with_ones(self.scaled_t[:, group])
             computed = np.flatnonzero(~np.logical_and.reduce([skip[:, g] for skip in skips]))
             if not len(computed):  # gen_batches refuses 0 (every pair skipped: S = 0)
                 continue
+            if self.power == 2:
+                points = _with_ones(self.scaled_t[:, group])
             for batch in gen_batches(len(computed), max(1, _CACHED_ELEMENTS // (stop - start))):
                 index = computed[batch]
                 if self.power == 2:
@@ -928,9 +929,10 @@ def swap_losses(distances, slots):
     :math:`O(|C|\,n)` per call instead of the naive :math:`O(|C|\,k^2 n)`,
     and no loop over the points. The (candidate, group) pairs that
     :meth:`DistanceRows.dominated` proves far from the group add the sum of
-    the bound instead, the same terms (on separated data, almost all pairs:
-    a round took 28 ms before and 12 ms after at n = 10^5, d = 10, k = 10),
-    from :data:`_SKIP_TEST_MIN_VALUES` candidate-row pairs on.
+    the bound instead, the same terms (on separated data, almost all pairs;
+    ``python -m benchmarks.bench_scaling --quick``: the high-dimensional fit
+    at n = 10^5 went from 4.4 to 2.75 times ``KMeans``'s time), from
+    :data:`_SKIP_TEST_MIN_VALUES` candidate-row pairs on.
 
     Returns
     -------
