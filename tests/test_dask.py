@@ -126,6 +126,36 @@ def test_dask_fit_equals_in_memory_fit(mixture, estimator, data_radius):
     np.testing.assert_array_equal(labels.compute(), in_memory.labels_)
 
 
+def _overflow_raises(chunk):
+    return float(np.geterr()["over"] == "raise")
+
+
+def test_chunk_functions_compute_under_the_drivers_floating_point_handling(mixture):
+    # Dask's worker threads start from NumPy's default ("warn"), whatever a fit has set.
+    rows = DaskRows(da.from_array(mixture, chunks=(CHUNK_ROWS, -1)))
+    n_chunks = len(rows.chunk_rows)
+    with np.errstate(over="raise"):
+        assert rows.map_reduce(_overflow_raises) == n_chunks
+        assert sum(rows.map_chunks(lambda block: _overflow_raises(block), [()] * n_chunks)) == n_chunks
+        lazy = rows.map_rows(lambda block: np.full(len(block), _overflow_raises(block)))
+    assert float(lazy.sum().compute()) == len(mixture)
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_a_dask_fit_on_an_extreme_row_releases_the_same_under_any_floating_point_handling(mixture):
+    X = mixture.copy()
+    X[0] = 1e200
+    estimator = PrivateStableKMeans(4, random_state=0)
+    chunks = da.from_array(X, chunks=(CHUNK_ROWS, -1))
+    releases = []
+    for handling in ("ignore", "raise"):
+        with np.errstate(all=handling):
+            fitted = _fit(estimator, chunks)
+        assert fitted.status_ == "success" and fitted.privacy_spent_["proven"] is True
+        releases.append(fitted.cluster_centers_)
+    np.testing.assert_array_equal(*releases)
+
+
 def test_dask_fit_on_in_process_distributed_cluster(mixture):
     """The passes run as tasks of a distributed scheduler (threads of this process)."""
     distributed = pytest.importorskip("distributed")

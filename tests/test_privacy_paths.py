@@ -18,11 +18,17 @@ from sklearn.mixture import GaussianMixture
 
 from skdpcluster import (
     BudgetAccountant,
+    FederatedPrivateKMeans,
     KTupleClusterer,
     PrivateGaussianMixture,
     PrivateHighDimKMeans,
+    PrivateHighDimKMedian,
     PrivateStableKMeans,
+    PrivateStableKMedian,
+    SampleAggregateStableKMeans,
 )
+from skdpcluster.local import LocalPrivateStableKMeans
+from skdpcluster.preprocessing import PrivateStandardScaler
 from skdpcluster.ktuple._tuples import generate_tuples
 from skdpcluster.cluster._stable_init import GridInitializer
 from skdpcluster.datasets import make_separated_mixture
@@ -125,6 +131,7 @@ def test_ktuple_with_the_batched_kmeans_fits_on_overflowing_rows(easy):
     assert est.ell_ < 40 and est.status_ == "failure" and est.privacy_spent_["proven"]
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")
 @pytest.mark.parametrize("base", [None, GaussianMixture(n_components=2)])
 def test_gaussian_mixture_fits_on_extreme_rows(base):
     X = make_separated_mixture(100_000, n_clusters=2, n_features=3, separation=50,
@@ -138,6 +145,45 @@ def test_gaussian_mixture_fits_on_extreme_rows(base):
     assert extreme.status_ == clean.status_ == "success"
     # The extreme rows are clipped for the learner; the mixture is still the clean one.
     np.testing.assert_allclose(extreme.means_, clean.means_, atol=0.5)
+
+
+# Item 5: NumPy's floating-point reactions to an extreme row are not an output ----------------
+
+# Fits on these rows overflow on purpose (squared norms of 1e200 and 1e308); a separate
+# process-wide error state is set in each test.
+_FLOAT_ESTIMATORS = [
+    PrivateStableKMeans(4), PrivateStableKMedian(4), PrivateStableKMedian(1),
+    SampleAggregateStableKMeans(4), KTupleClusterer(4), KTupleClusterer(4, method="noisy_centers"),
+    PrivateGaussianMixture(4), PrivateHighDimKMeans(4), PrivateHighDimKMedian(4),
+    FederatedPrivateKMeans(4), PrivateStandardScaler(), LocalPrivateStableKMeans(4, data_radius=30.0),
+]
+
+
+def _release(estimator):
+    names = ["cluster_centers_", "means_", "covariances_", "mean_", "scale_"]
+    return [getattr(estimator, name) for name in names if getattr(estimator, name, None) is not None]
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+@pytest.mark.parametrize("estimator", _FLOAT_ESTIMATORS, ids=lambda e: repr(e))
+def test_an_extreme_row_gives_the_same_release_under_any_numpy_error_handling(estimator):
+    # Before the fix: RuntimeWarnings (overflow in the bounds' norms, the mixture's log
+    # densities, the nearest-centre products) for this X and not for its neighbour without
+    # the two rows, and under np.seterr(over="raise") a charged unproven failure.
+    X = make_separated_mixture(4000, n_clusters=4, n_features=2, separation=20,
+                               random_state=0)[0]
+    X[0], X[1] = 1e200, -HUGE
+    fits = []
+    for handling in ("ignore", "raise"):
+        with np.errstate(all=handling):
+            fits.append(clone(estimator).set_params(random_state=0,
+                                                    accountant=BudgetAccountant()).fit(X))
+    ignored, raised = fits
+    assert raised.privacy_spent_["proven"] is True
+    assert "private_step_failed" not in [event.mechanism for event in raised.privacy_ledger_]
+    assert raised.status_ == ignored.status_ != "failure"
+    for released, reference in zip(_release(raised), _release(ignored), strict=True):
+        np.testing.assert_array_equal(released, reference)
 
 
 # Item 5: the safety net of every private step -----------------------------------------------
@@ -257,6 +303,7 @@ def test_fit_tuples_with_averages_and_no_radius_is_unproven():
     assert np.isnan(est.data_radius_) and est.privacy_spent_["proven"] is False
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")
 def test_an_overflowing_data_bound_is_refused_before_any_randomness():
     X = np.array([[1e200, 0.0], [-1e200, 1.0]] * 2000)
     accountant = BudgetAccountant()

@@ -36,6 +36,19 @@ def test_ordered_map_raises_the_first_failing_item_in_the_caller():
         ordered_map(fail_on_two, range(5), 2)
 
 
+@pytest.mark.parametrize("handling", ["ignore", "raise"])
+def test_ordered_map_threads_compute_under_the_callers_floating_point_handling(handling):
+    # A worker thread starts from NumPy's default ("warn"): before the fix an overflow on
+    # a row in a pool thread warned (or did not raise) whatever the fit had set.
+    def over(item):
+        return np.geterr()["over"], threading.get_ident()
+
+    with np.errstate(over=handling):
+        results = ordered_map(over, range(4), 2)
+    assert [state for state, _ in results] == [handling] * 4
+    assert len({thread for _, thread in results} - {threading.get_ident()}) >= 1
+
+
 def test_fit_threads_follows_the_openmp_limits():
     assert fit_threads() >= 1
     with single_threaded():

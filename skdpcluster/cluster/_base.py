@@ -180,7 +180,7 @@ class _PrivateFitMixin:
         self : object
             Fitted estimator.
         """
-        with _restore_on_error(self):
+        with _fit_scope(self):
             _reject_fit_params(self, fit_params)
             X, dtype = self._validated_training_input(X)
             self._check_n_clusters()
@@ -653,17 +653,30 @@ def _nearest_index(X, centers):
     return pairwise_distances_argmin_min(X, centers)[0].astype(np.intp)
 
 
-class _restore_on_error:
-    """Context manager: on an exception, put the estimator's fitted attributes back as they were."""
+class _fit_scope:
+    """Context manager around a fit: NumPy's floating-point reactions off, state restored on error.
+
+    On an exception, the estimator's fitted attributes are put back as they
+    were. Inside, NumPy ignores floating-point conditions
+    (``np.errstate(all="ignore")``, carried to the fit's worker threads and
+    tasks by :mod:`skdpcluster.utils._errstate`): the fit handles an overflow
+    on an extreme row where it occurs (the row is beyond every radius, is
+    clipped, or costs the truncation value), and NumPy's ``RuntimeWarning``,
+    or under a caller's ``np.seterr(over="raise")`` its exception, would be
+    an output that depends on the data.
+    """
 
     def __init__(self, estimator):
         self.estimator = estimator
+        self.errstate = np.errstate(all="ignore")
 
     def __enter__(self):
         self.saved = {k: v for k, v in vars(self.estimator).items() if k.endswith("_")}
+        self.errstate.__enter__()
         return self
 
     def __exit__(self, exc_type, exc, tb):
+        self.errstate.__exit__(exc_type, exc, tb)
         if exc_type is not None:
             state = vars(self.estimator)
             for name in [k for k in state if k.endswith("_")]:

@@ -15,8 +15,8 @@ from skdpcluster.cluster._base import (
     PrivateFit,
     PrivateFitPlan,
     _BasePrivateClusterer,
+    _fit_scope,
     _reject_fit_params,
-    _restore_on_error,
 )
 from skdpcluster.cluster._federated_init import (
     DEFAULT_INIT_SPLIT,
@@ -379,7 +379,7 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
             The fitted estimator. Invalid input raises before anything is
             spent, and leaves a previous fit in place.
         """
-        with _restore_on_error(self):
+        with _fit_scope(self):
             _reject_fit_params(self, fit_params)
             data = self._validated_inputs(X, client_ids, X_server)
             self._warn_if_noise_dominates(*data.X.shape)

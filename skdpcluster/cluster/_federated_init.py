@@ -41,6 +41,7 @@ from skdpcluster.mechanisms import (
     laplace_mechanism,
 )
 from skdpcluster.utils._compat import single_threaded
+from skdpcluster.utils._errstate import in_caller_errstate
 
 __all__ = [
     "FederatedBudget",
@@ -364,6 +365,7 @@ class FederatedExecutor:
 
     def reduce(self, statistic, **broadcast):
         """One round: ``sum(statistic(shard, **broadcast) for shard in shards)``, as arrays."""
+        statistic = in_caller_errstate(statistic)
         if self._handles is not None:
             futures = self._client.map(_single_threaded, self._handles, statistic=statistic,
                                        pure=False, **broadcast)

@@ -1,6 +1,8 @@
 r"""KTupleClusterer: private k-tuple clustering (Cohen et al., ICML 2021) as a scikit-learn estimator."""
 
+import math
 import warnings
+from dataclasses import replace
 from functools import partial
 from numbers import Integral, Real
 
@@ -11,7 +13,7 @@ from sklearn.utils.validation import validate_data
 
 from skdpcluster.ktuple._tuples import allocate_blocks, generate_tuples_of_rows
 from skdpcluster.accountant import BudgetAccountant
-from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _BasePrivateClusterer, _restore_on_error
+from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _BasePrivateClusterer, _fit_scope
 from skdpcluster.cluster._cost_estimate import COST_KEYS, CostEstimateMixin
 from skdpcluster.cluster._one_cluster import R_MIN_FRACTION as DEFAULT_R_MIN_FRACTION
 from skdpcluster.cluster._one_cluster import fit_one_cluster, plan_one_cluster
@@ -159,8 +161,9 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
         :class:`~skdpcluster.PrivateStableKMeans` (on the same bound), run
         when the tuple path's private test fails (``status_="fallback"``).
         The share is decided from public values and charged whatever the
-        outcome (on success as an unused ``"fallback_share_unused"`` event),
-        so the charge never depends on the test. When ``n_samples`` is too
+        outcome (on success as an unused ``"fallback_share_unused"`` event,
+        after the fallback as one ``"fallback_share"`` event), so the charge
+        never depends on the test. When ``n_samples`` is too
         small for the tuple path at its share (a public fact), the whole
         budget goes to the fallback instead of raising
         :class:`~skdpcluster.InsufficientDataError`; ``fallback_info_``
@@ -629,7 +632,8 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
         phase("fallback")
         centers, fallback_events, fallback_status, proven = run_fallback(
             plan.values["fallback"], X, fallback_rng)
-        events = ([] if main is None else list(result.events)) + fallback_events
+        events = ([] if main is None else list(result.events)) + fallback_share_events(
+            plan.values["fallback"], fallback_events, "KTupleClusterer")
         info = {"reason": plan.values["fallback_reason"], "share": plan.values["fallback_share"],
                 "stable_status": fallback_status}
         attributes = {"labels_": self._training_labels(X, centers), "fallback_info_": info}
@@ -744,7 +748,7 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
         -------
         self : object
         """
-        with _restore_on_error(self):
+        with _fit_scope(self):
             super()._check_n_clusters()  # no fallback without rows: k >= 2
             tuples = np.asarray(tuples, dtype=np.float64)
             if tuples.ndim != 3 or tuples.shape[1] != self.n_clusters:
@@ -830,6 +834,31 @@ def unused_share_event(fallback, owner):
                         label=f"{owner}/fallback_share_unused",
                         details={"reason": "reserved for the fallback; charged whatever the "
                                            "outcome of the private test"})
+
+
+def fallback_share_events(fallback, events, owner):
+    """The fallback's events, charged as its whole reserved share: the charge of a success.
+
+    The fallback spends at most its share (its zCDP conversion keeps a safety
+    margin of :math:`10^{-10}`), so charging the share is an upper bound. Its
+    events stay in the ledger as records of cost 0 (their own ``epsilon`` and
+    ``delta`` in ``details``, ``"accounted_in"`` the share's event), and one
+    ``"fallback_share"`` event charges ``fallback.epsilon`` and
+    ``fallback.delta``: the same costs as :func:`unused_share_event` after a
+    success, so the charge is the same bits whatever the private test's
+    outcome.
+    """
+    label = f"{owner}/fallback_share"
+    records = [replace(event, epsilon=0.0, delta=0.0,
+                       details={**event.details, "epsilon": event.epsilon, "delta": event.delta,
+                                "accounted_in": label})
+               for event in events]
+    spent = (math.fsum(event.cost()[0] for event in events),
+             math.fsum(event.cost()[1] for event in events))
+    return records + [PrivacyEvent(
+        "fallback_share", float(fallback.epsilon), float(fallback.delta), label=label,
+        details={"reason": "reserved for the fallback and charged whole, as on success",
+                 "fallback_spent": spent})]
 
 
 class _GeneralMethodOnRows:

@@ -16,7 +16,8 @@ A chunk function has the signature ``func(chunk, *args)`` and returns an
 ndarray, a float or a tuple of them; results are added element-wise. A
 ``chunk`` is whatever the rows object's ``make_chunk`` builds from the raw
 block of rows (by default a :class:`RowChunk`, the block as float64 with its
-squared norms).
+squared norms). Chunk functions run under the driver's floating-point error
+handling (:func:`~skdpcluster.utils._errstate.in_caller_errstate`).
 
 Dask is optional: nothing here imports it unless the input is a Dask
 collection, which is recognised by its module name.
@@ -26,6 +27,8 @@ import copy
 import sys
 
 import numpy as np
+
+from skdpcluster.utils._errstate import in_caller_errstate
 
 __all__ = ["DaskRows", "InMemoryRows", "RowChunk", "as_rows", "chunk_generators",
            "is_dask_collection"]
@@ -152,9 +155,10 @@ class DaskRows:
         import dask
 
         blocks = self.array.to_delayed().ravel()
+        apply = in_caller_errstate(_apply)
         total = None
         for start in range(0, len(blocks), CHUNKS_PER_BATCH):
-            parts = [dask.delayed(_apply, pure=True)(block, self.make_chunk, func, args)
+            parts = [dask.delayed(apply, pure=True)(block, self.make_chunk, func, args)
                      for block in blocks[start:start + CHUNKS_PER_BATCH]]
             while len(parts) > 1:
                 paired = [dask.delayed(add_statistics, pure=True)(a, b)
@@ -214,6 +218,7 @@ class DaskRows:
         """
         import dask
 
+        func = in_caller_errstate(func)
         tasks = [dask.delayed(func, pure=True)(block, *args)
                  for block, args in zip(self.array.to_delayed().ravel(), per_chunk_args)
                  if args is not None]
@@ -224,6 +229,7 @@ class DaskRows:
 
         ``n_columns=None`` gives a 1-D result (one value per row).
         """
+        func = in_caller_errstate(func)
         if n_columns is None:
             return self.array.map_blocks(func, *args, drop_axis=1, dtype=dtype)
         return self.array.map_blocks(func, *args, chunks=(self.array.chunks[0], (n_columns,)),

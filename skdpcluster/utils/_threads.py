@@ -22,6 +22,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor, wait
 
 from skdpcluster.utils._compat import openmp_threads
+from skdpcluster.utils._errstate import in_caller_errstate
 
 __all__ = ["fit_threads", "ordered_map"]
 
@@ -68,12 +69,14 @@ def ordered_map(func, items, n_threads):
     would raise it; the items not yet started are cancelled and those running
     are waited for first, so nothing of the map runs on once the caller has
     the error. A forked child starts with no pool (the parent's threads are
-    not copied by ``fork``).
+    not copied by ``fork``). The threads compute under the caller's
+    floating-point error handling (:func:`~skdpcluster.utils._errstate.in_caller_errstate`).
     """
     items = list(items)
     nested = threading.current_thread().name.startswith(_THREAD_PREFIX)
     if n_threads <= 1 or len(items) <= 1 or nested:
         return [func(item) for item in items]
+    func = in_caller_errstate(func)
     futures = [_executor(min(n_threads, len(items))).submit(func, item) for item in items]
     try:
         return [future.result() for future in futures]
