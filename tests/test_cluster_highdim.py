@@ -749,6 +749,17 @@ def test_paper_profile_uses_the_papers_constants():
     assert rules["proj_dim"](3, 1000.0, 50, 0.1) == math.ceil(8 * math.log(1000))
 
 
+@pytest.mark.parametrize("cls", ESTIMATORS)
+def test_the_default_private_bound_keeps_the_fit_pure(cls):
+    # At d = 16 and 20000 rows the bound's centre is cheaper in zCDP; before the fix it took
+    # its share of delta (1e-7) from a fit documented as pure epsilon-DP.
+    X, _, _ = _mixture(20_000, 16, 3)
+    est = _fit(cls, X, n_clusters=3, data_radius=None)
+    assert est.privacy_spent_["delta"] == 0.0
+    assert all(e.cost()[1] == 0.0 for e in est.privacy_ledger_)
+    assert {"bounds/center", "bounds/radius"} <= {e.label for e in est.privacy_ledger_}
+
+
 @pytest.mark.parametrize("cls,params", [
     (PrivateHighDimKMeans, {"sum_mechanism": "gaussian"}),
     (PrivateHighDimKMedian, {"recovery": "one_median"}),

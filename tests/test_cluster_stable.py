@@ -152,6 +152,25 @@ def test_ledger_never_exceeds_the_request(Estimator, k, d, epsilon, params):
     assert acc.total()[0] <= epsilon * (1 + 1e-12)
 
 
+@pytest.mark.parametrize("Estimator, k, composite", [
+    (PrivateStableKMeans, 4, "zcdp_composition"),
+    (PrivateStableKMedian, 4, "zcdp_composition"),
+    (PrivateStableKMedian, 1, "private_one_median"),
+    (PrivateStableKMeans, 1, None),  # the private mean is not a zCDP mechanism
+])
+def test_privacy_spent_rho_is_the_rho_of_the_zcdp_composite(mixture, Estimator, k, composite):
+    # With the default private bound (data_radius=None), the bound's releases are charged in
+    # (epsilon, delta); before the fix their rho was added to the reported rho as well, and
+    # the k = 1 median reported none.
+    X = mixture[0]
+    est = Estimator(n_clusters=k, accountant=BudgetAccountant(), random_state=0).fit(X)
+    if composite is None:
+        assert "rho" not in est.privacy_spent_
+        return
+    (event,) = [e for e in est.privacy_ledger_ if e.mechanism == composite]
+    assert est.privacy_spent_["rho"] == event.rho
+
+
 def test_zcdp_budget_round_trip():
     for epsilon in (0.1, 1.0, 4.0):
         rho = zcdp_rho_for_dp(epsilon, 1e-6)

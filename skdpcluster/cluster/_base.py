@@ -87,7 +87,11 @@ class PrivateFitPlan:
 
 @dataclass
 class PrivateFit:
-    """What ``_fit_private`` returns: the release and its price."""
+    """What ``_fit_private`` returns: the release and its price.
+
+    ``rho`` is the zCDP of the releases the fit composed in zCDP (reported
+    as ``privacy_spent_["rho"]``), ``None`` when none were.
+    """
 
     centers: np.ndarray | None
     success: bool
@@ -482,8 +486,9 @@ class _PrivateFitMixin:
         """
         if not (self.data_radius is None and self._needs_radius(data)):
             return self._run(data, self._plan(data))
-        budget, center = plan_bounds(*self._bounds_rows(data).shape, self.epsilon, self.delta,
-                                     share=self._BOUNDS_SHARE, center=self.data_center)
+        budget, center = plan_bounds(*self._bounds_rows(data).shape, self.epsilon,
+                                     self._bounds_delta(), share=self._BOUNDS_SHARE,
+                                     center=self.data_center)
         inner = clone(self).set_params(epsilon=self.epsilon - budget.cost[0],
                                        delta=self.delta - budget.cost[1])
         costs = [self._plan_inner(inner, data, RADIUS_SAFETY * radius, center, quiet=True).cost
@@ -494,6 +499,10 @@ class _PrivateFitMixin:
 
     #: Share of (epsilon, delta) spent on the bound when ``data_radius=None``.
     _BOUNDS_SHARE = BOUNDS_SHARE
+
+    def _bounds_delta(self):
+        """The delta the bound may take its share of (a hook: a pure-DP fit gives none)."""
+        return self.delta
 
     def _needs_radius(self, data):
         """Whether the fit uses ``data_radius`` (a hook: k-tuple ``noisy_centers`` does not)."""
@@ -529,9 +538,9 @@ class _PrivateFitMixin:
         result = inner._fit_private(data, inner_plan, fit_rng)
         attributes = {**inner_plan.attributes, **result.attributes, "data_radius_": radius,
                       "data_center_": center}
-        rho = None if result.rho is None else result.rho + math.fsum(e.rho for e in events)
+        # ``rho`` stays the inner fit's zCDP composite: the bound is charged in (epsilon, delta).
         return PrivateFit(result.centers, result.success, events + list(result.events),
-                          proven=result.proven, attributes=attributes, rho=rho,
+                          proven=result.proven, attributes=attributes, rho=result.rho,
                           status=result.status)
 
 

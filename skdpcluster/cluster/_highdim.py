@@ -382,6 +382,10 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
     def _uses_delta(self):
         return self.sum_mechanism == "gaussian" or self.recovery == "one_median"
 
+    def _bounds_delta(self):
+        """Delta for the private bound only if the fit spends delta: the default stays pure DP."""
+        return self.delta if self._uses_delta() or self.n_clusters == 1 else 0.0
+
     def _check_options(self, n_features):
         """Combinations of parameters that the constraints cannot express."""
         if self.delta == 0 and self._uses_delta():
@@ -671,7 +675,10 @@ _SHARED_PARAMETERS = r"""
     delta : float, default=1e-6
         In (0, 1). Spent only by ``sum_mechanism="gaussian"`` (or the
         k-median ``recovery="one_median"``), which make the fit
-        (epsilon, delta)-DP; otherwise ``privacy_spent_["delta"]`` is 0.
+        (epsilon, delta)-DP, and by ``n_clusters=1`` (the private mean or
+        1-median of :mod:`skdpcluster.averaging`); otherwise
+        ``privacy_spent_["delta"]`` is 0, the private bound of
+        ``data_radius=None`` included.
     beta : float, default=0.05
         Failure probability of the utility analysis: the union bound behind
         ``gamma="auto"`` (expected number of activated empty cubes at most

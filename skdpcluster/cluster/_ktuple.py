@@ -260,7 +260,10 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
         is ``nan``) and ``privacy_spent_["proven"]`` is False. At most 1e100.
     privacy_spent_ : dict
         ``{"epsilon", "delta", "proven"}`` charged to the accountant; never
-        more than requested in the default modes.
+        more than requested in the default modes. Plus ``"rho"`` when the
+        released path composed its releases in zCDP (the
+        ``"located/zcdp_total"`` event's ``rho``, ``method="located"``
+        without a reserved fallback share).
     privacy_ledger_ : list of PrivacyEvent
         Every release and theorem-level cost of the fit.
     n_features_in_ : int

@@ -90,7 +90,8 @@ def fit_one_cluster(estimator, X, plan, rng):
     PrivateFit
         One centre (original coordinates), ``labels_`` all 0 (lazy on Dask
         rows), and the primitive's events labelled
-        ``"<Estimator>/private_average"`` or ``"<Estimator>/private_one_median"``.
+        ``"<Estimator>/private_average"`` or ``"<Estimator>/private_one_median"``;
+        ``rho`` the 1-median's zCDP (``None`` for the mean).
     """
     owner = type(estimator).__name__
     neighbouring = getattr(estimator, "neighbouring", "replace_one")
@@ -100,7 +101,9 @@ def fit_one_cluster(estimator, X, plan, rng):
     else:
         centre, events = _private_median(X, plan.values, estimator, neighbouring, rng)
     events = [event.with_label(f"{owner}/{event.mechanism}") for event in events]
-    return PrivateFit((centre + plan.values["center"])[None, :], True, events,
+    # The 1-median's steps are Gaussian releases: their zCDP is known (the mean's is not).
+    rho = events[-1].rho if plan.values["one_cluster"] == "median" else None
+    return PrivateFit((centre + plan.values["center"])[None, :], True, events, rho=rho,
                       attributes={"labels_": _one_cluster_labels(X)})
 
 

@@ -235,7 +235,8 @@ class SampleAggregateStableKMeans(PrivateStableKMeans):
         **Not private.**
     budget_ : dict
     privacy_spent_ : dict
-        ``{"epsilon", "delta", "rho", "proven"}``.
+        ``{"epsilon", "delta", "rho", "proven"}``, as for
+        :class:`PrivateStableKMeans` (no ``"rho"`` with ``n_clusters=1``).
     privacy_ledger_ : list of PrivacyEvent
     data_radius_ : float
     n_features_in_ : int

@@ -994,8 +994,12 @@ _SHARED_ATTRIBUTES = r"""
         The resolved budget split (public).
     privacy_spent_ : dict
         ``{"epsilon", "delta", "rho", "proven"}``: the (epsilon, delta)
-        guaranteed by the whole fit (never above the request) and the zCDP
-        ``rho`` of its zCDP part; charged once to the accountant.
+        guaranteed by the whole fit (never above the request), charged once
+        to the accountant, and the zCDP ``rho`` of the releases composed in
+        zCDP (the ``"zcdp_composition"`` event's; with ``n_clusters=1`` the
+        1-median's, and no ``"rho"`` for the private mean). The private
+        bound of ``data_radius=None`` and a k-tuple initializer are charged
+        in (epsilon, delta), outside ``rho``.
     privacy_ledger_ : list of PrivacyEvent
         Every release (zCDP releases carry their ``rho`` and zero
         (epsilon, delta)), followed by the composite ``"zcdp_composition"``
