@@ -5,6 +5,7 @@ import warnings
 
 import numpy as np
 import pytest
+from sklearn.base import clone
 from sklearn.cluster import KMeans
 
 from dp_stats import event_counts, mu_lower_bound
@@ -156,3 +157,21 @@ def test_public_heavy_cell_warning_comes_before_spending():
                                         accountant=accountant).fit(_benchmark_mixture(20_000))
     assert accountant.ledger == []
 
+
+
+def test_the_advice_for_a_fixed_number_of_chunks_is_more_chunks_not_more_rows():
+    # Before the fix, n_chunks=10 was told "about 254631 rows would help", and a fit on that
+    # many rows still had 10 chunks and the same warning.
+    auto = SampleAggregateStableKMeans(n_clusters=3, data_radius=20.0)
+    fixed = clone(auto).set_params(n_chunks=10)
+    rho_init = _sample_aggregate.plan_budget("zcdp", auto._fractions("zcdp", False), 1.0,
+                                             1e-6).initializer["rho"]
+    threshold, chunks, rows = auto._heavy_cell_need(2, rho_init)
+    assert chunks == math.ceil(_sample_aggregate.HEAVY_CELL_MARGIN * threshold)
+    assert rows == chunks * _sample_aggregate.ROWS_PER_CLUSTER * 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UtilityWarning)
+        auto._warn_if_noise_dominates(rows, 2)  # "auto" at the suggested rows: enough chunks
+    with pytest.warns(UtilityWarning, match=rf"About {chunks} chunks would help.*"
+                                            rf"n_chunks='auto' with about {rows} rows"):
+        fixed._warn_if_noise_dominates(rows, 2)

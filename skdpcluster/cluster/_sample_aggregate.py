@@ -228,9 +228,11 @@ class SampleAggregateStableKMeans(PrivateStableKMeans):
         As in :class:`PrivateStableKMeans`, plus ``"heavy_cells_short"``
         (the released number of heavy cells of the aggregation is below
         ``n_clusters``: a :class:`~skdpcluster.UtilityWarning` was emitted)
-        and ``"rows_suggested"`` (public: rows at which the chunks would
-        clear the aggregation's noise threshold with a margin of
-        :data:`HEAVY_CELL_MARGIN`).
+        ``"chunks_suggested"`` (public: chunks that clear the aggregation's
+        noise threshold with a margin of :data:`HEAVY_CELL_MARGIN`) and
+        ``"rows_suggested"`` (public: rows at which ``n_chunks="auto"``
+        makes that many chunks; with an integer ``n_chunks`` more rows alone
+        do not help, more chunks do).
     labels_ : ndarray of shape (n_samples,)
         **Not private.**
     budget_ : dict
@@ -310,19 +312,36 @@ class SampleAggregateStableKMeans(PrivateStableKMeans):
 
     # -- honest utility signals -------------------------------------------------------
     def _heavy_cell_need(self, n_features, rho_init):
-        r"""Chunk centres a heavy cell needs, and rows that give each cluster that many (public).
+        r"""Chunk centres a heavy cell needs, and the chunks and rows that give it (public).
 
         Each chunk gives about one centre per cluster, so a cluster brings about
         T = ``n_chunks`` points to the aggregation's grid, whose noisy counts
         (budget :math:`\rho/k^2`, group privacy) must clear the threshold
-        :math:`\tau` of :meth:`GridInitializer.heavy_cell_threshold`. With
-        ``n_chunks="auto"`` (:math:`T = n/(50k)`) that is at least
-        :math:`50k\tau` rows; the suggestion is :data:`HEAVY_CELL_MARGIN` times that.
+        :math:`\tau` of :meth:`GridInitializer.heavy_cell_threshold`. The
+        suggestion is :data:`HEAVY_CELL_MARGIN` times that many chunks, and the
+        rows at which ``n_chunks="auto"`` (:math:`T = n/(50k)`) makes them.
+
+        Returns
+        -------
+        threshold : float
+        chunks : int
+            Chunks suggested, :math:`\lceil 2\tau\rceil`.
+        rows : int
+            Rows suggested: ``chunks`` chunks of :data:`ROWS_PER_CLUSTER` rows per cluster.
         """
         threshold = GridInitializer().heavy_cell_threshold(
             n_features, rho_init / _group_factor(self.n_clusters), self.neighbouring)
-        rows = HEAVY_CELL_MARGIN * ROWS_PER_CLUSTER * self.n_clusters * threshold
-        return threshold, math.ceil(rows)
+        chunks = math.ceil(HEAVY_CELL_MARGIN * threshold)
+        return threshold, chunks, chunks * ROWS_PER_CLUSTER * self.n_clusters
+
+    def _what_would_help(self, chunks, rows):
+        """The advice of the utility warnings: more rows with ``"auto"`` chunks, else more chunks."""
+        if self.n_chunks == "auto":
+            return f"About {rows} rows (or a larger epsilon) would help"
+        return (f"About {chunks} chunks would help (n_chunks={self.n_chunks} fixes their number "
+                f"whatever the rows): n_chunks='auto' with about {rows} rows, or "
+                f"n_chunks={chunks} if every chunk keeps about "
+                f"{ROWS_PER_CLUSTER * self.n_clusters} rows (or a larger epsilon)")
 
     def _warn_if_noise_dominates(self, n_samples, n_features):
         """Also warn, before spending, when the chunks are too few for any heavy cell (public)."""
@@ -331,7 +350,7 @@ class SampleAggregateStableKMeans(PrivateStableKMeans):
             return
         fractions = self._fractions("zcdp", False)
         rho_init = plan_budget("zcdp", fractions, self.epsilon, self.delta).initializer["rho"]
-        threshold, rows = self._heavy_cell_need(n_features, rho_init)
+        threshold, chunks, rows = self._heavy_cell_need(n_features, rho_init)
         n_chunks = SampleAggregateInitializer(self.n_chunks).resolved_chunks(n_samples,
                                                                             self.n_clusters)
         if n_chunks < threshold:
@@ -341,17 +360,18 @@ class SampleAggregateStableKMeans(PrivateStableKMeans):
                 f"{threshold:.0f} a grid cell of the private aggregation needs to clear its "
                 f"noise (epsilon={self.epsilon}, group privacy over {self.n_clusters} centres "
                 "per chunk; a public estimate): the initial centres are likely to be filler "
-                f"points. About {rows} rows (or a larger epsilon) would help; "
-                "PrivateStableKMeans needs far fewer.", UtilityWarning)
+                f"points. {self._what_would_help(chunks, rows)}; "
+                "PrivateStableKMeans needs far fewer rows.", UtilityWarning)
 
     def _quality(self, start, chosen, values):
         """The stable ``quality_``, and a :class:`UtilityWarning` when the aggregation's released
         number of heavy cells is below ``n_clusters`` (post-processing: free)."""
         quality = super()._quality(start, chosen, values)
         n_heavy, info = quality["n_heavy_cells"], start["info"]
-        _, rows = self._heavy_cell_need(values["center"].size,
-                                        values["budget"].initializer["rho"])
-        quality.update(heavy_cells_short=n_heavy < self.n_clusters, rows_suggested=rows)
+        _, chunks, rows = self._heavy_cell_need(values["center"].size,
+                                                values["budget"].initializer["rho"])
+        quality.update(heavy_cells_short=n_heavy < self.n_clusters, chunks_suggested=chunks,
+                       rows_suggested=rows)
         if n_heavy < self.n_clusters:
             warn_user(
                 f"{type(self).__name__}: the private aggregation of the {info['n_chunks']} "
@@ -359,6 +379,6 @@ class SampleAggregateStableKMeans(PrivateStableKMeans):
                 f"{self.n_clusters} (a function of its released noisy counts), so "
                 f"{self.n_clusters - n_heavy} initial centres are filler points and the core "
                 "steps may not recover the clusters; status_ stays 'success' (the aggregation "
-                f"has no private test). About {rows} rows (or a larger epsilon) would help; "
-                "PrivateStableKMeans needs far fewer.", UtilityWarning)
+                f"has no private test). {self._what_would_help(chunks, rows)}; "
+                "PrivateStableKMeans needs far fewer rows.", UtilityWarning)
         return quality
