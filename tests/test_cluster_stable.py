@@ -883,3 +883,110 @@ def test_add_cell_sums_adds_the_blocks_of_cell_sums_in_any_chunking(n_cells):
             add_cell_sums(X[start:start + chunk], labels[start:start + chunk], sums, counts)
         np.testing.assert_array_equal(sums[:n_cells], expected)
         np.testing.assert_array_equal(counts[:n_cells], expected_counts)
+
+
+# Review R6a, F1: a row's cell, core membership and grid cell are functions of the row alone ---
+
+
+def _bisector_rows(n_rows, centers, seed=1):
+    """Rows within 1e-14 of the bisector of two centres: where a product's rounding decides."""
+    rng = np.random.default_rng(seed)
+    mid = (centers[0] + centers[1]) / 2
+    normal = (centers[1] - centers[0]) / np.linalg.norm(centers[1] - centers[0])
+    tangent = rng.standard_normal((n_rows, centers.shape[1])) * 5
+    tangent -= np.outer(tangent @ normal, normal)
+    return mid + tangent + np.outer(rng.uniform(-1, 1, n_rows) * 1e-14, normal)
+
+
+def _in_blocks(function, X, sizes):
+    """``function`` on consecutive slices of ``X`` of the given sizes (cycled), concatenated."""
+    parts, start, index = [], 0, 0
+    while start < len(X):
+        stop = start + sizes[index % len(sizes)]
+        parts.append(function(X[start:stop]))
+        start, index = stop, index + 1
+    return np.concatenate(parts)
+
+
+@pytest.mark.parametrize("sizes", [[1], [3], [2, 5, 4096]])
+def test_nearest_centre_labels_do_not_depend_on_the_rows_block(sizes):
+    # Before the fix 83 of 2000 rows near the bisector changed cell when computed alone
+    # (OpenBLAS computes the rows of a short block with other kernels): under add/remove one
+    # row less reshapes the last block and moves other rows between cells (L2 change sqrt(3)
+    # of counts calibrated to sensitivity 1).
+    from skdpcluster.cluster._stable_init import fixed_order_sq_distances, nearest_centers
+
+    rng = np.random.default_rng(1)
+    centers = np.vstack([rng.standard_normal((2, 10)) * 7.3, rng.standard_normal((4, 10)) * 30])
+    X = _bisector_rows(2000, centers)
+    labels, sq_distances = nearest_centers(X, centers)
+    blocked = _in_blocks(lambda rows: nearest_centers(rows, centers)[0], X, sizes)
+    np.testing.assert_array_equal(blocked, labels)
+    exact = fixed_order_sq_distances(X, centers)
+    np.testing.assert_array_equal(labels, exact.argmin(axis=1))
+    np.testing.assert_allclose(sq_distances, exact.min(axis=1), rtol=1e-13)
+
+
+@pytest.mark.parametrize("sizes", [[1], [3], [7, 4096]])
+def test_core_membership_does_not_depend_on_the_rows_block(sizes):
+    from skdpcluster.cluster._stable_init import (
+        fixed_order_sq_distances,
+        nearest_centers,
+        within_radii,
+    )
+
+    rng = np.random.default_rng(2)
+    centers = rng.standard_normal((3, 10)) * 20
+    radius = 4.0
+    directions = rng.standard_normal((3000, 10))
+    directions /= np.linalg.norm(directions, axis=1)[:, None]
+    # rows at the radius of centre 0, up to a few ulps: the product's rounding decides
+    X = centers[0] + directions * radius * (1 + rng.uniform(-1, 1, (3000, 1)) * 1e-15)
+
+    def inside(rows):
+        labels, sq_distances = nearest_centers(rows, centers)
+        return within_radii(rows, centers, labels, sq_distances, np.full(len(rows), radius**2),
+                            np.einsum("ij,ij->i", rows, rows))
+
+    expected = fixed_order_sq_distances(X, centers, np.zeros(len(X), dtype=np.intp)) <= radius**2
+    np.testing.assert_array_equal(inside(X), expected)
+    np.testing.assert_array_equal(_in_blocks(inside, X, sizes), expected)
+
+
+def test_grid_cells_do_not_depend_on_the_rows_block():
+    from skdpcluster.cluster._stable_init import _cell_indices, _fixed_order_projection
+
+    rng = np.random.default_rng(3)
+    radius, g = 3.0, 32
+    basis = np.linalg.qr(rng.normal(size=(10, 3)))[0]
+    shift = rng.uniform(0.0, radius, size=3)
+    width = 2.0 * radius / g
+    # rows whose first projected coordinate is a cell boundary up to a few ulps
+    X = rng.normal(size=(3000, 10))
+    X *= np.minimum(1.0, 0.5 * radius / np.linalg.norm(X, axis=1))[:, None]
+    projected = X @ basis
+    boundary = (np.round((projected[:, 0] + radius + shift[0]) / width) * width
+                - radius - shift[0])
+    X += np.outer(boundary - projected[:, 0], basis[:, 0])
+    expected = GridInitializer._cell_index(_fixed_order_projection(X, basis), g, radius, shift)
+    for sizes in ([1], [3], [5, 4096]):
+        cells = _in_blocks(lambda rows: _cell_indices(rows, basis, g, radius, shift), X, sizes)
+        np.testing.assert_array_equal(cells, expected)
+
+
+def test_k_median_selection_costs_rows_at_a_centre_their_own_distance():
+    # A row 1e-9 from a centre costs about 3e-9: the square root of the matrix product's
+    # rounding near 0 (about 1e-7 of the scale per row, and a function of the row's block)
+    # would add up over such rows (review R2-1, here for the stable k-median).
+    from skdpcluster.cluster._stable import _truncated_costs
+
+    rng = np.random.default_rng(4)
+    centers = rng.standard_normal((3, 10)) * 7
+    others = centers[rng.integers(3, size=500)] + rng.standard_normal((500, 10))
+    near = centers[0] + rng.standard_normal((4000, 10)) * 1e-9
+    X = np.vstack([near, others])
+    data = _ClippedData.from_rows(X, np.zeros(10), 100.0)
+    expected = math.fsum(np.minimum(np.sqrt(np.min(
+        ((X[:, None, :] - centers[None]) ** 2).sum(axis=-1), axis=1)), 5.0))
+    (cost,) = _truncated_costs(data, (centers,), 5.0, 1)
+    assert cost == pytest.approx(expected, rel=1e-12, abs=0)

@@ -45,7 +45,7 @@ from skdpcluster.cluster._highdim_recovery import (
     sparsify_rows,
 )
 from skdpcluster.cluster._one_cluster import fit_one_cluster, plan_one_cluster
-from skdpcluster.cluster._stable_init import cell_sums, nearest_centers
+from skdpcluster.cluster._stable_init import cell_sums, nearest_centers, nearest_costs
 from skdpcluster.mechanisms import exponential_mechanism
 from skdpcluster.utils import check_random_state
 from skdpcluster.utils._compat import Interval, StrOptions, single_threaded
@@ -249,7 +249,8 @@ class _Data:
 
     def costs(self, center_sets, power):
         r""":math:`\sum_i \min_j \|x_i - z_j\|^q` of every set of centres."""
-        return [float(np.sum(nearest_centers(self.X, centers, self.sq_norms)[1] ** (power / 2.0)))
+        return [float(np.sum(nearest_costs(self.X, centers, power,
+                                           nearest_centers(self.X, centers, self.sq_norms))))
                 for centers in center_sets]
 
     def training_labels(self, centers):

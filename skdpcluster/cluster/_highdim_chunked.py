@@ -47,7 +47,7 @@ from skdpcluster.cluster._highdim_candidates import (
     project_with,
     release_level,
 )
-from skdpcluster.cluster._stable_init import cell_sums, nearest_centers
+from skdpcluster.cluster._stable_init import cell_sums, nearest_centers, nearest_costs
 from skdpcluster.utils._data import chunk_generators
 
 __all__ = ["CellCounts", "ChunkedData", "ProjectedChunks"]
@@ -207,7 +207,8 @@ def _chunk_cluster_sums(chunk, row_map, labeler, n_clusters):
 def _chunk_costs(chunk, row_map, center_sets, power):
     mapped = row_map(chunk.X)
     sq_norms = np.einsum("ij,ij->i", mapped, mapped)
-    return np.array([float(np.sum(nearest_centers(mapped, centers, sq_norms)[1] ** (power / 2.0)))
+    return np.array([float(np.sum(nearest_costs(mapped, centers, power,
+                                                nearest_centers(mapped, centers, sq_norms))))
                      for centers in center_sets])
 
 

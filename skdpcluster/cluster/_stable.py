@@ -42,8 +42,10 @@ from skdpcluster.cluster._stable_init import (
     center_gaps,
     lloyd_step,
     nearest_centers,
+    nearest_costs,
     noisy_cell_sums,
     random_ball_points,
+    within_radii,
 )
 from skdpcluster.exceptions import PrivacyAccountingError
 from skdpcluster.mechanisms import (
@@ -720,13 +722,11 @@ def _median_cells(chunk, initial, compact):
 
 
 def _truncated_costs(chunk, candidates, tau, power):
-    r""":math:`\sum_x \min(\mathrm{cost}_x(C), \tau)` of a chunk's rows for every candidate C."""
-    costs = []
-    for centers in candidates:
-        sq_distances = chunk.assign(centers)[1]
-        point_costs = sq_distances if power == 2 else np.sqrt(sq_distances)
-        costs.append(np.sum(np.minimum(point_costs, tau)))
-    return np.array(costs)
+    r""":math:`\sum_x \min(\mathrm{cost}_x(C), \tau)` of a chunk's rows for every candidate C
+    (each row's cost by :func:`~skdpcluster.cluster._stable_init.nearest_costs`)."""
+    return np.array([
+        np.sum(np.minimum(nearest_costs(chunk.X, centers, power, chunk.assign(centers)), tau))
+        for centers in candidates])
 
 
 def _unused_budget_events(privacy_model, events, budget):
@@ -805,7 +805,8 @@ def core_statistics(data, centers, radius_factor, max_radii=None):
 def _core_sums(chunk, centers, radii):
     """Sums and counts of a chunk's rows per core (within ``radii`` of their nearest centre)."""
     labels, sq_distances = chunk.assign(centers)
-    inside = (radii[labels] > 0) & (sq_distances <= radii[labels] ** 2)
+    inside = (radii[labels] > 0) & within_radii(chunk.X, centers, labels, sq_distances,
+                                                radii[labels] ** 2, chunk.sq_norms)
     return cell_sums(chunk.X, np.where(inside, labels, len(centers)), len(centers))
 
 

@@ -64,10 +64,14 @@ __all__ = [
     "PublicCenters",
     "add_cell_sums",
     "cell_sum_terms",
+    "fixed_order_sq_distances",
     "lloyd_step",
     "nearest_centers",
+    "nearest_costs",
     "noisy_cell_sums",
     "random_ball_points",
+    "rounding_margin",
+    "within_radii",
 ]
 
 #: Rows per block of a distance computation: small blocks stay in cache and keep BLAS
@@ -98,7 +102,30 @@ def nearest_centers(X, centers, sq_norms=None):
     r"""Index of the nearest centre of every row and the squared distance to it.
 
     Computed in blocks of :data:`CHUNK_ROWS` rows as
-    :math:`\|x\|^2 - 2 x \cdot c + \|c\|^2`, clamped at 0 (spec §9.11).
+    :math:`\|x\|^2 - 2 x \cdot c + \|c\|^2` by a matrix product, clamped at
+    0 (spec §9.11).
+
+    **The label is a function of the row alone** (and of the centres), never
+    of the block it is computed in: a matrix product's rounding depends on
+    the block's shape and on the row's place in it, so under add/remove
+    (one row less moves every later row in its block) a row near a Voronoi
+    boundary could change cell, and a release of per-cell sums and counts
+    change by more than its sensitivity (review R6a, F1). Let
+    :math:`D_j = \|x - c_j\|^2` exactly and :math:`F_j` its value computed
+    coordinate by coordinate in a fixed order (:func:`fixed_order_sq_distances`).
+    Both the block's values (up to the common shift :math:`\|x\|^2`) and
+    :math:`F_j` are within :math:`M/2` of :math:`D_j`, with
+    :math:`M = 4(d + 4)u(\|x\| + \max_j\|c_j\|)^2` (:math:`u = 2^{-53}`;
+    products and sums of :math:`d` terms, :math:`\gamma_d`-bounded). Where the
+    block's smallest value beats the second by more than :math:`2M` (tested
+    with a factor 4 of slack against the rounding of the test itself), its
+    index j* satisfies :math:`F_{j} - F_{j^*} > 0` for every other j, so it is
+    the first index of the smallest :math:`F`; every other row is labelled
+    by that index directly. Either way the label is
+    :math:`\arg\min_j F_j` (first index on ties). The distances keep the
+    block's rounding (a relative :math:`M`: the summation-rounding class the
+    sensitivity arguments leave out); :func:`fixed_order_sq_distances` gives
+    a row's own value where a square root would magnify it.
 
     Returns
     -------
@@ -107,21 +134,123 @@ def nearest_centers(X, centers, sq_norms=None):
     """
     if sq_norms is None:
         sq_norms = np.einsum("ij,ij->i", X, X)
-    scaled = -2.0 * centers.T
+    scaled = -2.0 * centers
     center_sq = np.einsum("ij,ij->i", centers, centers)
+    margin = rounding_margin(X.shape[1])
+    center_norm = math.sqrt(float(center_sq.max(initial=0.0)))
     labels = np.empty(len(X), dtype=np.intp)
     sq_distances = np.empty(len(X))
-    block_rows = np.arange(min(len(X), CHUNK_ROWS))
+    exact = []
     for start in range(0, len(X), CHUNK_ROWS):
         rows = slice(start, start + CHUNK_ROWS)
-        block = X[rows] @ scaled
-        block += center_sq
-        block_labels = block.argmin(axis=1)
-        labels[rows] = block_labels
-        sq_distances[rows] = block[block_rows[:len(block)], block_labels]
+        block = scaled @ X[rows].T
+        block += center_sq[:, None]
+        labels[rows], sq_distances[rows], gaps = _smallest_two(block)
+        scale = np.sqrt(sq_norms[rows])
+        scale += center_norm
+        unsure = np.flatnonzero(gaps <= margin * scale * scale)
+        if len(unsure):
+            values = fixed_order_sq_distances(X[rows][unsure], centers)
+            unsure += start
+            labels[unsure] = values.argmin(axis=1)
+            exact.append((unsure, values.min(axis=1)))
     sq_distances += sq_norms
     np.maximum(sq_distances, 0.0, out=sq_distances)
+    for unsure, values in exact:
+        sq_distances[unsure] = values
     return labels, sq_distances
+
+
+def nearest_costs(X, centers, power, assignment):
+    r"""Every row's cost :math:`\min_j \|x - c_j\|^p` from ``assignment = nearest_centers(X, centers)``.
+
+    k-means (``power=2``): the squared distances as computed. k-median
+    (``power=1``): the square root of the row's
+    :func:`fixed_order_sq_distances` to its centre, a function of the row
+    alone: the square root would turn the matrix product's rounding near 0,
+    which depends on the row's block, into a term that moves by about
+    :math:`\sqrt{u}` times the scale (review R2-1 of the high-dimensional
+    estimators; under add/remove the same for every k-median cost here).
+    """
+    labels, sq_distances = assignment
+    if power == 2:
+        return sq_distances
+    return np.sqrt(fixed_order_sq_distances(X, centers, labels))
+
+
+def rounding_margin(n_features):
+    r"""Relative margin :math:`4M/(\|x\| + \max_j\|c_j\|)^2 = 16(d + 4)u` of the row-exact decisions.
+
+    A decision on a computed squared distance (which centre is nearest, is
+    the row inside a radius) is taken from the fast value only when that
+    value is farther than this margin times :math:`(\|x\| + \max_j
+    \|c_j\|)^2` from the threshold; otherwise from
+    :func:`fixed_order_sq_distances` (:func:`nearest_centers` gives the proof).
+    """
+    return 16.0 * (n_features + 4) * 2.0**-53
+
+
+def within_radii(X, centers, labels, sq_distances, sq_radii, sq_norms):
+    r"""Whether every row is within ``sq_radii`` (squared, per row) of its centre, row by row.
+
+    The decision of :math:`F \le r^2` with :math:`F` the row's
+    :func:`fixed_order_sq_distances` to ``centers[labels]``: a function of
+    the row alone. ``sq_distances`` (from :func:`nearest_centers`) are within
+    :math:`M` of the exact :math:`D` and :math:`F` within :math:`M/2`, so
+    where :math:`|` ``sq_distances`` :math:`- r^2| > 2M` the fast comparison
+    gives the same answer; the other rows are decided on :math:`F`. A core
+    (spec §9.5) is then the same set of rows however the rows are blocked,
+    also under add/remove.
+    """
+    inside = sq_distances <= sq_radii
+    scale = np.sqrt(sq_norms)
+    scale += math.sqrt(float(np.einsum("ij,ij->i", centers, centers).max(initial=0.0)))
+    unsure = np.flatnonzero(np.abs(sq_distances - sq_radii)
+                            <= rounding_margin(X.shape[1]) * scale * scale)
+    if len(unsure):
+        inside[unsure] = (fixed_order_sq_distances(X[unsure], centers, labels[unsure])
+                          <= sq_radii[unsure])
+    return inside
+
+
+def _smallest_two(block):
+    """Per column of ``block`` (centres by rows): the first argmin, the minimum and the gap
+    to the second smallest value (``inf`` for one row), one pass per row."""
+    labels = np.zeros(block.shape[1], dtype=np.intp)
+    best = block[0].copy()
+    second = np.full(block.shape[1], np.inf)
+    larger = np.empty(block.shape[1])
+    closer = np.empty(block.shape[1], dtype=bool)
+    for row in range(1, len(block)):
+        np.maximum(best, block[row], out=larger)
+        np.minimum(second, larger, out=second)
+        np.less(block[row], best, out=closer)
+        np.putmask(labels, closer, row)
+        np.minimum(best, block[row], out=best)
+    second -= best
+    return labels, best, second
+
+
+def fixed_order_sq_distances(X, centers, labels=None):
+    r""":math:`\|x - c\|^2` coordinate by coordinate in a fixed order: a function of the row alone.
+
+    Every coordinate's difference and square, then their sum from the first
+    coordinate to the last, each an element-wise NumPy operation: the value
+    does not depend on the other rows (no matrix product), and its relative
+    error is at most :math:`(d + 2)u`. With ``labels``, the distance of every
+    row to its own centre ``centers[labels]`` (shape ``(n,)``); else to every
+    centre (shape ``(n, k)``).
+    """
+    if labels is not None:
+        difference = X - centers[labels]
+        total = np.square(difference[:, 0])
+        for column in range(1, X.shape[1]):
+            total += np.square(difference[:, column])
+        return total
+    total = np.square(X[:, 0, None] - centers[None, :, 0])
+    for column in range(1, X.shape[1]):
+        total += np.square(X[:, column, None] - centers[None, :, column])
+    return total
 
 
 def center_gaps(centers):
@@ -899,17 +1028,65 @@ def _finest_cells(chunk, basis, grid, data_radius):
 
 
 def _cell_indices(X, basis, g, data_radius, shift):
-    """:meth:`GridInitializer._cell_index` of the projected rows, :data:`GRID_BLOCK_ROWS` at a time.
+    r""":meth:`GridInitializer._cell_index` of the projected rows, :data:`GRID_BLOCK_ROWS` at a time.
 
     The blocks bound the temporaries (projection, scaled coordinates, axes)
-    to a few MiB; every row's cell is the same as in one call on all rows.
+    to a few MiB. **A row's cell is a function of the row alone**: the cell
+    of its projection computed coordinate by coordinate in a fixed order
+    (:func:`_fixed_order_projection`). The matrix product's rounding depends
+    on the block (under add/remove one row less moves the others in it), but
+    both ways a projected coordinate is within :math:`(d + 1)u\,2\Lambda` of
+    the exact one (the rows are in :math:`B(0, \Lambda)` up to rounding, the
+    basis vectors of unit norm); where a scaled coordinate is farther than
+    :func:`_cell_margin` from every cell boundary the product's cell is that
+    cell, and the other rows are projected again in the fixed order.
     """
     index = np.empty(len(X), dtype=np.int64)
+    margin = None if basis is None else _cell_margin(X.shape[1], g, data_radius, shift)
     for start in range(0, len(X), GRID_BLOCK_ROWS):
         rows = slice(start, start + GRID_BLOCK_ROWS)
-        block = X[rows] if basis is None else X[rows] @ basis
-        index[rows] = GridInitializer._cell_index(block, g, data_radius, shift)
+        if basis is None:
+            index[rows] = GridInitializer._cell_index(X[rows], g, data_radius, shift)
+            continue
+        projected = X[rows] @ basis
+        index[rows] = GridInitializer._cell_index(projected, g, data_radius, shift)
+        near = np.flatnonzero(_near_cell_boundary(projected, g, data_radius, shift, margin))
+        if len(near):
+            index[start + near] = GridInitializer._cell_index(
+                _fixed_order_projection(X[rows][near], basis), g, data_radius, shift)
     return index
+
+
+def _cell_margin(n_features, g, data_radius, shift):
+    r"""Distance to a cell boundary (in cells) below which a row's cell is recomputed.
+
+    Four times a bound on the difference of a scaled coordinate
+    :math:`(y + o)/w` computed from two projections within
+    :math:`(d + 1)u\,2\Lambda` of the exact one (plus the rounding of the
+    addition and the division): :math:`4(d + 8)u\,((2\Lambda + o)/w + m + 1)`
+    with :math:`m` cells per axis, :math:`o` the largest offset.
+    """
+    width = 2.0 * data_radius / g
+    offset = data_radius + (0.0 if shift is None else float(np.max(shift)))
+    cells = g if shift is None else shifted_cells_per_axis(g)
+    return 4.0 * (n_features + 8) * 2.0**-53 * ((2.0 * data_radius + offset) / width + cells + 1)
+
+
+def _near_cell_boundary(projected, g, data_radius, shift, margin):
+    """Rows with a scaled coordinate within ``margin`` cells of a cell boundary."""
+    width = 2.0 * data_radius / g
+    scaled = projected + (data_radius if shift is None else data_radius + shift)
+    scaled /= width
+    scaled -= np.floor(scaled)
+    return np.any((scaled <= margin) | (scaled >= 1.0 - margin), axis=1)
+
+
+def _fixed_order_projection(X, basis):
+    """``X @ basis`` as a sum over the coordinates in order: a function of each row alone."""
+    projected = X[:, :1] * basis[0]
+    for column in range(1, X.shape[1]):
+        projected += X[:, column, None] * basis[column]
+    return projected
 
 
 def _finest_cell_counts(chunk, basis, grid, data_radius):
