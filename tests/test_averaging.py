@@ -335,13 +335,12 @@ def _zcdp_releases(function, points, monkeypatch, replay=None, **kwargs):
     releases = []
 
     def mechanism(value, *, sensitivity, rho, rng, **options):
-        if replay is None:
-            noisy, _ = M.zcdp_gaussian_mechanism(value, sensitivity=sensitivity, rho=rho, rng=rng,
+        noisy, event = M.zcdp_gaussian_mechanism(value, sensitivity=sensitivity, rho=rho, rng=rng,
                                                  **options)
-        else:
+        if replay is not None:
             noisy = replay[len(releases)][3]
         releases.append((np.asarray(value, dtype=float), sensitivity, rho, noisy))
-        return noisy, None
+        return noisy, event
 
     for module in (A.one_median, A.gaussian):  # the primitives that draw zCDP noise
         monkeypatch.setattr(module, "zcdp_gaussian_mechanism", mechanism)
