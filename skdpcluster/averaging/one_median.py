@@ -57,7 +57,7 @@ def private_one_median(
     rng,
     n_iter=50,
     step_scale=0.5,
-    neighbouring="add_remove",
+    neighbouring="replace_one",
 ):
     r"""Private 1-median of one cell by noisy projected gradient descent (Shechner 2021, §5).
 
@@ -114,7 +114,9 @@ def private_one_median(
         Number of gradient steps :math:`T`.
     step_scale : float, default=0.5
         The step factor :math:`s`.
-    neighbouring : {"add_remove", "replace_one"}, default="add_remove"
+    neighbouring : {"replace_one", "add_remove"}, default="replace_one"
+        The relation the sensitivities are calibrated to (the library's
+        default is replace-one).
 
     Returns
     -------
@@ -262,7 +264,7 @@ def private_one_medians(
     rng,
     n_iter=50,
     step_scale=0.5,
-    neighbouring="add_remove",
+    neighbouring="replace_one",
 ):
     r"""Private 1-medians of disjoint cells: :func:`private_one_median` on all cells at once.
 
@@ -399,7 +401,7 @@ def _chunk_unit_sums(chunk, cell_labels, iterates):
 
 
 def private_one_medians_of_rows(rows, cell_labels, *, centers, radii, epsilon, delta, rng,
-                                n_iter=50, step_scale=0.5, neighbouring="add_remove"):
+                                n_iter=50, step_scale=0.5, neighbouring="replace_one"):
     """:func:`private_one_medians` on rows read chunk by chunk (:mod:`skdpcluster.utils._data`).
 
     ``cell_labels(chunk)`` gives the cell of every row of a chunk (``len(centers)``

@@ -1257,7 +1257,9 @@ class PrivateStableKMedian(_PrivateStableBase):
        :math:`w \leftarrow \Pi_{B(b_i, R_i)}(w - \eta_t \tilde g/\tilde N)`,
        :math:`\eta_t = s R_i/\sqrt{t+1}`, on the domain
        :math:`B(b_i, \hat D_i/2)` (``median_domain="local"``) or
-       :math:`B(0, \Lambda)` (``"global"``, the thesis), suffix-averaged.
+       :math:`B(0, \Lambda)` (``"global"``, the thesis), suffix-averaged;
+       :math:`R_i` is the domain's radius and the descent starts at its
+       centre.
        The cells are disjoint, so the k gradient sums of a step form one
        Gaussian mechanism (sensitivity 2 under replace-one).
     4. An exponential mechanism chooses between :math:`B` and the medians
@@ -1292,8 +1294,15 @@ class PrivateStableKMedian(_PrivateStableBase):
         Step factor s.
     median_domain : {"local", "global"}, default="local"
         ``"local"``: each median lives in :math:`B(b_i, \hat D_i/2)`, starts
-        at :math:`b_i` (spec §11, A20); ``"global"``: :math:`B(0, \Lambda)`
-        from the origin, the thesis' domain.
+        at :math:`b_i` (spec §11, A20), with step radius
+        :math:`R_i = \hat D_i/2`; ``"global"``: :math:`B(0, \Lambda)`, the
+        thesis' domain, from the origin, with step radius
+        :math:`R_i = \Lambda`. Spec §9.7 takes
+        :math:`R_i = 2\Lambda` with a start at :math:`b_i`, which can be
+        :math:`2\Lambda` from a point of the domain; from the origin no
+        point is farther than :math:`\Lambda`, the bound the step size
+        :math:`s R_i/\sqrt{t+1}` of projected subgradient descent is
+        scaled to.
 
     Attributes
     ----------
