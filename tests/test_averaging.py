@@ -1,3 +1,4 @@
+import inspect
 import math
 import warnings
 
@@ -335,13 +336,12 @@ def _zcdp_releases(function, points, monkeypatch, replay=None, **kwargs):
     releases = []
 
     def mechanism(value, *, sensitivity, rho, rng, **options):
-        if replay is None:
-            noisy, _ = M.zcdp_gaussian_mechanism(value, sensitivity=sensitivity, rho=rho, rng=rng,
+        noisy, event = M.zcdp_gaussian_mechanism(value, sensitivity=sensitivity, rho=rho, rng=rng,
                                                  **options)
-        else:
+        if replay is not None:
             noisy = replay[len(releases)][3]
         releases.append((np.asarray(value, dtype=float), sensitivity, rho, noisy))
-        return noisy, None
+        return noisy, event
 
     for module in (A.one_median, A.gaussian):  # the primitives that draw zCDP noise
         monkeypatch.setattr(module, "zcdp_gaussian_mechanism", mechanism)
@@ -432,6 +432,23 @@ def test_one_median_is_close_to_the_geometric_median():
     # The exact GDP calibration allows more than the (eps, delta) -> zCDP conversion, never less.
     gdp_rho = 0.5 / analytic_gaussian_sigma(1.0, 1.0, 1e-6) ** 2
     assert zcdp_rho_for_dp(1.0, 1e-6) < event.rho <= gdp_rho
+
+
+def test_one_median_defaults_to_replace_one():
+    # R6a F7: the 1-median primitives defaulted to add/remove (half the gradient noise of the
+    # library's default relation); every estimator passes its own relation.
+    points = np.random.default_rng(19).normal(size=(50, 2))
+    _, event = A.private_one_median(points, center=np.zeros(2), radius=1.0, epsilon=1.0,
+                                    delta=1e-6, rng=np.random.default_rng(0))
+    _, joint = A.private_one_medians(points, np.zeros(50, dtype=int), centers=np.zeros((1, 2)),
+                                     radii=[1.0], epsilon=1.0, delta=1e-6,
+                                     rng=np.random.default_rng(0))
+    for released in (event, joint):
+        assert released.neighbouring == "replace_one"
+        assert (released.details["count_sensitivity"],
+                released.details["gradient_sensitivity"]) == (math.sqrt(2.0), 2.0)
+    assert inspect.signature(A.private_one_medians_of_rows).parameters[
+        "neighbouring"].default == "replace_one"
 
 
 @pytest.mark.parametrize("n_points", [0, 3])

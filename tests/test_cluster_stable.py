@@ -377,6 +377,44 @@ def test_one_median_privacy_spends_at_most_the_target():
         assert rho * (1 - 1e-9) <= _gaussian_rho(epsilon, delta) <= rho
 
 
+@pytest.mark.parametrize("neighbouring, sensitivities", [
+    ("replace_one", (math.sqrt(2.0), 2.0)), ("add_remove", (1.0, 1.0))])
+def test_kmedian_ledger_records_the_one_medians_releases(mixture, neighbouring, sensitivities):
+    """Review R6a F4: the stable/medians event had neither sensitivity nor scale, nor the
+    primitive's shares, and called the joint (epsilon', delta') of the call on all cells
+    "per_cell"."""
+    est = PrivateStableKMedian(4, data_radius=RADIUS, neighbouring=neighbouring,
+                               gd_iterations=20, accountant=BudgetAccountant(),
+                               random_state=0).fit(mixture[0][:5000])
+    (event,) = [e for e in est.privacy_ledger_ if e.label == "stable/medians"]
+    details = event.details
+    rho = est.budget_["rho_refine"]
+    assert (details["joint_epsilon"], details["joint_delta"]) == one_median_privacy(rho)
+    assert not {"per_cell_epsilon", "per_cell_delta"} & set(details)
+    assert (details["count_sensitivity"], details["gradient_sensitivity"]) == sensitivities
+    assert (details["n_iter"], details["step_scale"]) == (20, 0.5)
+    for kind, share in (("count", details["rho_count"]), ("gradient", details["rho_per_step"])):
+        assert details[f"{kind}_scale"] == details[f"{kind}_sensitivity"] / math.sqrt(2 * share)
+    assert details["rho_count"] == pytest.approx(0.1 * details["call_rho"], rel=1e-12)
+    assert details["call_rho"] == math.fsum([details["rho_count"]] + [details["rho_per_step"]] * 20)
+    assert details["call_rho"] <= event.rho == rho
+    # One sensitivity for both kinds of release under add/remove; never one scale here.
+    assert event.sensitivity == (1.0 if neighbouring == "add_remove" else None)
+    assert event.scale is None and "releases" in details
+
+
+def test_kmedian_ledger_when_no_cell_has_a_domain():
+    # Coincident initial centres: every local domain has radius 0, nothing is released, and
+    # the share is charged all the same (the charge never depends on the outcome).
+    X = np.random.default_rng(3).normal(size=(500, 2))
+    est = PrivateStableKMedian(2, initializer=np.zeros((2, 2)), data_radius=3.0,
+                               accountant=BudgetAccountant(), random_state=0).fit(X)
+    (event,) = [e for e in est.privacy_ledger_ if e.label == "stable/medians"]
+    assert event.rho == est.budget_["rho_refine"]
+    assert (event.sensitivity, event.scale, event.details["releases"]) == (
+        None, None, "none: no cell has a domain")
+
+
 # -- k-median, degenerate inputs, protocol ----------------------------------------------------
 
 

@@ -338,13 +338,47 @@ def test_a_public_bound_whose_arithmetic_overflows_is_refused_before_any_randomn
     assert len(accountant.ledger) == 1
 
 
-def test_the_high_dim_radius_limit_does_not_depend_on_the_number_of_rows():
+def _limit_of_the_rows_fitted(monkeypatch, n_rows):
+    """Mutant, the R2-4 code (32941d0): the limit sqrt(f32max / (8 n)) / proj_clip_factor.
+
+    n is the number of rows of the fit (``n_rows``, the test's first data
+    set, outside a fit).
+    """
+    fitted = {"n": n_rows}
+    resolve = PrivateHighDimKMeans._resolve_bounds
+
+    def resolve_recording_n(self, X, center):
+        fitted["n"] = X.shape[0]
+        return resolve(self, X, center)
+
+    def limit(self):
+        float32_max = float(np.finfo(np.float32).max)
+        return math.sqrt(float32_max / (8.0 * fitted["n"])) / self.proj_clip_factor
+
+    monkeypatch.setattr(PrivateHighDimKMeans, "_resolve_bounds", resolve_recording_n)
+    monkeypatch.setattr(PrivateHighDimKMeans, "_max_data_radius", limit)
+
+
+@pytest.mark.parametrize("mutant, should_pass", [
+    (None, True), (_limit_of_the_rows_fitted, False)], ids=["real", "mutant-limit-of-n"])
+def test_the_high_dim_radius_limit_does_not_depend_on_the_number_of_rows(monkeypatch, mutant,
+                                                                          should_pass):
     # Under add/remove n is private: a limit that moved with n refused a fit on 1001 rows that
-    # it accepted on 1000 (review of issue #17, R2-4).
-    estimator = PrivateHighDimKMeans(2)
+    # it accepted on 1000 (review of issue #17, R2-4). The bound is exactly the limit: at 0.99 x
+    # the limit the R2-4 one, 0.05 % lower at 1001 rows than at 1000, passed too (R6a, F6).
     X = make_separated_mixture(1000, n_clusters=2, n_features=2, separation=20,
                                random_state=0)[0]
-    radius = 0.99 * estimator._max_data_radius()
+    if mutant is not None:
+        mutant(monkeypatch, len(X))
+    estimator = PrivateHighDimKMeans(2)
+    radius = estimator._max_data_radius()
+    accepted = []
     for rows in (X, np.vstack([X, X[:1]])):  # add/remove neighbours, the same public bound
-        assert estimator.set_params(data_radius=radius, random_state=0,
-                                    accountant=BudgetAccountant()).fit(rows).status_ == "success"
+        estimator.set_params(data_radius=radius, random_state=0, accountant=BudgetAccountant())
+        try:
+            accepted.append(estimator.fit(rows).status_ == "success")
+        except ValueError as error:
+            assert "data_radius is above" in str(error)
+            accepted.append(False)
+    assert accepted[0]
+    assert all(accepted) is should_pass

@@ -31,11 +31,13 @@ import pytest
 from dp_stats import epsilon_lower_bound, event_counts, mu_lower_bound, tail_statistic
 from skdpcluster import FederatedPrivateKMeans
 from skdpcluster.averaging import (
+    _MEDIAN_SENSITIVITIES,
     _SUM_SENSITIVITY_PER_WIDTH,
     _noisy_clipped_average,
     private_average,
     private_average_1d,
 )
+from skdpcluster.averaging import one_median
 from skdpcluster.cluster import _federated_init, _stable_init
 from skdpcluster.cluster._federated_init import build_shards, cluster_sums_statistic
 from skdpcluster.cluster._highdim_candidates import private_candidates
@@ -387,6 +389,129 @@ def test_stable_core_releases_wide(monkeypatch, factor, should_pass, release, ne
     """The counts block, and both blocks under add/remove."""
     _scale_entry(monkeypatch, _stable_init.SUM_COUNT_SENSITIVITY, neighbouring, factor)
     bound, claim = _core_bound(release, neighbouring, n_draws=400_000, seed=10)
+    assert (bound <= claim) is should_pass
+
+
+# ---------------------------------------------------------------------------
+# Private 1-medians (Shechner 2021 §5, spec shechner_stable.md §9.7): counts and gradient sums
+# ---------------------------------------------------------------------------
+
+MEDIAN_CENTRES = np.array([[0.0, 0.0], [3.0, 0.0]])  # the public domains, iterates of step 0
+MEDIAN_RADII = np.array([1.0, 1.0])
+# mu = 3.2 for a whole call: the counts' share (0.1 rho, mu = 1.0) is visible at 2e5 draws.
+MEDIAN_EPSILON, MEDIAN_DELTA = 20.0, 1e-6
+
+
+def _median_rows(release, neighbouring):
+    r"""Rows and cell labels of two neighbouring data sets for the released block ``release``.
+
+    Sums of step 0 (iterates at the public centres :math:`c_j`): a row of
+    cell 0 at :math:`c_0 - u/2` replaced by one at :math:`c_0 + u/2`, so
+    that :math:`u(w_0 - x)` flips from :math:`u` to :math:`-u` (replace-one:
+    shift 2, the sensitivity), or added at :math:`c_0 + u/2` (add/remove:
+    shift 1). Counts: a row at :math:`c_0` moved to :math:`c_1`
+    (replace-one: shift :math:`\sqrt 2`), or added at :math:`c_1` (add/remove:
+    shift 1); a row at its iterate adds :math:`u(0) = 0` to the sums, so
+    only the counts move. One row moves one block only: each pair is the
+    worst case of the release it tests.
+    """
+    rng = np.random.default_rng(16)
+    base = np.concatenate([c + rng.uniform(-0.3, 0.3, size=(40, 2)) for c in MEDIAN_CENTRES])
+    labels = np.repeat([0, 1], 40)
+    if release == "sums":
+        (first, second), cells = MEDIAN_CENTRES[0] + np.outer([-0.5, 0.5], UNIT), (0, 0)
+    else:
+        (first, second), cells = MEDIAN_CENTRES, (0, 1)
+    if neighbouring == "add_remove":
+        return (base, labels), (np.vstack([base, second]), np.append(labels, cells[1]))
+    return ((np.vstack([base, first]), np.append(labels, cells[0])),
+            (np.vstack([base, second]), np.append(labels, cells[1])))
+
+
+def _median_statistics(points, labels):
+    """The counts and the sums of step 0 as the real code computes them (one_medians_of_sorted)."""
+    counts, order = one_median.cell_order(labels, len(MEDIAN_CENTRES))
+    blocks = one_median._cell_blocks(counts, points.shape[1])
+    return counts, one_median._unit_sums(MEDIAN_CENTRES, one_median.sorted_by_cell(points, order),
+                                         blocks)
+
+
+def _median_releases(monkeypatch, counts, sums, neighbouring, n_draws, rng):
+    """The noisy counts and sums of step 0 of ``n_draws`` runs of the real descent, and its event.
+
+    :func:`~skdpcluster.averaging.one_median._median_descent` with one step
+    runs on ``n_draws`` stacked copies of the two cells (every copy is one
+    run: its iterates of step 0 are the centres); the two releases are
+    recorded as the real mechanism returns them.
+    """
+    releases = []
+    original = one_median.zcdp_gaussian_mechanism
+
+    def recording(value, **kwargs):
+        noisy, event = original(value, **kwargs)
+        releases.append((noisy, event))
+        return noisy, event
+
+    with monkeypatch.context() as patch:
+        patch.setattr(one_median, "zcdp_gaussian_mechanism", recording)
+        _, event = one_median._median_descent(
+            np.tile(counts, n_draws), lambda iterates: np.tile(sums, (n_draws, 1)),
+            np.tile(MEDIAN_CENTRES, (n_draws, 1)), np.tile(MEDIAN_RADII, n_draws),
+            epsilon=MEDIAN_EPSILON, delta=MEDIAN_DELTA, rng=rng, n_iter=1, step_scale=0.5,
+            neighbouring=neighbouring)
+    return releases, event
+
+
+def _median_bound(monkeypatch, release, neighbouring, n_draws, seed):
+    """Bound on mu of one release, and its claim: sqrt(2 rho) of the release's share of rho.
+
+    The claim is the share the call's event records for that release
+    (``rho_count``, or ``rho_per_step`` of a step), not the rho of the whole
+    call (mu^2 = 2 rho for all its releases together): against the whole,
+    a counts release under-noised by up to sqrt(10) would pass.
+    """
+    rng = np.random.default_rng(seed)
+    samples, means = [], []
+    for points, labels in _median_rows(release, neighbouring):
+        counts, sums = _median_statistics(points, labels)
+        releases, event = _median_releases(monkeypatch, counts, sums, neighbouring, n_draws, rng)
+        (noisy_counts, count_event), (noisy_sums, sum_event) = releases
+        samples.append(_core_projection(release, neighbouring, noisy_sums, noisy_counts))
+        means.append(float(_core_projection(release, neighbouring, sums, counts)[0]))
+    details = event.details
+    assert event.rho == math.fsum([details["rho_count"], details["rho_per_step"]])  # n_iter = 1
+    share, scale = ((details["rho_per_step"], sum_event.scale) if release == "sums"
+                    else (details["rho_count"], count_event.scale))
+    return _mu_bound(samples, _gaussian_edges(means, scale)), math.sqrt(2.0 * share)
+
+
+@pytest.mark.parametrize("factor, should_pass", VERDICTS)
+@pytest.mark.parametrize("release", ["sums", "counts"])
+def test_one_median_releases_within_their_share(monkeypatch, factor, should_pass, release):
+    """The counts and a step's gradient sums of all cells are mu-GDP at their shares (replace-one).
+
+    Shares under test: ``rho_count`` = 0.1 rho (L2 sensitivity sqrt 2: a row
+    moved between cells) and ``rho_per_step`` = 0.9 rho / T (sensitivity 2:
+    a row's unit vector flipped within its cell) of
+    :func:`~skdpcluster.averaging.private_one_medians`' event. The statistics
+    are the real per-cell counts and unit-vector sums, the noise the real
+    descent's, batched over 2e5 copies; the mutant halves
+    ``_MEDIAN_SENSITIVITIES``.
+    """
+    _scale_entry(monkeypatch, _MEDIAN_SENSITIVITIES, "replace_one", factor)
+    bound, claim = _median_bound(monkeypatch, release, "replace_one", n_draws=200_000, seed=22)
+    assert (bound <= claim) is should_pass
+    if should_pass:
+        assert bound > 0.8 * claim
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("factor, should_pass", VERDICTS)
+@pytest.mark.parametrize("release", ["sums", "counts"])
+def test_one_median_releases_add_remove(monkeypatch, factor, should_pass, release):
+    """Both releases under add/remove (sensitivities 1 and 1), a row added."""
+    _scale_entry(monkeypatch, _MEDIAN_SENSITIVITIES, "add_remove", factor)
+    bound, claim = _median_bound(monkeypatch, release, "add_remove", n_draws=400_000, seed=23)
     assert (bound <= claim) is should_pass
 
 

@@ -57,7 +57,7 @@ def private_one_median(
     rng,
     n_iter=50,
     step_scale=0.5,
-    neighbouring="add_remove",
+    neighbouring="replace_one",
 ):
     r"""Private 1-median of one cell by noisy projected gradient descent (Shechner 2021, §5).
 
@@ -114,7 +114,9 @@ def private_one_median(
         Number of gradient steps :math:`T`.
     step_scale : float, default=0.5
         The step factor :math:`s`.
-    neighbouring : {"add_remove", "replace_one"}, default="add_remove"
+    neighbouring : {"replace_one", "add_remove"}, default="replace_one"
+        The relation the sensitivities are calibrated to (the library's
+        default is replace-one).
 
     Returns
     -------
@@ -122,7 +124,10 @@ def private_one_median(
         A point of :math:`B(c, R)`.
     event : PrivacyEvent
         ``"private_one_median"``, ``(epsilon, delta)``, with ``rho`` the zCDP
-        of the same releases.
+        of the same releases; ``details`` holds their shares (``rho_count``,
+        ``rho_per_step``), sensitivities and noise scales (``count_*``,
+        ``gradient_*``); ``sensitivity`` and ``scale`` are set where both
+        kinds of release share one value.
     """
     points, center = _check_points(points, center)
     radius = _check_real(radius, "radius")
@@ -259,7 +264,7 @@ def private_one_medians(
     rng,
     n_iter=50,
     step_scale=0.5,
-    neighbouring="add_remove",
+    neighbouring="replace_one",
 ):
     r"""Private 1-medians of disjoint cells: :func:`private_one_median` on all cells at once.
 
@@ -396,7 +401,7 @@ def _chunk_unit_sums(chunk, cell_labels, iterates):
 
 
 def private_one_medians_of_rows(rows, cell_labels, *, centers, radii, epsilon, delta, rng,
-                                n_iter=50, step_scale=0.5, neighbouring="add_remove"):
+                                n_iter=50, step_scale=0.5, neighbouring="replace_one"):
     """:func:`private_one_medians` on rows read chunk by chunk (:mod:`skdpcluster.utils._data`).
 
     ``cell_labels(chunk)`` gives the cell of every row of a chunk (``len(centers)``
@@ -423,7 +428,7 @@ def _median_descent(counts, unit_sums, centers, radii, *, epsilon, delta, rng, n
     rho = _gdp_rho(epsilon, delta)
     rho_count = _MEDIAN_COUNT_SHARE * rho
     rho_step = _split_evenly(rho - rho_count, n_iter)
-    noisy_counts, _ = zcdp_gaussian_mechanism(
+    noisy_counts, count_event = zcdp_gaussian_mechanism(
         counts.astype(float), sensitivity=count_sensitivity, rho=rho_count, rng=rng,
         neighbouring=neighbouring,
     )
@@ -431,7 +436,7 @@ def _median_descent(counts, unit_sums, centers, radii, *, epsilon, delta, rng, n
     radii = radii[:, None]
     iterates, suffix_sum = centers.copy(), np.zeros_like(centers)
     for step in range(n_iter):
-        gradients, _ = zcdp_gaussian_mechanism(
+        gradients, gradient_event = zcdp_gaussian_mechanism(
             unit_sums(iterates),
             sensitivity=gradient_sensitivity, rho=rho_step, rng=rng, neighbouring=neighbouring,
         )
@@ -439,12 +444,35 @@ def _median_descent(counts, unit_sums, centers, radii, *, epsilon, delta, rng, n
         iterates = _project_onto_ball(iterates - step_sizes * gradients / divisors, centers, radii)
         if step >= n_iter // 2:
             suffix_sum += iterates
-    event = PrivacyEvent(
-        "private_one_median", epsilon, delta, rho=math.fsum([rho_count] + [rho_step] * n_iter),
-        neighbouring=neighbouring,
-        details={"composition": "gaussian_dp", "n_iter": n_iter, "step_scale": step_scale,
-                 "rho_count": rho_count, "rho_per_step": rho_step,
-                 "gradient_sensitivity": gradient_sensitivity,
-                 "count_sensitivity": count_sensitivity, "cells": len(centers)},
-    )
-    return suffix_sum / (n_iter - n_iter // 2), event
+    return suffix_sum / (n_iter - n_iter // 2), _median_event(
+        epsilon, delta, count_event, gradient_event, n_iter, step_scale, len(centers))
+
+
+def _median_event(epsilon, delta, count_event, gradient_event, n_iter, step_scale, n_cells):
+    """The event of :func:`private_one_medians`: one count release and ``n_iter`` gradient ones.
+
+    ``sensitivity`` and ``scale`` are set where the two kinds of release
+    share one value (the sensitivity 1 under add/remove), else ``None``;
+    ``details`` holds both kinds' values (``count_*``, ``gradient_*``).
+    """
+    sensitivity = _shared(count_event.sensitivity, gradient_event.sensitivity)
+    scale = _shared(count_event.scale, gradient_event.scale)
+    details = {"composition": "gaussian_dp", "n_iter": n_iter, "step_scale": step_scale,
+               "rho_count": count_event.rho, "rho_per_step": gradient_event.rho,
+               "count_sensitivity": count_event.sensitivity,
+               "gradient_sensitivity": gradient_event.sensitivity,
+               "count_scale": count_event.scale, "gradient_scale": gradient_event.scale,
+               "cells": n_cells}
+    if sensitivity is None or scale is None:
+        details["releases"] = ("two kinds of Gaussian release with their own sensitivity and "
+                               "scale: the counts (count_*) and every step's gradient sums "
+                               "(gradient_*)")
+    return PrivacyEvent(
+        "private_one_median", epsilon, delta, sensitivity, scale,
+        rho=math.fsum([count_event.rho] + [gradient_event.rho] * n_iter),
+        neighbouring=count_event.neighbouring, details=details)
+
+
+def _shared(count_value, gradient_value):
+    """The value both kinds of release of the 1-median have, or ``None`` if they differ."""
+    return count_value if count_value == gradient_value else None

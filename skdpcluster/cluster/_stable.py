@@ -173,6 +173,38 @@ def _as_zcdp_event(event, rho, **details):
                    details={**event.details, **details, "accounted_in": "stable/zcdp_total"})
 
 
+#: What the ``stable/medians`` event copies from the event of the 1-medians' call.
+_MEDIAN_CALL_DETAILS = ("n_iter", "step_scale", "rho_count", "rho_per_step", "count_sensitivity",
+                        "gradient_sensitivity", "count_scale", "gradient_scale", "releases")
+
+
+def _medians_event(call, rho, epsilon, delta, n_cells, neighbouring):
+    r"""The ledger's ``stable/medians`` event: the 1-medians' call, charged as ``rho``.
+
+    ``call`` is the event of the one call of
+    :func:`~skdpcluster.averaging.private_one_medians` on all the cells with
+    a domain (``None`` when no cell has one: nothing is released);
+    (``joint_epsilon``, ``joint_delta``) = (``epsilon``, ``delta``) is what
+    that call was given for all cells together (:func:`one_median_privacy`
+    of ``rho``), ``call_rho`` its zCDP (at most ``rho``, the charge, which
+    does not depend on the outcome). Its sensitivity, scale and the
+    per-release details are copied.
+    """
+    details = {"cells": n_cells, "composition": "parallel: disjoint Voronoi cells, one joint "
+               "Gaussian mechanism per release (spec §9.3, §9.7)",
+               "joint_epsilon": epsilon, "joint_delta": delta,
+               "accounted_in": "stable/zcdp_total"}
+    if call is None:
+        return PrivacyEvent("private_one_median", 0.0, 0.0, rho=rho, label="stable/medians",
+                            neighbouring=neighbouring,
+                            details={**details, "releases": "none: no cell has a domain"})
+    details.update({key: call.details[key] for key in _MEDIAN_CALL_DETAILS
+                    if key in call.details}, call_rho=call.rho)
+    return PrivacyEvent("private_one_median", 0.0, 0.0, call.sensitivity, call.scale,
+                        rho=max(call.rho, rho), label="stable/medians",
+                        neighbouring=neighbouring, details=details)
+
+
 def _gaussian_rho(epsilon, delta):
     sigma = analytic_gaussian_sigma(1.0, epsilon, delta)
     return 1.0 / (2.0 * sigma * sigma)
@@ -1226,7 +1258,9 @@ class PrivateStableKMedian(_PrivateStableBase):
        :math:`w \leftarrow \Pi_{B(b_i, R_i)}(w - \eta_t \tilde g/\tilde N)`,
        :math:`\eta_t = s R_i/\sqrt{t+1}`, on the domain
        :math:`B(b_i, \hat D_i/2)` (``median_domain="local"``) or
-       :math:`B(0, \Lambda)` (``"global"``, the thesis), suffix-averaged.
+       :math:`B(0, \Lambda)` (``"global"``, the thesis), suffix-averaged;
+       :math:`R_i` is the domain's radius and the descent starts at its
+       centre.
        The cells are disjoint, so the k gradient sums of a step form one
        Gaussian mechanism (sensitivity 2 under replace-one).
     4. An exponential mechanism chooses between :math:`B` and the medians
@@ -1261,8 +1295,15 @@ class PrivateStableKMedian(_PrivateStableBase):
         Step factor s.
     median_domain : {"local", "global"}, default="local"
         ``"local"``: each median lives in :math:`B(b_i, \hat D_i/2)`, starts
-        at :math:`b_i` (spec §11, A20); ``"global"``: :math:`B(0, \Lambda)`
-        from the origin, the thesis' domain.
+        at :math:`b_i` (spec §11, A20), with step radius
+        :math:`R_i = \hat D_i/2`; ``"global"``: :math:`B(0, \Lambda)`, the
+        thesis' domain, from the origin, with step radius
+        :math:`R_i = \Lambda`. Spec §9.7 takes
+        :math:`R_i = 2\Lambda` with a start at :math:`b_i`, which can be
+        :math:`2\Lambda` from a point of the domain; from the origin no
+        point is farther than :math:`\Lambda`, the bound the step size
+        :math:`s R_i/\sqrt{t+1}` of projected subgradient descent is
+        scaled to.
 
     Attributes
     ----------
@@ -1350,23 +1391,16 @@ class PrivateStableKMedian(_PrivateStableBase):
         epsilon, delta = one_median_privacy(rho_refine)
         domain_centers, domain_radii = self._median_domains(initial, data.radius)
         cells = np.flatnonzero(domain_radii > 0)
-        medians, spent = initial.copy(), [0.0]
+        medians, call = initial.copy(), None
         if len(cells):
             compact = np.full(len(initial), len(cells))
             compact[cells] = np.arange(len(cells))
-            medians[cells], event = self._cell_medians(
+            medians[cells], call = self._cell_medians(
                 data, functools.partial(_median_cells, initial=initial, compact=compact),
                 centers=domain_centers[cells], radii=domain_radii[cells], epsilon=epsilon,
                 delta=delta, rng=rng, n_iter=self.gd_iterations, step_scale=self.gd_step_scale,
                 neighbouring=self.neighbouring)
-            spent.append(event.rho)
-        event = PrivacyEvent(
-            "private_one_median", 0.0, 0.0, rho=max(max(spent), rho_refine),
-            label="stable/medians", neighbouring=self.neighbouring,
-            details={"cells": len(initial), "composition": "parallel: disjoint Voronoi cells, "
-                     "one joint Gaussian mechanism per step (spec §9.3, §9.7)",
-                     "per_cell_epsilon": epsilon, "per_cell_delta": delta,
-                     "n_iter": self.gd_iterations, "accounted_in": "stable/zcdp_total"})
         medians = _project_onto_ball(medians, 0.0, data.radius)
+        event = _medians_event(call, rho_refine, epsilon, delta, len(initial), self.neighbouring)
         return {"initial": initial, "median": medians}, [event], {}
 
