@@ -69,6 +69,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from skdpcluster.averaging import _check_generator, _check_points
+from skdpcluster.averaging._common import _check_choice
 from skdpcluster.mechanisms import PrivacyEvent, exponential_mechanism, zcdp_rho_for_dp
 from skdpcluster.utils._data import as_rows
 from skdpcluster.utils._threads import fit_threads, ordered_map
@@ -337,13 +338,32 @@ def center_min_rows(budget, n_features):
     return math.ceil(2.0 * rank_error(per_coordinate, center_grid().size))
 
 
-def plan_bounds(n_samples, n_features, epsilon, delta, *, share=BOUNDS_SHARE, center=None):
+def plan_bounds(n_samples, n_features, epsilon, delta, *, share=BOUNDS_SHARE, center=None,
+                neighbouring="replace_one"):
     """The budget of a fit's bound and its public centre, from public values only.
 
-    With ``center=None`` the centre is estimated when there are at least
-    :func:`center_min_rows` rows for its share; otherwise (typically many
-    features and few rows) the bound is centred at the origin, the whole
-    share goes to the radius, and a warning says so.
+    With ``center=None`` the centre is estimated, except under replace-one
+    neighbours when there are fewer than :func:`center_min_rows` rows for
+    its share (typically many features and few rows): the bound is then
+    centred at the origin, the whole share goes to the radius, and a warning
+    says so. That switch reads ``n_samples``, which is public under
+    replace-one only. Under add/remove the number of rows is private (the
+    neighbours at ``center_min_rows`` and one row fewer would release a
+    centre and the origin: disjoint outputs), so the centre is always
+    estimated and the warning states the rows it needs, from ``n_features``,
+    ``epsilon`` and ``delta`` only.
+
+    Parameters
+    ----------
+    n_samples : int
+        Number of rows; read under ``neighbouring="replace_one"`` only.
+    n_features : int
+    epsilon, delta : float
+        The fit's budget, of which ``share`` goes to the bound.
+    share : float, default=BOUNDS_SHARE
+    center : array-like of shape (n_features,), default=None
+        A public centre; ``None`` plans a private one.
+    neighbouring : {"replace_one", "add_remove"}, default="replace_one"
 
     Returns
     -------
@@ -351,10 +371,14 @@ def plan_bounds(n_samples, n_features, epsilon, delta, *, share=BOUNDS_SHARE, ce
     center : ndarray or None
         ``None`` when the centre is to be estimated.
     """
+    _check_choice(neighbouring, "neighbouring", ("replace_one", "add_remove"))
     if center is None:
         budget = BoundsBudget.of_fit(epsilon, delta, share=share, estimate_center=True,
                                      n_features=n_features)
         needed = center_min_rows(budget, n_features)
+        if neighbouring == "add_remove":
+            _warn_center_rows_private(needed, n_features, budget)
+            return budget, None
         if n_samples >= needed:
             return budget, None
         warn_user(f"private bounds: {n_samples} rows are too few to locate a centre privately "
@@ -364,6 +388,15 @@ def plan_bounds(n_samples, n_features, epsilon, delta, *, share=BOUNDS_SHARE, ce
                   UserWarning)
         center = np.zeros(n_features)
     return BoundsBudget.of_fit(epsilon, delta, share=share, estimate_center=False), center
+
+
+def _warn_center_rows_private(needed, n_features, budget):
+    """Add/remove: the centre is estimated whatever the (private) n; say what it needs (public)."""
+    warn_user(f"private bounds: under add/remove neighbours the number of rows is private, so the "
+              f"centre is estimated privately whatever it is; in {n_features} dimensions with "
+              f"epsilon={budget.epsilon_center:.3g} it needs at least {needed} rows. With fewer, "
+              "the released centre (and so the radius) can be far off: pass a public data_center "
+              "(and data_radius).", UserWarning)
 
 
 def _warn_if_degraded(n_samples, center, radius, budget, quantile, share_text):
