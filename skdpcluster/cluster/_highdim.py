@@ -25,6 +25,7 @@ import numpy as np
 from sklearn.utils.validation import check_array
 
 from skdpcluster.averaging import _project_onto_ball, private_count
+from skdpcluster.averaging._common import project_into_ball, rows_outside_ball
 from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _BasePrivateClusterer
 from skdpcluster.cluster._federated_init import clip_rows
 from skdpcluster.cluster._highdim_candidates import (
@@ -269,13 +270,13 @@ class _ClipRows:
     def changes_nothing(self, rows):
         """Whether :meth:`__call__` gives ``rows`` back bit for bit.
 
-        It does when the centre is the origin (:math:`x - 0 = x`) and every
-        norm, computed as :func:`clip_rows` computes it, is at most the radius
-        (the factor is then ``radius / radius = 1``).
+        It does when the centre is the origin (:math:`x - 0 = x`) and
+        :func:`clip_rows` leaves every row (the test of
+        :func:`~skdpcluster.averaging._common.rows_outside_ball`).
         """
         if np.any(self.center) or rows.dtype != np.float64 or not rows.flags.c_contiguous:
             return False
-        return bool(np.all(np.sqrt(np.einsum("ij,ij->i", rows, rows)) <= self.radius))
+        return not len(rows_outside_ball(rows, np.einsum("ij,ij->i", rows, rows), self.radius))
 
 
 def _same_rows(rows):
@@ -291,8 +292,9 @@ class _SparseRows:
             center, sparsity, coord_bound, radius)
 
     def __call__(self, rows):
-        rows = sparsify_rows(rows - self.center, self.sparsity, self.coord_bound)
-        return _project_onto_ball(rows, 0.0, self.radius)
+        rows = sparsify_rows(rows - self.center, self.sparsity, self.coord_bound)  # a new array
+        project_into_ball(rows, self.radius)  # exact norms <= radius
+        return rows
 
 
 def _store_parameters(estimator, parameters):

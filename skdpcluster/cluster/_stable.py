@@ -23,6 +23,7 @@ import numpy as np
 from scipy import optimize
 
 from skdpcluster.averaging import _project_onto_ball, private_one_medians_of_rows
+from skdpcluster.averaging._common import rows_outside_ball, scale_into_ball
 from skdpcluster.averaging.one_median import (
     cell_order,
     one_medians_of_sorted,
@@ -250,10 +251,10 @@ class _ClippedData:
         unchanged = X.dtype == np.float64 and X.flags.c_contiguous and not np.any(center)
         clipped = X if unchanged else X - center
         sq_norms = np.einsum("ij,ij->i", clipped, clipped)
-        outside = np.flatnonzero(sq_norms > radius * radius)
+        outside = rows_outside_ball(clipped, sq_norms, radius)
         if len(outside):
             clipped = X.copy() if clipped is X else clipped
-            clipped[outside] *= (radius / np.sqrt(sq_norms[outside]))[:, None]
+            clipped[outside] = scale_into_ball(clipped[outside], radius)  # exact norms <= radius
             sq_norms[outside] = np.einsum("ij,ij->i", clipped[outside], clipped[outside])
         return cls(clipped, sq_norms, radius, outside)
 
