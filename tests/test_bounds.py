@@ -494,3 +494,23 @@ def test_add_remove_fits_at_the_centre_threshold_release_alike():
     assert [e[0] for e in bounds_events[0]] == ["bounds/center", "bounds/radius"]
     for est in fits:
         assert np.all(np.abs(est.data_center_ - 1000.0) <= 20.0) and est.data_radius_ < 50.0
+
+
+@pytest.mark.parametrize("neighbouring", ["add_remove", "replace_one"])
+def test_add_remove_events_and_warnings_do_not_tell_n(neighbouring):
+    # n = 600 and 599 at epsilon = 1: the radius quantile q(n) is below its maximum and the
+    # rank-error warning fires under replace-one, where n is public and both may read it (the
+    # control: it shows that the comparison sees n). Under add/remove, the ledger (a fitted
+    # attribute) and the warnings of the neighbours must be the same.
+    X = np.random.default_rng(13).normal(size=(600, 2)) + 5.0
+    outputs = []
+    for rows in (X, X[1:]):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            _, events = B.private_bounds(rows, budget=BUDGET, rng=np.random.default_rng(0),
+                                         neighbouring=neighbouring)
+        outputs.append((events, [str(w.message) for w in caught]))
+    assert (outputs[0] == outputs[1]) is (neighbouring == "add_remove")
+    if neighbouring == "add_remove":
+        assert "quantile" not in outputs[0][0][-1].details
+        assert outputs[0][0][-1].details["quantile_max"] == 0.99
