@@ -1010,7 +1010,8 @@ _SHARED_ATTRIBUTES = r"""
         The bound used (private when ``data_radius=None``; ``nan`` with ``data_radius="data"``).
     data_center_ : ndarray of shape (n_features,)
         The centre of the bound, set only when ``data_radius=None`` released
-        it (private; the origin when the rows were too few to locate it).
+        it (private; under replace-one, the origin when the rows were too few to
+        locate it; under add/remove, where n is private, always a released centre).
     n_features_in_ : int
         Number of features seen during fit.
     feature_names_in_ : ndarray of shape (`n_features_in_`,)
