@@ -716,6 +716,7 @@ CLIPPINGS = {
     "clip_rows": lambda X, radius: clip_rows(X, np.zeros(X.shape[1]), radius),
     "sparse_rows": lambda X, radius: _SparseRows(np.zeros(X.shape[1]), X.shape[1], np.inf,
                                                  radius)(X),
+    "gaussian_clip_rows": lambda X, radius: A.gaussian._clip_rows(X, radius),
     "mutant-old-scaling": _old_clipping,
 }
 
