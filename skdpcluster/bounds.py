@@ -69,6 +69,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from skdpcluster.averaging import _check_generator, _check_points
+from skdpcluster.averaging._common import _check_choice
 from skdpcluster.mechanisms import PrivacyEvent, exponential_mechanism, zcdp_rho_for_dp
 from skdpcluster.utils._data import as_rows
 from skdpcluster.utils._threads import fit_threads, ordered_map
@@ -310,8 +311,12 @@ def _private_radius(rows, center, epsilon, quantile, neighbouring, rng, n_thread
     """Step 2: private quantile of the distances to ``center`` on the radius grid (one pass).
 
     Each chunk's distances are counted in parts on ``n_threads`` threads.
+    The event records the quantile :math:`q(n)` under replace-one only:
+    under add/remove ``n`` is private and :math:`q(n)` (below its maximum)
+    would tell it, so the event records the rule's public maximum.
     """
     grid = radius_grid()
+    quantile_max = quantile
     quantile = radius_quantile(rows.shape[0], epsilon, quantile)
     counts = rows.map_reduce(_distance_rank_counts, center, grid, n_threads)
     radius, event = _grid_release(-np.abs(counts - quantile * rows.shape[0]), grid, epsilon, rng,
@@ -320,7 +325,9 @@ def _private_radius(rows, center, epsilon, quantile, neighbouring, rng, n_thread
         "private_bounds_radius", epsilon, 0.0, sensitivity=1.0, scale=event.scale,
         rho=epsilon**2 / 8.0,
         label="bounds/radius", neighbouring=neighbouring,
-        details={"quantile": quantile, "safety_factor": RADIUS_SAFETY, "grid_size": grid.size,
+        details={**({"quantile": quantile} if neighbouring == "replace_one"
+                    else {"quantile_max": quantile_max}),
+                 "safety_factor": RADIUS_SAFETY, "grid_size": grid.size,
                  "grid_ratio": _RADIUS_RATIO, "grid_range": GRID_RANGE},
     )
     return RADIUS_SAFETY * radius, event
@@ -337,13 +344,32 @@ def center_min_rows(budget, n_features):
     return math.ceil(2.0 * rank_error(per_coordinate, center_grid().size))
 
 
-def plan_bounds(n_samples, n_features, epsilon, delta, *, share=BOUNDS_SHARE, center=None):
+def plan_bounds(n_samples, n_features, epsilon, delta, *, share=BOUNDS_SHARE, center=None,
+                neighbouring="replace_one"):
     """The budget of a fit's bound and its public centre, from public values only.
 
-    With ``center=None`` the centre is estimated when there are at least
-    :func:`center_min_rows` rows for its share; otherwise (typically many
-    features and few rows) the bound is centred at the origin, the whole
-    share goes to the radius, and a warning says so.
+    With ``center=None`` the centre is estimated, except under replace-one
+    neighbours when there are fewer than :func:`center_min_rows` rows for
+    its share (typically many features and few rows): the bound is then
+    centred at the origin, the whole share goes to the radius, and a warning
+    says so. That switch reads ``n_samples``, which is public under
+    replace-one only. Under add/remove the number of rows is private (the
+    neighbours at ``center_min_rows`` and one row fewer would release a
+    centre and the origin: disjoint outputs), so the centre is always
+    estimated and the warning states the rows it needs, from ``n_features``,
+    ``epsilon`` and ``delta`` only.
+
+    Parameters
+    ----------
+    n_samples : int
+        Number of rows; read under ``neighbouring="replace_one"`` only.
+    n_features : int
+    epsilon, delta : float
+        The fit's budget, of which ``share`` goes to the bound.
+    share : float, default=BOUNDS_SHARE
+    center : array-like of shape (n_features,), default=None
+        A public centre; ``None`` plans a private one.
+    neighbouring : {"replace_one", "add_remove"}, default="replace_one"
 
     Returns
     -------
@@ -351,10 +377,14 @@ def plan_bounds(n_samples, n_features, epsilon, delta, *, share=BOUNDS_SHARE, ce
     center : ndarray or None
         ``None`` when the centre is to be estimated.
     """
+    _check_choice(neighbouring, "neighbouring", ("replace_one", "add_remove"))
     if center is None:
         budget = BoundsBudget.of_fit(epsilon, delta, share=share, estimate_center=True,
                                      n_features=n_features)
         needed = center_min_rows(budget, n_features)
+        if neighbouring == "add_remove":
+            _warn_center_rows_private(needed, n_features, budget)
+            return budget, None
         if n_samples >= needed:
             return budget, None
         warn_user(f"private bounds: {n_samples} rows are too few to locate a centre privately "
@@ -366,11 +396,26 @@ def plan_bounds(n_samples, n_features, epsilon, delta, *, share=BOUNDS_SHARE, ce
     return BoundsBudget.of_fit(epsilon, delta, share=share, estimate_center=False), center
 
 
+def _warn_center_rows_private(needed, n_features, budget):
+    """Add/remove: the centre is estimated whatever the (private) n; say what it needs (public)."""
+    error = rank_error(budget.epsilon_radius, radius_grid().size)
+    warn_user(f"private bounds: under add/remove neighbours the number of rows is private, so the "
+              f"centre is estimated privately whatever it is; in {n_features} dimensions with "
+              f"epsilon={budget.epsilon_center:.3g} it needs at least {needed} rows, and the "
+              f"radius quantile is accurate to about +-{error:.0f} rows. With fewer rows, the "
+              "released centre and radius can be far off: pass a public data_center (and "
+              "data_radius).", UserWarning)
+
+
 def _warn_if_degraded(n_samples, center, radius, budget, quantile, share_text):
-    """Warnings computed from public values and the released bound only."""
+    """Warnings computed from public values and the released bound only.
+
+    ``n_samples`` is ``None`` when it is private (add/remove): the rank
+    error is then stated by :func:`plan_bounds`, from public values.
+    """
     problems = []
     error = rank_error(budget.epsilon_radius, radius_grid().size)
-    if error > (1.0 - quantile) * n_samples + 0.25 * n_samples:
+    if n_samples is not None and error > (1.0 - quantile) * n_samples + 0.25 * n_samples:
         problems.append(f"with {n_samples} rows, the radius quantile is accurate to about "
                         f"+-{error:.0f} rows only")
     resolution = max(_TINY_RADIUS * GRID_RANGE[0], _CENTER_RESOLUTION * np.linalg.norm(center))
@@ -409,7 +454,9 @@ def private_bounds(X, *, budget, rng, center=None, quantile=0.99, neighbouring="
         Largest target share of the rows inside the ball, in (0, 1]; lowered
         for few rows by :func:`radius_quantile` (public values only).
     neighbouring : {"replace_one", "add_remove"}, default="replace_one"
-        Recorded in the events; the proof holds under both.
+        Recorded in the events; the proof holds under both. Under add/remove
+        the number of rows is private: the radius event does not record the
+        quantile :math:`q(n)` and the warnings do not read :math:`n`.
     warn_context : str, default=""
         Text naming the caller in warnings (for example the estimator and its share).
 
@@ -431,6 +478,7 @@ def private_bounds(X, *, budget, rng, center=None, quantile=0.99, neighbouring="
         X, center = _check_points(X, center)
     rows = as_rows(X)
     quantile = check_probability(quantile, "quantile", closed_right=True)
+    _check_choice(neighbouring, "neighbouring", ("replace_one", "add_remove"))
     check_epsilon_delta(budget.epsilon_radius, 0.0)
     if center is None:
         check_epsilon_delta(budget.epsilon_center, budget.delta_center)
@@ -444,5 +492,6 @@ def private_bounds(X, *, budget, rng, center=None, quantile=0.99, neighbouring="
     radius, radius_event = _private_radius(rows, center, budget.epsilon_radius, quantile,
                                            neighbouring, rng, n_threads)
     events.append(radius_event)
-    _warn_if_degraded(rows.shape[0], center, radius, budget, quantile, warn_context)
+    public_rows = rows.shape[0] if neighbouring == "replace_one" else None
+    _warn_if_degraded(public_rows, center, radius, budget, quantile, warn_context)
     return (center, radius), events

@@ -1,6 +1,7 @@
 import inspect
 import math
 import warnings
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -9,6 +10,10 @@ from scipy import stats
 from dp_stats import epsilon_lower_bound
 from skdpcluster import averaging as A
 from skdpcluster import mechanisms as M
+from skdpcluster.averaging._common import project_into_ball
+from skdpcluster.cluster._federated_init import clip_rows
+from skdpcluster.cluster._highdim import _SparseRows
+from skdpcluster.cluster._stable import _ClippedData
 from skdpcluster.mechanisms import analytic_gaussian_sigma, zcdp_rho_for_dp
 
 
@@ -705,3 +710,95 @@ def test_points_sorted_by_cell_are_the_transposed_rows_on_any_number_of_threads(
     assert points_t.flags.c_contiguous
     assert np.array_equal(points_t, points[order].T)
     assert A.one_median.sorted_by_cell(points, order[:0], n_threads).shape == (7, 0)
+
+
+# ---------------------------------------------------------------------------
+# Clipping with an exact norm bound (review R6a, F5)
+# ---------------------------------------------------------------------------
+
+CLIP_RADII = (0.7, 1.0, 3.3e5, 1e90, 1e-200, 2.0**-1070)
+
+
+def _old_clipping(X, radius):
+    """Mutant: the scaling of ``_ClippedData.from_rows`` before R6a F5 (x * radius / sqrt(s))."""
+    rows = X.copy()
+    sq_norms = np.einsum("ij,ij->i", rows, rows)
+    outside = np.flatnonzero(sq_norms > radius * radius)
+    rows[outside] *= (radius / np.sqrt(sq_norms[outside]))[:, None]
+    return rows
+
+
+CLIPPINGS = {
+    "from_rows": lambda X, radius: _ClippedData.from_rows(X, np.zeros(X.shape[1]), radius).X,
+    "clip_rows": lambda X, radius: clip_rows(X, np.zeros(X.shape[1]), radius),
+    "sparse_rows": lambda X, radius: _SparseRows(np.zeros(X.shape[1]), X.shape[1], np.inf,
+                                                 radius)(X),
+    "gaussian_clip_rows": lambda X, radius: A.gaussian._clip_rows(X, radius),
+    "mutant-old-scaling": _old_clipping,
+}
+
+
+def _adversarial_rows(n_features, radius, rng):
+    """Huge, tiny, subnormal and mixed coordinates, and rows on and next to the sphere."""
+    rows = []
+    for exponent in (-1074, -1060, -1000, -540, -300, -30, 0, 30, 300, 1000, 1021):
+        scale = 2.0**exponent
+        rows += list(rng.standard_normal((6, n_features)) * scale)
+        rows += list(np.full((2, n_features), scale) * (1 + rng.integers(0, 2**20, (2, n_features))
+                                                        * 2.0**-52))
+        mixed = rng.standard_normal((2, n_features)) * scale
+        mixed[:, 1:] *= 2.0**-600  # one big coordinate, the others' squares underflow
+        rows += list(mixed)
+    directions = rng.standard_normal((60, n_features))
+    on_sphere = radius * (directions / np.linalg.norm(directions, axis=1, keepdims=True))
+    rows += list(on_sphere)
+    for steps in (1, 2, 3):  # a few units in the last place outside (or inside) the sphere
+        rows += list(np.nextafter(on_sphere[:20], np.copysign(np.inf, on_sphere[:20])))
+        on_sphere = np.nextafter(on_sphere, 0.0)
+        rows += list(on_sphere[:20])
+    rows.append(np.eye(n_features)[0] * radius)  # exactly at the radius
+    rows.append(np.zeros(n_features))
+    X = np.array(rows)
+    return np.ascontiguousarray(X[np.all(np.isfinite(X), axis=1)])
+
+
+def _exact_sq_norms(rows):
+    return [sum(Fraction(float(v)) ** 2 for v in row) for row in rows]
+
+
+@pytest.mark.parametrize("name", list(CLIPPINGS))
+@pytest.mark.parametrize("n_features", [1, 2, 10, 100])
+def test_clipped_rows_exact_norm_at_most_the_radius(name, n_features):
+    # The sums of x (and x / Lambda) assume every row's norm <= Lambda: checked in exact
+    # rational arithmetic on the floats the clipping returns. The old scaling exceeded it by
+    # up to 6.7e-16 (relative) on a quarter of the projected rows, and left rows whose computed
+    # norm rounded down to Lambda outside.
+    rng = np.random.default_rng(n_features)
+    violations = 0
+    for radius in CLIP_RADII:
+        X = _adversarial_rows(n_features, radius, rng)
+        with np.errstate(all="ignore"):
+            clipped = CLIPPINGS[name](X, radius)
+        assert clipped.shape == X.shape and np.all(np.isfinite(clipped))
+        bound = Fraction(radius) ** 2
+        violations += sum(norm > bound for norm in _exact_sq_norms(clipped))
+    assert (violations == 0) is (not name.startswith("mutant"))
+
+
+@pytest.mark.parametrize("n_features", [1, 2, 10, 100])
+def test_clipping_keeps_rows_inside_and_projects_the_others_radially(n_features):
+    rng = np.random.default_rng(7)
+    radius = 3.0
+    X = rng.standard_normal((500, n_features)) * 10 ** rng.uniform(-3, 3, (500, 1))
+    norms = np.linalg.norm(X, axis=1)
+    clipped = X.copy()
+    with np.errstate(all="ignore"):
+        sq_norms = project_into_ball(clipped, radius)
+    inside = norms <= radius * (1 - 1e-12)
+    assert np.array_equal(clipped[inside], X[inside])  # bit for bit
+    outside = norms > radius
+    expected = X[outside] * (radius / norms[outside])[:, None]
+    np.testing.assert_allclose(clipped[outside], expected, rtol=1e-13, atol=0)
+    np.testing.assert_allclose(sq_norms, np.einsum("ij,ij->i", clipped, clipped), rtol=0, atol=0)
+    kept = X[inside]  # nothing to clip: the fit reads the rows themselves (no copy)
+    assert _ClippedData.from_rows(kept, np.zeros(n_features), radius).X is kept

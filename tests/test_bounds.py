@@ -425,3 +425,92 @@ def test_too_few_rows_for_the_centre_fall_back_to_the_origin():
     # about 1/t as likely (seed fixed).
     norms = np.linalg.norm(X, axis=1)
     assert np.quantile(norms, 0.9) <= est.data_radius_ <= 4 * norms.max()
+
+
+# ---------------------------------------------------------------------------
+# The centre switch reads n only where n is public (review R6a, F2)
+# ---------------------------------------------------------------------------
+
+
+def _needed_rows(n_features):
+    budget = B.BoundsBudget.of_fit(1.0, 1e-6, estimate_center=True, n_features=n_features)
+    return B.center_min_rows(budget, n_features)
+
+
+def _old_switch(n_samples, n_features, epsilon, delta, *, neighbouring, **kwargs):
+    """Mutant: the switch on the exact n under any relation (the code before R6a F2)."""
+    return B.plan_bounds(n_samples, n_features, epsilon, delta, **kwargs)
+
+
+def _plans_and_warnings(plan, rows, n_features, neighbouring):
+    out = []
+    for n_samples in rows:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            budget, center = plan(n_samples, n_features, 1.0, 1e-6, neighbouring=neighbouring)
+        out.append((budget, None if center is None else tuple(center),
+                    [str(w.message) for w in caught]))
+    return out
+
+
+@pytest.mark.parametrize("plan, alike", [(B.plan_bounds, True), (_old_switch, False)],
+                         ids=["real", "mutant-switch-on-n"])
+@pytest.mark.parametrize("n_features", [2, 64])
+def test_add_remove_neighbours_at_the_centre_threshold_plan_alike(plan, alike, n_features):
+    # Under add/remove, n = center_min_rows and one row fewer are neighbours: the plan (the
+    # budget split, whether the centre is released, the warning) must not tell them apart.
+    needed = _needed_rows(n_features)
+    first, second = _plans_and_warnings(plan, (needed, needed - 1), n_features, "add_remove")
+    assert (first == second) is alike
+    if alike:
+        assert first[1] is None and first[0].epsilon_center > 0  # the centre is estimated
+        assert str(needed) in first[2][0] and "add/remove" in first[2][0]
+
+
+def test_replace_one_keeps_the_switch_on_the_public_n():
+    needed = _needed_rows(2)
+    (at, center_at, _), (below, center_below, warned) = _plans_and_warnings(
+        B.plan_bounds, (needed, needed - 1), 2, "replace_one")
+    assert center_at is None and at.epsilon_center > 0
+    assert center_below == (0.0, 0.0) and below.epsilon_center == 0
+    assert "too few to locate a centre" in warned[0]
+
+
+def test_add_remove_fits_at_the_centre_threshold_release_alike():
+    # The review's pair: rows near (1000, 1000), n = center_min_rows and one row removed. The
+    # old switch released a centre near (1000, 1000) for one and the origin (radius > 3000)
+    # for the other: disjoint outputs. Now both release a centre, with the same events.
+    needed = _needed_rows(2)
+    X = np.array([1000.0, 1000.0]) + np.random.default_rng(0).standard_normal((needed, 2))
+    fits = []
+    for rows in (X, X[1:]):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fits.append(PrivateStableKMedian(2, neighbouring="add_remove", random_state=0,
+                                             accountant=BudgetAccountant()).fit(rows))
+    bounds_events = [[(e.label, e.mechanism, e.epsilon, e.delta, e.scale, e.neighbouring)
+                      for e in est.privacy_ledger_ if e.label.startswith("bounds/")] for est in fits]
+    assert bounds_events[0] == bounds_events[1]
+    assert [e[0] for e in bounds_events[0]] == ["bounds/center", "bounds/radius"]
+    for est in fits:
+        assert np.all(np.abs(est.data_center_ - 1000.0) <= 20.0) and est.data_radius_ < 50.0
+
+
+@pytest.mark.parametrize("neighbouring", ["add_remove", "replace_one"])
+def test_add_remove_events_and_warnings_do_not_tell_n(neighbouring):
+    # n = 600 and 599 at epsilon = 1: the radius quantile q(n) is below its maximum and the
+    # rank-error warning fires under replace-one, where n is public and both may read it (the
+    # control: it shows that the comparison sees n). Under add/remove, the ledger (a fitted
+    # attribute) and the warnings of the neighbours must be the same.
+    X = np.random.default_rng(13).normal(size=(600, 2)) + 5.0
+    outputs = []
+    for rows in (X, X[1:]):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            _, events = B.private_bounds(rows, budget=BUDGET, rng=np.random.default_rng(0),
+                                         neighbouring=neighbouring)
+        outputs.append((events, [str(w.message) for w in caught]))
+    assert (outputs[0] == outputs[1]) is (neighbouring == "add_remove")
+    if neighbouring == "add_remove":
+        assert "quantile" not in outputs[0][0][-1].details
+        assert outputs[0][0][-1].details["quantile_max"] == 0.99

@@ -455,7 +455,16 @@ def test_ktuple_cost_estimate_on_dask_rows():
             assert chunked.quality_[key] == pytest.approx(value, rel=1e-9)
         else:
             assert chunked.quality_[key] == value
-    assert _ledger(chunked) == _ledger(in_memory)
+    # The clip tau (so the clipped cost's sensitivity and scale) is a function of the released
+    # centres, which the chunked sums reproduce up to their rounding only (they differed by
+    # 1.1e-16 here before and after R6a F5, whose clipping moved tau by one ulp): those two
+    # fields to 1e-12, every other field of the ledger exactly.
+    for ours, theirs in zip(_ledger(chunked), _ledger(in_memory), strict=True):
+        if ours[1] == "KTupleClusterer/clipped_cost":
+            assert ours[:5] == theirs[:5]
+            assert ours[5:] == pytest.approx(theirs[5:], rel=1e-12)
+        else:
+            assert ours == theirs
 
 
 def test_ktuple_one_cluster_refuses_dask_input_before_spending(mixture):

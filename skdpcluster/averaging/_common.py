@@ -1,5 +1,6 @@
 """Helpers shared by the private primitives: validation (before any randomness), the ball
-projection, an even budget split and the Gaussian-DP zCDP parameter."""
+projections (the radial one, and the clipping of rows with an exact norm bound), an even
+budget split and the Gaussian-DP zCDP parameter."""
 
 import math
 from numbers import Integral, Real
@@ -92,6 +93,96 @@ def _project_onto_ball(points, center, radius):
     offsets = points - center
     norms = np.linalg.norm(offsets, axis=-1, keepdims=True)
     return center + offsets * (radius / np.maximum(norms, radius))
+
+
+#: Unit roundoff of float64 (round to nearest).
+_UNIT_ROUNDOFF = 2.0**-53
+#: Between these radii the square of the radius and every squared norm above it are normal
+#: floats (an underflowed square's absolute error 2^-1075 is a negligible relative error).
+_TESTED_RADII = (2.0**-500, 2.0**500)
+
+
+def rows_outside_ball(rows, sq_norms, radius):
+    r"""Indices of the rows not proven inside the closed ball :math:`B(0, \Lambda)`.
+
+    ``sq_norms`` are the squared norms computed as
+    ``np.einsum("ij,ij->i", rows, rows)``: a sum of :math:`d` squares, all
+    :math:`\ge 0` (no cancellation, in any order of the additions, with or
+    without fused multiply-adds), so with the unit roundoff :math:`u =
+    2^{-53}` the computed :math:`s` satisfies :math:`s \ge \|x\|^2(1-u)^d -
+    d\,2^{-1075}` (:math:`2^{-1075}` bounds an underflowed square's absolute
+    error). A row counts as inside when :math:`s \le T =
+    \mathrm{fl}(\mathrm{fl}(\Lambda^2)(1 - 4(d+2)u))` (the factor is exact).
+    For :math:`\Lambda \ge 2^{-500}`, :math:`\Lambda^2 \ge 2^{-1000}` is a
+    normal float and :math:`d\,2^{-1075} \le d\,2^{-75}\Lambda^2`, so such a
+    row has :math:`\|x\|^2 \le \Lambda^2 [(1+u)^2(1 - 4(d+2)u) +
+    d\,2^{-75}]/(1-u)^d < \Lambda^2`. (With :math:`s \le \Lambda^2` alone,
+    rows a unit in the last place outside the ball passed as inside.) For a
+    radius outside :math:`[2^{-500}, 2^{500}]` (the estimators refuse
+    :math:`\Lambda > 10^{100}`; a tinier one is degenerate) only the zero
+    rows are taken as inside. Rows inside are left to the caller, bit for bit.
+    """
+    if _TESTED_RADII[0] <= radius <= _TESTED_RADII[1]:
+        margin = 1.0 - 4.0 * (rows.shape[1] + 2) * _UNIT_ROUNDOFF
+        return np.flatnonzero(sq_norms > radius * radius * margin)
+    return np.flatnonzero(np.any(rows != 0.0, axis=1))
+
+
+def scale_into_ball(rows, radius):
+    r"""Non-zero finite rows scaled along themselves to a norm of exactly at most ``radius``.
+
+    The radial projection onto :math:`B(0, \Lambda)` of the rows that
+    :func:`rows_outside_ball` returns, with every output row's exact norm
+    at most :math:`\Lambda` (the sensitivities of the sums of :math:`x` and
+    :math:`x/\Lambda` assume it). ``rows`` is not changed.
+
+    **The bound in floating point** (:math:`u = 2^{-53}`, round to nearest).
+    Each row :math:`x` is first scaled by :math:`2^{-e}`, with :math:`e` the
+    binary exponent of :math:`\max_i |x_i|`: the largest coordinate of
+    :math:`w = 2^{-e}x` is in :math:`[1/2, 1)` (exact; a coordinate that
+    becomes subnormal is rounded, which changes :math:`w` but not the
+    argument below, made on the computed :math:`w`), so no square overflows
+    and :math:`\|w\| \ge 1/2`. Its computed squared norm :math:`t` satisfies
+    :math:`t \ge \|w\|^2((1-u)^d - 4d\,2^{-1075})` (see
+    :func:`rows_outside_ball`), :math:`N = \mathrm{fl}(\sqrt t) \ge \sqrt
+    t\,(1-u)` and :math:`a = \mathrm{fl}(\gamma/N) \le (1+u)\gamma/N` with
+    :math:`\gamma = 1 - 2(d+8)u` (exact), so :math:`a\|w\| \le
+    \gamma(1 + (d/2 + 2)u + O(u^2)) < 1`. The products :math:`a w_i`, then
+    their products with :math:`\Lambda`, are each rounded to nearest and
+    then moved one float toward zero (``np.nextafter(., 0)``): a float
+    rounded up by at most half a unit in the last place is then below the
+    exact value, one rounded down stays below it, and an underflow gives 0
+    or a subnormal below it. So every output coordinate is at most
+    :math:`|w_i| a \Lambda` in magnitude, and the output's exact norm is at
+    most :math:`a\|w\|\Lambda < \Lambda`, whatever the magnitudes (huge,
+    tiny, subnormal coordinates or radius). The output norm is
+    :math:`\Lambda(1 - O(du))`.
+    ``test_clipped_rows_exact_norm_at_most_the_radius`` checks it in exact
+    rational arithmetic.
+    """
+    n_features = rows.shape[1]
+    gamma = 1.0 - 2.0 * (n_features + 8) * _UNIT_ROUNDOFF
+    _, exponents = np.frexp(np.max(np.abs(rows), axis=1))
+    unit = np.ldexp(rows, -exponents[:, None])
+    unit *= (gamma / np.sqrt(np.einsum("ij,ij->i", unit, unit)))[:, None]
+    np.nextafter(unit, 0.0, out=unit)
+    unit *= radius
+    return np.nextafter(unit, 0.0, out=unit)
+
+
+def project_into_ball(rows, radius):
+    """Project the rows of a float64 array onto B(0, radius) in place; their squared norms.
+
+    Rows proven inside (:func:`rows_outside_ball`) are left bit for bit;
+    the others are replaced by :func:`scale_into_ball`, of exact norm at most
+    ``radius``. Returns the computed squared norms of the projected rows.
+    """
+    sq_norms = np.einsum("ij,ij->i", rows, rows)
+    outside = rows_outside_ball(rows, sq_norms, radius)
+    if len(outside):
+        rows[outside] = scale_into_ball(rows[outside], radius)
+        sq_norms[outside] = np.einsum("ij,ij->i", rows[outside], rows[outside])
+    return sq_norms
 
 
 def _split_evenly(total, parts):

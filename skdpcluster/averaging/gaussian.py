@@ -13,6 +13,7 @@ from skdpcluster.averaging._common import (
     _check_real,
     _project_onto_ball,
     _split_evenly,
+    project_into_ball,
 )
 from skdpcluster.mechanisms import (
     PrivacyEvent,
@@ -43,8 +44,15 @@ def _chi_radius(n_dim, log_inverse_probability):
 
 
 def _clip_rows(vectors, radius):
-    """Rows projected onto the ball B(0, radius)."""
-    return _project_onto_ball(vectors, 0.0, radius)
+    """Rows projected onto the ball B(0, radius), each of exact norm at most ``radius``.
+
+    The sums of the rows and of their outer products have sensitivity
+    ``radius`` and ``radius**2`` only with the exact bound
+    (:func:`~skdpcluster.averaging._common.project_into_ball`).
+    """
+    rows = np.array(vectors, dtype=np.float64)
+    project_into_ball(rows, radius)
+    return rows
 
 
 def _scaled_offset_sum(chunk, center, scale, centre, clip_radius):

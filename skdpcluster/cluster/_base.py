@@ -488,7 +488,7 @@ class _PrivateFitMixin:
             return self._run(data, self._plan(data))
         budget, center = plan_bounds(*self._bounds_rows(data).shape, self.epsilon,
                                      self._bounds_delta(), share=self._BOUNDS_SHARE,
-                                     center=self.data_center)
+                                     center=self.data_center, neighbouring=self._neighbouring())
         inner = clone(self).set_params(epsilon=self.epsilon - budget.cost[0],
                                        delta=self.delta - budget.cost[1])
         costs = [self._plan_inner(inner, data, RADIUS_SAFETY * radius, center, quiet=True).cost
@@ -496,6 +496,10 @@ class _PrivateFitMixin:
         cost = (budget.cost[0] + max(c[0] for c in costs), budget.cost[1] + max(c[1] for c in costs))
         plan = PrivateFitPlan(cost, {"inner": inner, "bounds_budget": budget, "center": center})
         return self._run(data, plan, self._fit_private_with_bounds)
+
+    def _neighbouring(self):
+        """The neighbouring relation of the fit (estimators without the parameter: replace-one)."""
+        return getattr(self, "neighbouring", "replace_one")
 
     #: Share of (epsilon, delta) spent on the bound when ``data_radius=None``.
     _BOUNDS_SHARE = BOUNDS_SHARE
@@ -528,7 +532,7 @@ class _PrivateFitMixin:
         phase("bound estimation")
         (center, radius), events = private_bounds(
             self._bounds_rows(data), budget=budget, rng=bounds_rng, center=plan.values["center"],
-            neighbouring=getattr(self, "neighbouring", "replace_one"),
+            neighbouring=self._neighbouring(),
             warn_context=f" of {type(self).__name__} (spent epsilon={budget.cost[0]:.3g}, "
                          f"delta={budget.cost[1]:.3g})")
         inner_plan = self._plan_inner(inner, data, radius, center)

@@ -259,7 +259,8 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         The bound :math:`\Delta` used (private when ``data_radius=None``; ``nan`` with ``data_radius="data"``).
     data_center_ : ndarray of shape (n_features,)
         The centre of the bound, set only when ``data_radius=None`` released
-        it (private; the origin when the rows were too few to locate it).
+        it (private; under replace-one, the origin when the rows were too few to
+        locate it; under add/remove, where n is private, always a released centre).
     status_ : str
         ``"success"``: centres are always released; ``"failure"`` only when the private step failed (a
         :class:`~skdpcluster.exceptions.PrivateStepFailedWarning`; nothing released).

@@ -34,6 +34,7 @@ from sklearn.base import clone
 from sklearn.cluster import kmeans_plusplus
 
 from skdpcluster.averaging import _project_onto_ball
+from skdpcluster.averaging._common import project_into_ball
 from skdpcluster.mechanisms import (
     PrivacyEvent,
     gaussian_mechanism,
@@ -302,10 +303,14 @@ def build_shards(X, client_ids=None):
 
 
 def clip_rows(X, center, radius):
-    """Rows centred at ``center`` and projected onto the ball B(0, radius) (a new array)."""
+    """Rows centred at ``center`` and projected onto the ball B(0, radius) (a new array).
+
+    Every projected row's exact norm is at most ``radius``
+    (:func:`~skdpcluster.averaging._common.project_into_ball`); rows inside
+    are the centred rows bit for bit.
+    """
     rows = X - center
-    norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
-    rows *= (radius / np.maximum(norms, radius))[:, None]
+    project_into_ball(rows, radius)
     return rows
 
 

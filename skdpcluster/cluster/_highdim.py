@@ -25,6 +25,7 @@ import numpy as np
 from sklearn.utils.validation import check_array
 
 from skdpcluster.averaging import _project_onto_ball, private_count
+from skdpcluster.averaging._common import project_into_ball, rows_outside_ball
 from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _BasePrivateClusterer
 from skdpcluster.cluster._federated_init import clip_rows
 from skdpcluster.cluster._highdim_candidates import (
@@ -270,13 +271,13 @@ class _ClipRows:
     def changes_nothing(self, rows):
         """Whether :meth:`__call__` gives ``rows`` back bit for bit.
 
-        It does when the centre is the origin (:math:`x - 0 = x`) and every
-        norm, computed as :func:`clip_rows` computes it, is at most the radius
-        (the factor is then ``radius / radius = 1``).
+        It does when the centre is the origin (:math:`x - 0 = x`) and
+        :func:`clip_rows` leaves every row (the test of
+        :func:`~skdpcluster.averaging._common.rows_outside_ball`).
         """
         if np.any(self.center) or rows.dtype != np.float64 or not rows.flags.c_contiguous:
             return False
-        return bool(np.all(np.sqrt(np.einsum("ij,ij->i", rows, rows)) <= self.radius))
+        return not len(rows_outside_ball(rows, np.einsum("ij,ij->i", rows, rows), self.radius))
 
 
 def _same_rows(rows):
@@ -292,8 +293,9 @@ class _SparseRows:
             center, sparsity, coord_bound, radius)
 
     def __call__(self, rows):
-        rows = sparsify_rows(rows - self.center, self.sparsity, self.coord_bound)
-        return _project_onto_ball(rows, 0.0, self.radius)
+        rows = sparsify_rows(rows - self.center, self.sparsity, self.coord_bound)  # a new array
+        project_into_ball(rows, self.radius)  # exact norms <= radius
+        return rows
 
 
 def _store_parameters(estimator, parameters):
@@ -827,7 +829,8 @@ _SHARED_ATTRIBUTES = r"""
         The L2 bound :math:`\Lambda` used (private when ``data_radius=None``; ``nan`` with ``data_radius="data"``).
     data_center_ : ndarray of shape (n_features,)
         The centre of the bound, set only when ``data_radius=None`` released
-        it (private; the origin when the rows were too few to locate it).
+        it (private; under replace-one, the origin when the rows were too few to
+        locate it; under add/remove, where n is private, always a released centre).
     privacy_spent_ : dict
         ``{"epsilon", "delta", "proven"}`` charged to the accountant, never
         more than requested; ``delta`` is 0 in the pure-DP default.

@@ -23,6 +23,7 @@ import numpy as np
 from scipy import optimize
 
 from skdpcluster.averaging import _project_onto_ball, private_one_medians_of_rows
+from skdpcluster.averaging._common import rows_outside_ball, scale_into_ball
 from skdpcluster.averaging.one_median import (
     cell_order,
     one_medians_of_sorted,
@@ -284,10 +285,10 @@ class _ClippedData:
         unchanged = X.dtype == np.float64 and X.flags.c_contiguous and not np.any(center)
         clipped = X if unchanged else X - center
         sq_norms = np.einsum("ij,ij->i", clipped, clipped)
-        outside = np.flatnonzero(sq_norms > radius * radius)
+        outside = rows_outside_ball(clipped, sq_norms, radius)
         if len(outside):
             clipped = X.copy() if clipped is X else clipped
-            clipped[outside] *= (radius / np.sqrt(sq_norms[outside]))[:, None]
+            clipped[outside] = scale_into_ball(clipped[outside], radius)  # exact norms <= radius
             sq_norms[outside] = np.einsum("ij,ij->i", clipped[outside], clipped[outside])
         return cls(clipped, sq_norms, radius, outside)
 
@@ -1042,7 +1043,8 @@ _SHARED_ATTRIBUTES = r"""
         The bound used (private when ``data_radius=None``; ``nan`` with ``data_radius="data"``).
     data_center_ : ndarray of shape (n_features,)
         The centre of the bound, set only when ``data_radius=None`` released
-        it (private; the origin when the rows were too few to locate it).
+        it (private; under replace-one, the origin when the rows were too few to
+        locate it; under add/remove, where n is private, always a released centre).
     n_features_in_ : int
         Number of features seen during fit.
     feature_names_in_ : ndarray of shape (`n_features_in_`,)
