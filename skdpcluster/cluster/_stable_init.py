@@ -140,15 +140,24 @@ def nearest_centers(X, centers, sq_norms=None):
     center_norm = math.sqrt(float(center_sq.max(initial=0.0)))
     labels = np.empty(len(X), dtype=np.intp)
     sq_distances = np.empty(len(X))
+    indices = np.arange(len(centers), dtype=np.float64)
     exact = []
     for start in range(0, len(X), CHUNK_ROWS):
         rows = slice(start, start + CHUNK_ROWS)
         block = scaled @ X[rows].T
         block += center_sq[:, None]
-        labels[rows], sq_distances[rows], gaps = _smallest_two(block)
-        scale = np.sqrt(sq_norms[rows])
-        scale += center_norm
-        unsure = np.flatnonzero(gaps <= margin * scale * scale)
+        best = block.min(axis=0)
+        threshold = np.sqrt(sq_norms[rows])
+        threshold += center_norm
+        threshold *= threshold
+        threshold *= margin
+        threshold += best
+        # 1 for the centres within the margin of the best: exactly one where the gap is clear,
+        # and then the product of the indices by the flags is that centre's index, exactly.
+        close = (block <= threshold).astype(np.float64)
+        labels[rows] = indices @ close
+        sq_distances[rows] = best
+        unsure = np.flatnonzero(close.sum(axis=0) != 1.0)
         if len(unsure):
             values = fixed_order_sq_distances(X[rows][unsure], centers)
             unsure += start
@@ -213,24 +222,6 @@ def within_radii(X, centers, labels, sq_distances, sq_radii, sq_norms):
     return inside
 
 
-def _smallest_two(block):
-    """Per column of ``block`` (centres by rows): the first argmin, the minimum and the gap
-    to the second smallest value (``inf`` for one row), one pass per row."""
-    labels = np.zeros(block.shape[1], dtype=np.intp)
-    best = block[0].copy()
-    second = np.full(block.shape[1], np.inf)
-    larger = np.empty(block.shape[1])
-    closer = np.empty(block.shape[1], dtype=bool)
-    for row in range(1, len(block)):
-        np.maximum(best, block[row], out=larger)
-        np.minimum(second, larger, out=second)
-        np.less(block[row], best, out=closer)
-        np.putmask(labels, closer, row)
-        np.minimum(best, block[row], out=best)
-    second -= best
-    return labels, best, second
-
-
 def fixed_order_sq_distances(X, centers, labels=None):
     r""":math:`\|x - c\|^2` coordinate by coordinate in a fixed order: a function of the row alone.
 
@@ -241,11 +232,16 @@ def fixed_order_sq_distances(X, centers, labels=None):
     row to its own centre ``centers[labels]`` (shape ``(n,)``); else to every
     centre (shape ``(n, k)``).
     """
-    if labels is not None:
-        difference = X - centers[labels]
-        total = np.square(difference[:, 0])
-        for column in range(1, X.shape[1]):
-            total += np.square(difference[:, column])
+    if labels is not None:  # in blocks of CHUNK_ROWS rows: temporaries of a block only
+        total = np.empty(len(X))
+        for start in range(0, len(X), CHUNK_ROWS):
+            rows = slice(start, start + CHUNK_ROWS)
+            difference = X[rows] - centers[labels[rows]]
+            np.square(difference, out=difference)
+            block = total[rows]
+            block[:] = difference[:, 0]
+            for column in range(1, X.shape[1]):
+                block += difference[:, column]
         return total
     total = np.square(X[:, 0, None] - centers[None, :, 0])
     for column in range(1, X.shape[1]):
@@ -904,20 +900,8 @@ class GridInitializer:
         so that every level still covers the ball and each cell of level ``g`` is the
         union of ``2^p`` cells of level ``2g``.
         """
-        width = 2.0 * data_radius / g
-        if shift is None:
-            cells, offset = g, data_radius
-        else:
-            cells, offset = shifted_cells_per_axis(g), data_radius + shift
-        scaled = projected + offset
-        scaled /= width
-        np.floor(scaled, out=scaled)
-        axes = np.clip(scaled, 0, cells - 1, out=scaled).astype(np.int64)
-        index = axes[:, -1]
-        for axis in range(projected.shape[1] - 2, -1, -1):  # sum_j a_j cells^j, Horner's rule
-            index *= cells
-            index += axes[:, axis]
-        return index
+        scaled, cells = _grid_coordinates(projected, g, data_radius, shift)
+        return _index_of_coordinates(scaled, cells)
 
     def _heavy_cells(self, rows, basis, shares, data_radius, neighbouring, rng):
         """Steps 2-3: noisy counts per level, and the leaves of the multi-resolution partition.
@@ -1036,9 +1020,9 @@ def _cell_indices(X, basis, g, data_radius, shift):
     (:func:`_fixed_order_projection`). The matrix product's rounding depends
     on the block (under add/remove one row less moves the others in it), but
     both ways a projected coordinate is within :math:`(d + 1)u\,2\Lambda` of
-    the exact one (the rows are in :math:`B(0, \Lambda)` up to rounding, the
-    basis vectors of unit norm); where a scaled coordinate is farther than
-    :func:`_cell_margin` from every cell boundary the product's cell is that
+    the exact one (the rows are in :math:`B(0, \Lambda)`, the basis vectors
+    of unit norm); where every grid coordinate is farther than
+    :func:`_cell_margin` from a cell boundary the product's cell is that
     cell, and the other rows are projected again in the fixed order.
     """
     index = np.empty(len(X), dtype=np.int64)
@@ -1048,19 +1032,44 @@ def _cell_indices(X, basis, g, data_radius, shift):
         if basis is None:
             index[rows] = GridInitializer._cell_index(X[rows], g, data_radius, shift)
             continue
-        projected = X[rows] @ basis
-        index[rows] = GridInitializer._cell_index(projected, g, data_radius, shift)
-        near = np.flatnonzero(_near_cell_boundary(projected, g, data_radius, shift, margin))
+        scaled, cells = _grid_coordinates(X[rows] @ basis, g, data_radius, shift)
+        fraction = scaled - np.floor(scaled)
+        near = np.unique(np.flatnonzero((fraction <= margin) | (fraction >= 1.0 - margin))
+                         // scaled.shape[1])
+        index[rows] = _index_of_coordinates(scaled, cells)
         if len(near):
             index[start + near] = GridInitializer._cell_index(
                 _fixed_order_projection(X[rows][near], basis), g, data_radius, shift)
     return index
 
 
+def _grid_coordinates(projected, g, data_radius, shift):
+    """Coordinates of the rows in units of cells from the grid's origin, and cells per axis."""
+    width = 2.0 * data_radius / g
+    if shift is None:
+        cells, offset = g, data_radius
+    else:
+        cells, offset = shifted_cells_per_axis(g), data_radius + shift
+    scaled = projected + offset
+    scaled /= width
+    return scaled, cells
+
+
+def _index_of_coordinates(scaled, cells):
+    """The cell index of grid coordinates (``scaled`` is overwritten): floor, clip, Horner."""
+    np.floor(scaled, out=scaled)
+    axes = np.clip(scaled, 0, cells - 1, out=scaled).astype(np.int64)
+    index = axes[:, -1]
+    for axis in range(scaled.shape[1] - 2, -1, -1):  # sum_j a_j cells^j, Horner's rule
+        index *= cells
+        index += axes[:, axis]
+    return index
+
+
 def _cell_margin(n_features, g, data_radius, shift):
     r"""Distance to a cell boundary (in cells) below which a row's cell is recomputed.
 
-    Four times a bound on the difference of a scaled coordinate
+    Four times a bound on the difference of a grid coordinate
     :math:`(y + o)/w` computed from two projections within
     :math:`(d + 1)u\,2\Lambda` of the exact one (plus the rounding of the
     addition and the division): :math:`4(d + 8)u\,((2\Lambda + o)/w + m + 1)`
@@ -1070,15 +1079,6 @@ def _cell_margin(n_features, g, data_radius, shift):
     offset = data_radius + (0.0 if shift is None else float(np.max(shift)))
     cells = g if shift is None else shifted_cells_per_axis(g)
     return 4.0 * (n_features + 8) * 2.0**-53 * ((2.0 * data_radius + offset) / width + cells + 1)
-
-
-def _near_cell_boundary(projected, g, data_radius, shift, margin):
-    """Rows with a scaled coordinate within ``margin`` cells of a cell boundary."""
-    width = 2.0 * data_radius / g
-    scaled = projected + (data_radius if shift is None else data_radius + shift)
-    scaled /= width
-    scaled -= np.floor(scaled)
-    return np.any((scaled <= margin) | (scaled >= 1.0 - margin), axis=1)
 
 
 def _fixed_order_projection(X, basis):
