@@ -152,12 +152,13 @@ def nearest_centers(X, centers, sq_norms=None):
         threshold *= threshold
         threshold *= margin
         threshold += best
-        # 1 for the centres within the margin of the best: exactly one where the gap is clear,
-        # and then the product of the indices by the flags is that centre's index, exactly.
-        close = (block <= threshold).astype(np.float64)
-        labels[rows] = indices @ close
+        # 1 for the centres within the margin of the best (in place: no block-sized temporary):
+        # exactly one where the gap is clear, and then the product of the indices by the flags
+        # is that centre's index, exactly.
+        np.less_equal(block, threshold, out=block, casting="unsafe")
+        labels[rows] = indices @ block
         sq_distances[rows] = best
-        unsure = np.flatnonzero(close.sum(axis=0) != 1.0)
+        unsure = np.flatnonzero(block.sum(axis=0) != 1.0)
         if len(unsure):
             values = fixed_order_sq_distances(X[rows][unsure], centers)
             unsure += start
