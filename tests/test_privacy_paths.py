@@ -279,9 +279,10 @@ def test_paper_accounting_charges_the_larger_proven_delta(easy):
     delta = 1e-8  # at DELTA the proven delta of the paper's ell exceeds 1
     n_tuples = min_tuples(EPSILON, delta, 0.05, accounting="paper")  # 234
     accountant = BudgetAccountant()
-    est = KTupleClusterer(2, method="noisy_centers", fallback_share=0.0, epsilon=EPSILON, delta=delta,
-                          accounting="paper", n_tuples=n_tuples,
-                          accountant=accountant, random_state=0).fit(easy)
+    with pytest.warns(UserWarning, match=r"accounting='paper'.*proves epsilon=8\.\d+"):
+        est = KTupleClusterer(2, method="noisy_centers", fallback_share=0.0, epsilon=EPSILON,
+                              delta=delta, accounting="paper", n_tuples=n_tuples,
+                              accountant=accountant, random_state=0).fit(easy)
     spent = est.privacy_spent_
     assert spent["proven"] is True  # what is charged is what Claim 4.5 gives with this ell
     assert spent["epsilon"] > EPSILON and spent["delta"] > 100 * delta

@@ -19,6 +19,7 @@ from skdpcluster.cluster._one_cluster import R_MIN_FRACTION as DEFAULT_R_MIN_FRA
 from skdpcluster.cluster._one_cluster import fit_one_cluster, plan_one_cluster
 from skdpcluster.exceptions import InsufficientDataError
 from skdpcluster.mechanisms import PrivacyEvent
+from skdpcluster.utils._warnings import warn_user
 from skdpcluster.ktuple import min_tuples
 from skdpcluster.averaging import _project_onto_ball
 from skdpcluster.ktuple._framework import canonical_order, check_tuple_parameters, conditioning_event
@@ -140,8 +141,9 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
         Resolution of ``"averages"``; ``None`` means ``1e-4 * data_radius``.
     accounting : {"corrected", "paper"}, default="corrected"
         ``"corrected"`` uses the ell for which Claim 4.5 is proven;
-        ``"paper"`` reproduces Definition 4.4 and then ``privacy_spent_``
-        reports the larger delta that can actually be proven.
+        ``"paper"`` reproduces Definition 4.4 and then charges the larger
+        epsilon and delta that can actually be proven (a ``UserWarning``
+        says both before anything is spent).
     lambda_mechanism : {"log_laplace", "paper"}, default="log_laplace"
         See :func:`~skdpcluster.ktuple.noisy_centers.private_k_noisy_centers`;
         ``"paper"`` is a reproduction mode whose privacy is not proven (its
@@ -446,7 +448,15 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
             "located_info_": None,
             "method_": self._method(),
         }
-        return PrivateFitPlan(self._cost(n_tuples), {"center": center}, attributes)
+        cost = self._cost(n_tuples)
+        if self.accounting == "paper":
+            warn_user(
+                f"KTupleClusterer: accounting='paper' uses the ell of Definition 4.4 as printed, "
+                f"for which Claim 4.5 proves epsilon={cost[0]:.6g}, delta={cost[1]:.3g}, not the "
+                f"requested epsilon={self.epsilon}, delta={self.delta}: the fit charges the "
+                "proven values. Use accounting='corrected' (the default) to stay within the "
+                "request.", UserWarning)
+        return PrivateFitPlan(cost, {"center": center}, attributes)
 
     def _plan_located(self, n_tuples, n_features):
         """The public plan of ``method="located"``: enough tuples for its histogram threshold."""
