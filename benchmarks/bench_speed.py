@@ -5,10 +5,10 @@ What it measures
 Both estimators run in this process, one after the other, on the same
 array; every number is a ratio *private / scikit-learn*, so the machine
 cancels out (``DESIGN.md``, "Speed and scale"). The private estimator runs
-with its defaults: ``KTupleClusterer(n_clusters=10)`` is
-``method="noisy_centers"``, ``epsilon=1``, ``delta=1e-6``, ``beta=0.05``,
-``n_tuples="auto"`` (the minimum admissible number, 1963 tuples), the
-batched ``KMeans(init="k-means++", n_init=1)`` per block and ``n_jobs=None``.
+with its defaults: ``KTupleClusterer(n_clusters=10)`` with ``method="auto"``
+(the located method on these data), ``epsilon=1``, ``delta=1e-6``,
+``data_radius=None`` (a private bound), ``n_tuples="auto"``, the batched
+``KMeans(init="k-means++", n_init=1)`` per block and ``n_jobs=None``.
 The reference is ``KMeans(n_clusters=10, n_init=1)`` (k-means++ seeding,
 Lloyd, scikit-learn's OpenMP threads).
 
@@ -19,9 +19,11 @@ Lloyd, scikit-learn's OpenMP threads).
   - ``R = 10^4``, well separated, where the private test passes
     (``status`` = success): the fit does all its work, noise and labels
     included. This is the row to quote;
-  - ``R = 32``, the papers' smallest separation: at k = 10 the test fails
-    (Delta = 3711 at these parameters needs tuples far tighter than ~50
-    rows per cluster give), so this times the failure path.
+  - ``R = 32``, the papers' smallest separation, the harder case (the
+    ``status`` column says whether the private test passed: with the
+    ``noisy_centers`` default of 2026-11-21 it failed, Delta = 3711 needing
+    tuples far tighter than ~50 rows per cluster give; the located
+    default passes, at a higher cost).
 
   For the separated data the row also splits the private fit into tuple
   generation (``tuples_s``: ``generate_tuples``, batched path), the private
@@ -34,9 +36,8 @@ Lloyd, scikit-learn's OpenMP threads).
   comparison on the separated data for n from 2·10^4 to 10^6
   (``--quick``) or 10^7 (``--full``), and the fitted growth exponents (the
   slope of log time, and of log peak memory, against log n) of both
-  estimators. n = 10^4 is not possible: 1963 blocks need at least
-  k = 10 rows each. The number of tuples stays at its minimum, so the rows
-  per tuple grow with n (``rows_per_tuple``). A size whose extrapolated
+  estimators. The located default takes one tuple per 50 rows at k = 10 (at least
+  its minimum number; ``n_tuples`` and ``rows_per_tuple`` are in the table). A size whose extrapolated
   peak memory exceeds the budget (``--max-gib``) is skipped and listed
   with ``status`` = ``skipped``.
 
