@@ -15,6 +15,7 @@ from skdpcluster.cluster._federated_init import clip_rows
 from skdpcluster.cluster._highdim import _SparseRows
 from skdpcluster.cluster._stable import _ClippedData
 from skdpcluster.mechanisms import analytic_gaussian_sigma, zcdp_rho_for_dp
+from skdpcluster.ktuple.averages import project_to_ball
 
 
 def _grid_index(z, data_radius, r_min):
@@ -734,6 +735,7 @@ CLIPPINGS = {
     "sparse_rows": lambda X, radius: _SparseRows(np.zeros(X.shape[1]), X.shape[1], np.inf,
                                                  radius)(X),
     "gaussian_clip_rows": lambda X, radius: A.gaussian._clip_rows(X, radius),
+    "ktuple_averages": lambda X, radius: project_to_ball(X[:, None, :], radius)[:, 0, :],
     "mutant-old-scaling": _old_clipping,
 }
 

@@ -9,8 +9,8 @@ import numpy as np
 from skdpcluster.averaging._common import (
     _check_choice,
     _check_points,
-    _project_onto_ball,
     _split_evenly,
+    project_into_ball,
 )
 from skdpcluster.averaging.average_1d import _average_1d, _average_1d_details, _check_average_inputs
 from skdpcluster.mechanisms import PrivacyEvent
@@ -159,7 +159,8 @@ def private_average(
     _check_choice(composition, "composition", _COMPOSITIONS)
     n_axes = points.shape[1]
     budget = _axis_budget(epsilon, delta, n_axes, composition)
-    projected = _project_onto_ball(points, 0.0, grid[0])
+    projected = np.array(points, dtype=float)  # a copy: the caller's points are not changed
+    project_into_ball(projected, grid[0])  # every row's exact norm <= the radius
     beta_axis = beta / n_axes
     axis_args = (n_public, grid, budget.epsilon_axis, budget.delta_axis, beta_axis, neighbouring)
     estimate = np.array([_average_1d(column, *axis_args, rng) for column in projected.T])

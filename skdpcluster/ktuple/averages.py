@@ -25,6 +25,7 @@ import math
 import numpy as np
 
 from skdpcluster.averaging import private_average
+from skdpcluster.averaging._common import project_into_ball
 from skdpcluster.ktuple._framework import (
     KTupleResult,
     canonical_order,
@@ -42,10 +43,16 @@ AVERAGES_SEPARATION = 7.0
 
 
 def project_to_ball(points, radius):
-    """Radially project every point onto the closed ball B(0, radius) (a per-record map, spec §7.8)."""
-    norms = np.linalg.norm(points, axis=-1, keepdims=True)
-    factor = np.minimum(1.0, radius / np.maximum(norms, np.finfo(float).tiny))
-    return points * factor
+    """Radially project every point onto the closed ball B(0, radius) (a per-record map, spec §7.8).
+
+    Points of any shape (the last axis the coordinates); every projected
+    point's exact norm is at most ``radius``
+    (:func:`~skdpcluster.averaging._common.project_into_ball`).
+    """
+    points = np.asarray(points, dtype=float)
+    projected = points.reshape(-1, points.shape[-1]).copy()
+    project_into_ball(projected, radius)
+    return projected.reshape(points.shape)
 
 
 def _assign_to_nearest(points, centers):
