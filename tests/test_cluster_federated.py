@@ -484,3 +484,30 @@ def test_paper_synthetic_anchor():
         est.fit(X, client_ids=np.repeat(np.arange(100), 1000), X_server=server)
         costs.append(-est.score(X) / len(X))
     assert 49.9 < np.median(costs) < 50.7
+
+
+@pytest.mark.parametrize("projected", [False, True])
+def test_a_rows_cluster_does_not_depend_on_its_shard(projected):
+    # Review R7: the per-cluster counts of a shard are those of its rows taken one by one,
+    # also for rows on the bisector of two centres (before the fix the matrix product's
+    # rounding, which depends on the block, decided them: under add/remove one row less moved
+    # another row between clusters, a count release change of sqrt(3) against sensitivity 1).
+    rng = np.random.default_rng(5)
+    n_features, n_components = 10, 3
+    components = np.linalg.qr(rng.standard_normal((n_features, n_components)))[0]
+    centers = rng.standard_normal((4, n_components if projected else n_features)) * 7.3
+    mid = (centers[0] + centers[1]) / 2
+    normal = (centers[1] - centers[0]) / np.linalg.norm(centers[1] - centers[0])
+    tangent = rng.standard_normal((1500, centers.shape[1])) * 5
+    tangent -= np.outer(tangent @ normal, normal)
+    Z = mid + tangent + np.outer(rng.uniform(-1, 1, 1500) * 1e-14, normal)
+    X = Z @ components.T if projected else Z
+    broadcast = {"centers": centers, "components": components if projected else None}
+
+    def counts(rows):
+        shard = fi.ClientShard(rows, np.ones(len(rows), dtype=np.intp))
+        return fi.cluster_sums_statistic(shard, **broadcast)[1]
+
+    together = counts(X)
+    alone = sum(counts(X[i:i + 1]) for i in range(len(X)))
+    np.testing.assert_array_equal(together, alone)

@@ -185,3 +185,27 @@ def test_non_private_scaler_is_not_detected():
         warnings.simplefilter("error", PrivacyLeakWarning)
         make_pipeline(StandardScaler(), PrivateStableKMeans(4, data_radius=6.0,
                                                             random_state=0)).fit(X)
+
+
+def test_scaler_rows_are_within_the_radius_exactly_for_a_far_centre(monkeypatch):
+    # Review R7: the rows were projected around the centre and then centred, so the projected
+    # point was rounded at the scale of |center|: at |center| = 1e15 and radius 1 the first
+    # pass read rows of norm up to 1.11 (its sensitivity assumes 1). Checked in exact rationals.
+    from fractions import Fraction
+
+    seen = []
+    original = S._moments_pass
+
+    def record(rows, radius, *args):
+        seen.append((rows.copy(), radius))
+        return original(rows, radius, *args)
+
+    monkeypatch.setattr(S, "_moments_pass", record)
+    rng = np.random.default_rng(0)
+    center = np.full(5, 1e15)
+    X = center + rng.standard_normal((2000, 5)) * 3.0
+    PrivateStandardScaler(data_center=center, data_radius=1.0, random_state=0,
+                          accountant=BudgetAccountant()).fit(X)
+    for rows, radius in seen:
+        bound = Fraction(radius) ** 2
+        assert all(sum(Fraction(float(v)) ** 2 for v in row) <= bound for row in rows)

@@ -35,6 +35,7 @@ from sklearn.cluster import kmeans_plusplus
 
 from skdpcluster.averaging import _project_onto_ball
 from skdpcluster.averaging._common import project_into_ball
+from skdpcluster.cluster._stable_init import _fixed_order_projection, nearest_centers
 from skdpcluster.mechanisms import (
     PrivacyEvent,
     gaussian_mechanism,
@@ -62,8 +63,6 @@ __all__ = [
 #: Rows per shard: clients are packed, whole and in order of their id, into shards whose
 #: first client starts within each block of SHARD_ROWS rows (one Dask partition each).
 SHARD_ROWS = 8192
-#: Rows per block of a nearest-centre computation inside a shard.
-CHUNK_ROWS = 4096
 #: The releases of the protocol, in the order they happen (spec §2, §3).
 STEPS = ("projection", "weights", "sums", "counts", "lloyd_sums", "lloyd_counts")
 GAUSSIAN_STEPS = frozenset({"projection", "sums", "lloyd_sums"})
@@ -439,18 +438,6 @@ def _single_threaded(shard, *, statistic, **broadcast):
 # ---------------------------------------------------------------------------
 
 
-def nearest(Z, centers):
-    """Index of the nearest row of ``centers`` for every row of ``Z`` (lowest index on ties)."""
-    scaled = -2.0 * centers.T
-    center_sq = np.einsum("ij,ij->i", centers, centers)
-    labels = np.empty(len(Z), dtype=np.intp)
-    for start in range(0, len(Z), CHUNK_ROWS):
-        block = Z[start:start + CHUNK_ROWS] @ scaled
-        block += center_sq
-        labels[start:start + CHUNK_ROWS] = block.argmin(axis=1)
-    return labels
-
-
 def _clip_factors(norms, bound):
     """min(1, bound / norm) per client (1 for a zero contribution)."""
     return np.minimum(1.0, bound / np.maximum(norms, np.finfo(float).tiny))
@@ -486,9 +473,10 @@ def server_histogram_statistic(shard, *, components, server_points, bound=None):
 
     ``components`` is :math:`V_k` (d x p) and ``server_points`` is
     :math:`QV_k`. With ``bound`` (client level), client j's histogram, of L1
-    norm :math:`n_j`, is scaled by :math:`\min(1, C_2/n_j)`.
+    norm :math:`n_j`, is scaled by :math:`\min(1, C_2/n_j)`. Each row's bin is
+    a function of the row alone (as in :func:`cluster_sums_statistic`).
     """
-    labels = nearest(shard.X @ components, server_points)
+    labels = nearest_centers(_fixed_order_projection(shard.X, components), server_points)[0]
     weights = None
     if bound is not None:
         weights = np.repeat(_clip_factors(shard.sizes.astype(float), bound), shard.sizes)
@@ -520,12 +508,16 @@ def cluster_sums_statistic(shard, *, centers, components=None, bounds=None):
     Rows are assigned to the nearest of ``centers``: by projected distance
     :math:`\|V_k^\top x - \xi_r\|` when ``components`` is given (Step 3), by
     full distance otherwise (Algorithm 2). The sums are full-dimensional.
+    A row's cluster is a function of the row alone (the projection in a fixed
+    order, :func:`~skdpcluster.cluster._stable_init.nearest_centers`'s
+    row-exact labels): a matrix product's rounding depends on the row's
+    block, so under add/remove another row could change cluster (review R7).
     With ``bounds = (C_s, C_c)`` (client level), each client's sums and
     counts are scaled jointly (see :func:`_joint_clip_factors`).
     """
     X = shard.X
-    Z = X if components is None else X @ components
-    labels = nearest(Z, centers)
+    Z = X if components is None else _fixed_order_projection(X, components)
+    labels = nearest_centers(Z, centers)[0]
     n_clusters = len(centers)
     if bounds is None:
         weights = np.ones(len(X))

@@ -10,6 +10,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from skdpcluster.accountant import BudgetAccountant
 from skdpcluster.averaging import _project_onto_ball
+from skdpcluster.averaging._common import project_into_ball
 from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _PrivateFitMixin, _random_state_constraint
 from skdpcluster.mechanisms import gaussian_mechanism
 from skdpcluster.utils._compat import Interval, StrOptions
@@ -189,11 +190,13 @@ class PrivateStandardScaler(_PrivateFitMixin, OneToOneFeatureMixin, TransformerM
         """Two passes on half of (epsilon, delta) each: raw moments in the ball, then standardized."""
         center, radius = plan.values["center"], plan.values["radius"]
         epsilon, delta = self.epsilon / 2.0, self.delta / 2.0
-        rows = _project_onto_ball(X, center, radius) - center
+        rows = X - center  # centred first: no rounding at the scale of |center| (review R7)
+        project_into_ball(rows, radius)  # every row's exact norm <= radius
         mean, var, first = _moments_pass(rows, radius, epsilon, delta, rng)
         shift, scale = center + mean, np.sqrt(var)
         z_radius = _Z_RADIUS_PER_SQRT_FEATURE * math.sqrt(X.shape[1])
-        z_rows = _project_onto_ball((X - shift) / scale, 0.0, z_radius)
+        z_rows = (X - shift) / scale
+        project_into_ball(z_rows, z_radius)
         z_mean, z_var, second = _moments_pass(z_rows, z_radius, epsilon, delta, rng)
         attributes = {"mean_": shift + scale * z_mean, "var_": var * z_var,
                       "scale_": scale * np.sqrt(z_var)}
