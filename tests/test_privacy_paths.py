@@ -383,3 +383,17 @@ def test_the_high_dim_radius_limit_does_not_depend_on_the_number_of_rows(monkeyp
             accepted.append(False)
     assert accepted[0]
     assert all(accepted) is should_pass
+
+
+@pytest.mark.parametrize("estimator", [PrivateStableKMeans(2), PrivateHighDimKMeans(2),
+                                       FederatedPrivateKMeans(2)], ids=repr)
+def test_a_bound_below_the_rounding_floor_is_refused_before_any_randomness(estimator):
+    # Review R7: below 2**-500 the rounding margins of the row-exact decisions and of the
+    # clipping underflow; such a bound is refused like one whose arithmetic overflows.
+    X = make_separated_mixture(1000, n_clusters=2, n_features=2, separation=20,
+                               random_state=0)[0] * 2.0**-520
+    accountant = BudgetAccountant()
+    with pytest.raises(ValueError, match=r"data_radius=.* is below 2\*\*-500"):
+        clone(estimator).set_params(data_radius=2.0**-501, accountant=accountant,
+                                    random_state=0).fit(X)
+    assert accountant.ledger == []

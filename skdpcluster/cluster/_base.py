@@ -456,12 +456,24 @@ class _PrivateFitMixin:
         """The largest bound whose arithmetic cannot overflow (the same for any number of rows)."""
         return self._MAX_DATA_RADIUS
 
+    #: Below this bound the rounding margins of the row-exact decisions
+    #: (:func:`~skdpcluster.cluster._stable_init.rounding_margin`) and of the
+    #: clipping into the ball (:func:`~skdpcluster.averaging._common.rows_outside_ball`)
+    #: underflow, and their proofs no longer hold.
+    _MIN_DATA_RADIUS = 2.0**-500
+
     def _checked_radius(self, radius):
-        """Refuse, before any randomness, a bound whose arithmetic would overflow.
+        """Refuse, before any randomness, a bound whose arithmetic would overflow or underflow.
 
         Inside the private step such an overflow would end the fit in an
         exception (or, with the safety net, in a charged failure).
         """
+        if not radius >= self._MIN_DATA_RADIUS:
+            raise ValueError(
+                f"data_radius={radius!r} is below 2**-500 (about {self._MIN_DATA_RADIUS:.3g}), "
+                f"where the rounding bounds of {type(self).__name__}'s private steps underflow; "
+                "rescale X (and data_center) so that its norms are larger."
+            )
         limit = self._max_data_radius()
         if not radius <= limit:
             source = ("data_radius" if self._public_radius_given()

@@ -151,6 +151,7 @@ def nearest_centers(X, centers, sq_norms=None):
         threshold += center_norm
         threshold *= threshold
         threshold *= margin
+        threshold += UNDERFLOW_MARGIN
         threshold += best
         # 1 for the centres within the margin of the best (in place: no block-sized temporary):
         # exactly one where the gap is clear, and then the product of the indices by the flags
@@ -188,6 +189,13 @@ def nearest_costs(X, centers, power, assignment):
     return np.sqrt(fixed_order_sq_distances(X, centers, labels))
 
 
+#: Absolute margin added to :func:`rounding_margin`'s: products and squares below the
+#: smallest normal float lose up to 2^-1075 each (not a relative error), d + 2 of them per
+#: value at most; 2^-1000 covers them for any d below 2^70, so the decisions stay row-exact
+#: on data of any scale (review R7).
+UNDERFLOW_MARGIN = 2.0**-1000
+
+
 def rounding_margin(n_features):
     r"""Relative margin :math:`4M/(\|x\| + \max_j\|c_j\|)^2 = 16(d + 4)u` of the row-exact decisions.
 
@@ -216,7 +224,7 @@ def within_radii(X, centers, labels, sq_distances, sq_radii, sq_norms):
     scale = np.sqrt(sq_norms)
     scale += math.sqrt(float(np.einsum("ij,ij->i", centers, centers).max(initial=0.0)))
     unsure = np.flatnonzero(np.abs(sq_distances - sq_radii)
-                            <= rounding_margin(X.shape[1]) * scale * scale)
+                            <= rounding_margin(X.shape[1]) * scale * scale + UNDERFLOW_MARGIN)
     if len(unsure):
         inside[unsure] = (fixed_order_sq_distances(X[unsure], centers, labels[unsure])
                           <= sq_radii[unsure])

@@ -46,6 +46,7 @@ from sklearn.cluster import KMeans
 from skdpcluster.utils import spawn_generators
 from skdpcluster.utils._compat import single_threaded
 from skdpcluster.utils._data import chunk_generators
+from skdpcluster.utils._errstate import in_caller_errstate
 from skdpcluster.utils._progress import advance
 from skdpcluster.utils._threads import fit_threads, ordered_map
 
@@ -329,7 +330,8 @@ def _solve_in_chunks(solver, X, blocks, draws, n_jobs):
         advance(n_blocks, n_blocks, "blocks")
     else:
         chunks = []
-        tasks = (delayed(solver)(*chunk_args(start, stop)) for start, stop in bounds)
+        worker = in_caller_errstate(solver)  # joblib's workers start from NumPy's default
+        tasks = (delayed(worker)(*chunk_args(start, stop)) for start, stop in bounds)
         parallel = Parallel(n_jobs=n_jobs, return_as="generator", prefer=solver.prefer)
         for (_, stop), chunk in zip(bounds, parallel(tasks)):
             chunks.append(chunk)

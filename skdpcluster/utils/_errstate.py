@@ -14,8 +14,9 @@ therefore runs under ``np.errstate(all="ignore")``
 NumPy keeps that state per thread (per context from NumPy 2), and worker
 threads and processes start from NumPy's default, so every pass that runs a
 function elsewhere (:func:`~skdpcluster.utils._threads.ordered_map`, the
-map-reduces of :mod:`skdpcluster.utils._data`, the federated executors)
-wraps it with :func:`in_caller_errstate`.
+map-reduces of :mod:`skdpcluster.utils._data`, the federated executors,
+the joblib workers of the k-tuple generation) wraps it with
+:func:`in_caller_errstate`.
 """
 
 import functools
