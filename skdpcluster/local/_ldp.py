@@ -26,7 +26,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from skdpcluster.averaging import _project_onto_ball
 from skdpcluster.averaging._common import project_into_ball
 from skdpcluster.cluster._stable_init import (
     CHUNK_ROWS,
@@ -316,9 +315,16 @@ class CostEstimate:
 
 
 def _clip_rows(X, public_round):
-    """Every user's own projection of its row onto :math:`B(\\mu, \\Lambda)`, relative to mu."""
-    return _project_onto_ball(np.atleast_2d(X) - public_round.data_center, 0.0,
-                              public_round.data_radius)
+    """Every user's own projection of its row onto :math:`B(\\mu, \\Lambda)`, relative to mu.
+
+    Each row minus mu goes through
+    :func:`~skdpcluster.averaging._common.project_into_ball`, a function of the
+    row alone: its exact norm is at most Lambda (the rounding bound behind a
+    :class:`GridRegions` cell assumes it).
+    """
+    rows = np.subtract(np.atleast_2d(X), public_round.data_center, dtype=float)
+    project_into_ball(rows, public_round.data_radius)
+    return rows
 
 
 def _randomize_rows(X, public_round, rng):
