@@ -16,6 +16,7 @@ from skdpcluster.cluster._highdim import _SparseRows
 from skdpcluster.cluster._stable import _ClippedData
 from skdpcluster.mechanisms import analytic_gaussian_sigma, zcdp_rho_for_dp
 from skdpcluster.ktuple.averages import project_to_ball
+from skdpcluster.local import CostRound, _ldp
 
 
 def _grid_index(z, data_radius, r_min):
@@ -736,6 +737,8 @@ CLIPPINGS = {
                                                  radius)(X),
     "gaussian_clip_rows": lambda X, radius: A.gaussian._clip_rows(X, radius),
     "ktuple_averages": lambda X, radius: project_to_ball(X[:, None, :], radius)[:, 0, :],
+    "local_clip_rows": lambda X, radius: _ldp._clip_rows(X, CostRound(
+        "clip", X[:1], X[:1], 1.0, 1.0, 1e-5, np.zeros(X.shape[1]), radius)),
     "mutant-old-scaling": _old_clipping,
 }
 

@@ -10,6 +10,7 @@ import pytest
 from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score
 
+from row_blocks import in_blocks
 from skdpcluster import BudgetAccountant, KTupleClusterer
 from skdpcluster.cluster._stable import (
     PrivateStableKMeans,
@@ -936,16 +937,6 @@ def _bisector_rows(n_rows, centers, seed=1):
     return mid + tangent + np.outer(rng.uniform(-1, 1, n_rows) * 1e-14, normal)
 
 
-def _in_blocks(function, X, sizes):
-    """``function`` on consecutive slices of ``X`` of the given sizes (cycled), concatenated."""
-    parts, start, index = [], 0, 0
-    while start < len(X):
-        stop = start + sizes[index % len(sizes)]
-        parts.append(function(X[start:stop]))
-        start, index = stop, index + 1
-    return np.concatenate(parts)
-
-
 @pytest.mark.parametrize("sizes", [[1], [3], [2, 5, 4096]])
 def test_nearest_centre_labels_do_not_depend_on_the_rows_block(sizes):
     # Before the fix 83 of 2000 rows near the bisector changed cell when computed alone
@@ -958,7 +949,7 @@ def test_nearest_centre_labels_do_not_depend_on_the_rows_block(sizes):
     centers = np.vstack([rng.standard_normal((2, 10)) * 7.3, rng.standard_normal((4, 10)) * 30])
     X = _bisector_rows(2000, centers)
     labels, sq_distances = nearest_centers(X, centers)
-    blocked = _in_blocks(lambda rows: nearest_centers(rows, centers)[0], X, sizes)
+    blocked = in_blocks(lambda rows: nearest_centers(rows, centers)[0], X, sizes)
     np.testing.assert_array_equal(blocked, labels)
     exact = fixed_order_sq_distances(X, centers)
     np.testing.assert_array_equal(labels, exact.argmin(axis=1))
@@ -988,7 +979,7 @@ def test_core_membership_does_not_depend_on_the_rows_block(sizes):
 
     expected = fixed_order_sq_distances(X, centers, np.zeros(len(X), dtype=np.intp)) <= radius**2
     np.testing.assert_array_equal(inside(X), expected)
-    np.testing.assert_array_equal(_in_blocks(inside, X, sizes), expected)
+    np.testing.assert_array_equal(in_blocks(inside, X, sizes), expected)
 
 
 def test_grid_cells_do_not_depend_on_the_rows_block():
@@ -1008,7 +999,7 @@ def test_grid_cells_do_not_depend_on_the_rows_block():
     X += np.outer(boundary - projected[:, 0], basis[:, 0])
     expected = GridInitializer._cell_index(_fixed_order_projection(X, basis), g, radius, shift)
     for sizes in ([1], [3], [5, 4096]):
-        cells = _in_blocks(lambda rows: _cell_indices(rows, basis, g, radius, shift), X, sizes)
+        cells = in_blocks(lambda rows: _cell_indices(rows, basis, g, radius, shift), X, sizes)
         np.testing.assert_array_equal(cells, expected)
 
 

@@ -9,12 +9,16 @@ changes.
 """
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
 
 from dp_stats import epsilon_lower_bound, event_counts, mu_lower_bound
+from row_blocks import in_blocks
 from skdpcluster import mechanisms
+from skdpcluster.cluster import _stable_init
+from skdpcluster.cluster._stable_init import GridInitializer
 from skdpcluster.local import (
     AverageRound,
     BallRegions,
@@ -178,10 +182,82 @@ def test_server_recovers_region_averages_from_user_reports():
 
 
 def test_grid_regions_locate_rows():
-    regions = GridRegions(np.eye(2), 4, 8.0)
-    index, vectors = regions.locate(np.array([[-7.0, -7.0], [7.0, 7.0], [1.0, -7.0]]))
+    regions = GridRegions(np.eye(2), 4, 8.0)  # rows inside B(0, Lambda), as the users clip them
+    index, vectors = regions.locate(np.array([[-5.0, -5.0], [5.0, 5.0], [1.0, -7.0]]))
     assert list(index) == [0, 15, 2]
-    assert np.allclose(vectors[0], [-7 / 8, -7 / 8])
+    assert np.array_equal(vectors, [[-5 / 8, -5 / 8], [5 / 8, 5 / 8], [1 / 8, -7 / 8]])
+
+
+# Review R7, B: a user's region is a function of its own row, whatever block it is simulated in --
+
+
+def _exact_sq_norms(rows):
+    return [sum(Fraction(float(v)) ** 2 for v in row) for row in rows]
+
+
+@pytest.mark.parametrize("variant", ["real", "mutant-margin-0"])
+def test_ball_regions_do_not_depend_on_the_rows_block(monkeypatch, variant):
+    # Before the fix 5236 of 20000 rows at a ball's radius changed region when located alone
+    # rather than in a block of 2 or 3 (the matrix product's rounding decided "inside").
+    if variant != "real":  # no fallback to the fixed-order distances: the block decides
+        monkeypatch.setattr(_stable_init, "rounding_margin", lambda n_features: 0.0)
+    rng = np.random.default_rng(2)
+    centers = rng.standard_normal((3, 10)) * 20
+    radii = np.array([4.0, 3.0, 0.0])
+    directions = rng.standard_normal((3000, 10))
+    directions /= np.linalg.norm(directions, axis=1)[:, None]
+    owners = rng.integers(0, 2, 3000)  # rows at the radius of centre 0 or 1, up to a few ulps
+    X = centers[owners] + directions * radii[owners, None] * (
+        1 + rng.uniform(-1, 1, (3000, 1)) * 1e-15)
+    regions = BallRegions(centers, radii)
+    F = _stable_init.fixed_order_sq_distances(X, centers, owners)
+    expected = np.where(F <= radii[owners] ** 2, owners, regions.n_regions)
+    assert 0.2 < np.mean(expected == regions.n_regions) < 0.8  # both sides of the radii
+    mismatches = sum(int(np.count_nonzero(in_blocks(lambda rows: regions.locate(rows)[0], X,
+                                                    sizes) != expected))
+                     for sizes in ([1], [3], [2, 7, 4096]))
+    assert (mismatches == 0) is (variant == "real")
+    index, vectors = regions.locate(X)
+    assert np.all(vectors[index == regions.n_regions] == 0.0)
+    assert max(_exact_sq_norms(vectors)) <= 1  # the block vector's sensitivity 2 needs it
+
+
+@pytest.mark.parametrize("variant", ["real", "mutant-margin-0"])
+def test_grid_regions_do_not_depend_on_the_rows_block(monkeypatch, variant):
+    if variant != "real":  # no fallback to the fixed-order projection: the block decides
+        monkeypatch.setattr(_stable_init, "_cell_margin", lambda *args: 0.0)
+    rng = np.random.default_rng(3)
+    radius, g = 3.0, 16
+    projection = np.linalg.qr(rng.normal(size=(10, 3)))[0]
+    width = 2.0 * radius / g
+    # rows inside B(0, Lambda) whose first projected coordinate is a cell boundary up to a few ulps
+    X = rng.normal(size=(3000, 10))
+    X *= np.minimum(1.0, 0.5 * radius / np.linalg.norm(X, axis=1))[:, None]
+    projected = X @ projection
+    boundary = np.round((projected[:, 0] + radius) / width) * width - radius
+    X += np.outer(boundary - projected[:, 0], projection[:, 0])
+    regions = GridRegions(projection, g, radius)
+    fixed_order = _stable_init._fixed_order_projection(X, projection)
+    expected = GridInitializer._cell_index(fixed_order, g, radius)
+    mismatches = sum(int(np.count_nonzero(in_blocks(lambda rows: regions.locate(rows)[0], X,
+                                                    sizes) != expected))
+                     for sizes in ([1], [3], [2, 7, 4096]))
+    assert (mismatches == 0) is (variant == "real")
+
+
+def test_grid_region_vectors_exact_norm_at_most_one():
+    # x / Lambda of a row of exact norm <= Lambda a few ulps from the sphere rounds outside the
+    # unit ball on 112 of these 2000 rows without the projection.
+    rng = np.random.default_rng(4)
+    radius = 3.3
+    X = rng.standard_normal((2000, 10))
+    X *= radius / np.linalg.norm(X, axis=1)[:, None]
+    bound = Fraction(radius) ** 2
+    for row in X:  # moved toward 0 until its exact norm is <= Lambda
+        while _exact_sq_norms([row])[0] > bound:
+            row[:] = np.nextafter(row, 0.0)
+    vectors = GridRegions(np.eye(10)[:, :2], 4, radius).locate(X)[1]
+    assert max(_exact_sq_norms(vectors)) <= 1
 
 
 def test_user_randomizer_refuses_a_bad_row():

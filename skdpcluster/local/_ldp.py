@@ -26,8 +26,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from skdpcluster.averaging import _project_onto_ball
-from skdpcluster.cluster._stable_init import CHUNK_ROWS, GridInitializer, nearest_centers
+from skdpcluster.averaging._common import project_into_ball
+from skdpcluster.cluster._stable_init import (
+    CHUNK_ROWS,
+    _cell_indices,
+    nearest_centers,
+    within_radii,
+)
 from skdpcluster.mechanisms import (
     _rr_keep_probability,
     gaussian_mechanism,
@@ -131,7 +136,8 @@ class GridRegions:
     """A public grid of ``grid_size**p`` cells over the projection ``x @ projection``.
 
     Rows are taken relative to the data centre and inside B(0, Lambda); a
-    row's vector is ``x / Lambda``.
+    row's vector is ``x / Lambda``. The columns of ``projection`` are
+    orthonormal (the rounding bound behind a row's cell assumes unit norms).
     """
 
     projection: np.ndarray
@@ -143,9 +149,23 @@ class GridRegions:
         return self.grid_size ** self.projection.shape[1]
 
     def locate(self, X):
-        """Region index of every row and its vector of norm <= 1."""
-        index = GridInitializer._cell_index(X @ self.projection, self.grid_size, self.data_radius)
-        return index, X / self.data_radius
+        """Region index of every row and its vector of exact norm <= 1.
+
+        **Both are functions of the row alone**, as a user's report must be:
+        the cell is that of the row's projection computed coordinate by
+        coordinate in a fixed order, whatever block of rows the projection
+        is computed in (:func:`~skdpcluster.cluster._stable_init._cell_indices`
+        without a shift: the matrix product's cell where every coordinate is
+        clear of a cell boundary, else the fixed-order one), and the vector
+        is ``x / Lambda`` projected into the unit ball
+        (:func:`~skdpcluster.averaging._common.project_into_ball`: the
+        division's rounding may leave it a few units in the last place
+        outside, and the sensitivity of the block vector assumes norm <= 1).
+        """
+        index = _cell_indices(X, self.projection, self.grid_size, self.data_radius, None)
+        vectors = X / self.data_radius
+        project_into_ball(vectors, 1.0)
+        return index, vectors
 
 
 @dataclass(frozen=True)
@@ -165,14 +185,29 @@ class BallRegions:
         return len(self.centers)
 
     def locate(self, X):
-        """Region index of every row (``n_regions`` outside) and its vector of norm <= 1."""
-        labels, sq_distances = nearest_centers(X, self.centers)
+        r"""Region index of every row (``n_regions`` outside) and its vector of exact norm <= 1.
+
+        **Both are functions of the row alone**, as a user's report must be:
+        the nearest centre is :func:`~skdpcluster.cluster._stable_init.nearest_centers`'
+        row-exact label, and "inside its ball" is the decision of the row's
+        fixed-order squared distance :math:`F \le r_i^2`
+        (:func:`~skdpcluster.cluster._stable_init.within_radii`), not of the
+        matrix product's value, whose rounding depends on the block the row
+        is computed in (review R7, B). The vector is projected into the unit
+        ball (:func:`~skdpcluster.averaging._common.project_into_ball`): a
+        row with :math:`F \le r_i^2` may be a few units in the last place
+        outside, and the sensitivity of the block vector assumes norm <= 1.
+        """
+        sq_norms = np.einsum("ij,ij->i", X, X)
+        labels, sq_distances = nearest_centers(X, self.centers, sq_norms)
         radii = self.radii[labels]
-        inside = (radii > 0) & (sq_distances <= radii**2)
+        inside = (radii > 0) & within_radii(X, self.centers, labels, sq_distances, radii**2,
+                                            sq_norms)
         vectors = np.where(inside[:, None],
                            (X - self.centers[labels]) / np.where(radii > 0, radii, 1.0)[:, None],
                            0.0)
-        return np.where(inside, labels, self.n_regions), _project_onto_ball(vectors, 0.0, 1.0)
+        project_into_ball(vectors, 1.0)
+        return np.where(inside, labels, self.n_regions), vectors
 
 
 # ---------------------------------------------------------------------------
@@ -280,9 +315,16 @@ class CostEstimate:
 
 
 def _clip_rows(X, public_round):
-    """Every user's own projection of its row onto :math:`B(\\mu, \\Lambda)`, relative to mu."""
-    return _project_onto_ball(np.atleast_2d(X) - public_round.data_center, 0.0,
-                              public_round.data_radius)
+    """Every user's own projection of its row onto :math:`B(\\mu, \\Lambda)`, relative to mu.
+
+    Each row minus mu goes through
+    :func:`~skdpcluster.averaging._common.project_into_ball`, a function of the
+    row alone: its exact norm is at most Lambda (the rounding bound behind a
+    :class:`GridRegions` cell assumes it).
+    """
+    rows = np.subtract(np.atleast_2d(X), public_round.data_center, dtype=float)
+    project_into_ball(rows, public_round.data_radius)
+    return rows
 
 
 def _randomize_rows(X, public_round, rng):
