@@ -973,6 +973,7 @@ def _core_step_on_rows(X, centers, *, center, data_radius, max_radius, rho, rng,
         center_gaps,
         nearest_centers,
         noisy_cell_sums,
+        within_radii,
     )
 
     k = len(centers)
@@ -981,9 +982,10 @@ def _core_step_on_rows(X, centers, *, center, data_radius, max_radius, rho, rng,
     if max_radius is not None:
         radii = np.minimum(radii, max_radius)
 
-    def in_core(chunk):
+    def in_core(chunk):  # the stable core step's row-exact membership (its _core_sums)
         labels, sq_distances = nearest_centers(chunk.X, centers, chunk.sq_norms)
-        inside = (radii[labels] > 0) & (sq_distances <= radii[labels] ** 2)
+        inside = (radii[labels] > 0) & within_radii(chunk.X, centers, labels, sq_distances,
+                                                    radii[labels] ** 2, chunk.sq_norms)
         return np.where(inside, labels, k)
 
     sums, counts = _row_cell_sums(X, center, data_radius, in_core, k)
