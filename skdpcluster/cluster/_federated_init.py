@@ -35,7 +35,7 @@ from sklearn.cluster import kmeans_plusplus
 
 from skdpcluster.averaging import _project_onto_ball
 from skdpcluster.averaging._common import project_into_ball
-from skdpcluster.cluster._stable_init import _fixed_order_projection, nearest_centers
+from skdpcluster.cluster._stable_init import nearest_centers, nearest_projected_centers
 from skdpcluster.mechanisms import (
     PrivacyEvent,
     gaussian_mechanism,
@@ -476,7 +476,7 @@ def server_histogram_statistic(shard, *, components, server_points, bound=None):
     norm :math:`n_j`, is scaled by :math:`\min(1, C_2/n_j)`. Each row's bin is
     a function of the row alone (as in :func:`cluster_sums_statistic`).
     """
-    labels = nearest_centers(_fixed_order_projection(shard.X, components), server_points)[0]
+    labels = nearest_projected_centers(shard.X, components, server_points)
     weights = None
     if bound is not None:
         weights = np.repeat(_clip_factors(shard.sizes.astype(float), bound), shard.sizes)
@@ -508,16 +508,17 @@ def cluster_sums_statistic(shard, *, centers, components=None, bounds=None):
     Rows are assigned to the nearest of ``centers``: by projected distance
     :math:`\|V_k^\top x - \xi_r\|` when ``components`` is given (Step 3), by
     full distance otherwise (Algorithm 2). The sums are full-dimensional.
-    A row's cluster is a function of the row alone (the projection in a fixed
-    order, :func:`~skdpcluster.cluster._stable_init.nearest_centers`'s
-    row-exact labels): a matrix product's rounding depends on the row's
-    block, so under add/remove another row could change cluster (review R7).
+    A row's cluster is a function of the row alone
+    (:func:`~skdpcluster.cluster._stable_init.nearest_centers`,
+    :func:`~skdpcluster.cluster._stable_init.nearest_projected_centers`): a
+    matrix product's rounding depends on the row's block, so under add/remove
+    another row could change cluster (review R7).
     With ``bounds = (C_s, C_c)`` (client level), each client's sums and
     counts are scaled jointly (see :func:`_joint_clip_factors`).
     """
     X = shard.X
-    Z = X if components is None else _fixed_order_projection(X, components)
-    labels = nearest_centers(Z, centers)[0]
+    labels = (nearest_centers(X, centers)[0] if components is None
+              else nearest_projected_centers(X, components, centers))
     n_clusters = len(centers)
     if bounds is None:
         weights = np.ones(len(X))

@@ -68,6 +68,7 @@ __all__ = [
     "lloyd_step",
     "nearest_centers",
     "nearest_costs",
+    "nearest_projected_centers",
     "noisy_cell_sums",
     "random_ball_points",
     "rounding_margin",
@@ -140,26 +141,16 @@ def nearest_centers(X, centers, sq_norms=None):
     center_norm = math.sqrt(float(center_sq.max(initial=0.0)))
     labels = np.empty(len(X), dtype=np.intp)
     sq_distances = np.empty(len(X))
-    indices = np.arange(len(centers), dtype=np.float64)
     exact = []
     for start in range(0, len(X), CHUNK_ROWS):
         rows = slice(start, start + CHUNK_ROWS)
-        block = scaled @ X[rows].T
-        block += center_sq[:, None]
-        best = block.min(axis=0)
-        threshold = np.sqrt(sq_norms[rows])
-        threshold += center_norm
-        threshold *= threshold
-        threshold *= margin
-        threshold += UNDERFLOW_MARGIN
-        threshold += best
-        # 1 for the centres within the margin of the best (in place: no block-sized temporary):
-        # exactly one where the gap is clear, and then the product of the indices by the flags
-        # is that centre's index, exactly.
-        np.less_equal(block, threshold, out=block, casting="unsafe")
-        labels[rows] = indices @ block
-        sq_distances[rows] = best
-        unsure = np.flatnonzero(block.sum(axis=0) != 1.0)
+        slack = np.sqrt(sq_norms[rows])
+        slack += center_norm
+        slack *= slack
+        slack *= margin
+        slack += UNDERFLOW_MARGIN
+        labels[rows], sq_distances[rows], unsure = _clear_nearest(X[rows], scaled, center_sq,
+                                                                   slack)
         if len(unsure):
             values = fixed_order_sq_distances(X[rows][unsure], centers)
             unsure += start
@@ -170,6 +161,58 @@ def nearest_centers(X, centers, sq_norms=None):
     for unsure, values in exact:
         sq_distances[unsure] = values
     return labels, sq_distances
+
+
+def _clear_nearest(points, scaled, center_sq, slack):
+    """The block's labels, smallest values and the rows whose gap is not clear of ``slack``.
+
+    ``scaled`` is ``-2 centers``; a row's label is sure where exactly one
+    centre's value is within its ``slack`` of the smallest (the flags are
+    written into the product's block, no block-sized temporary, and the
+    product of the indices by the flags is then that centre's index, exactly).
+    """
+    block = scaled @ points.T
+    block += center_sq[:, None]
+    best = block.min(axis=0)
+    np.less_equal(block, slack + best, out=block, casting="unsafe")
+    labels = np.arange(len(block), dtype=np.float64) @ block
+    return labels, best, np.flatnonzero(block.sum(axis=0) != 1.0)
+
+
+def nearest_projected_centers(X, basis, centers):
+    r"""Index of the centre nearest to every row's projection ``x @ basis``, a function of the row.
+
+    The label of :func:`nearest_centers` on the projected rows, decided on
+    the projection computed in a fixed order (:func:`_fixed_order_projection`)
+    and its :func:`fixed_order_sq_distances`: the matrix product's projection
+    depends on the row's block. ``basis`` has orthonormal columns (up to
+    rounding), so a projected coordinate computed either way is within
+    :math:`1.01(d + 1)u\|x\|` of the exact one and the two projections are
+    within :math:`e = 2.02\sqrt p(d + 1)u\|x\|` of each other; a squared
+    distance then moves by at most :math:`E = e(2(\|z\| + \max_j\|c_j\|)
+    + e)`. The product's label is kept where its gap beats
+    :func:`rounding_margin`'s margin plus :math:`4E` (the proof of
+    :func:`nearest_centers` with both errors); the other rows are projected
+    and compared in the fixed order.
+    """
+    scaled = -2.0 * centers
+    center_sq = np.einsum("ij,ij->i", centers, centers)
+    margin = rounding_margin(basis.shape[1])
+    center_norm = math.sqrt(float(center_sq.max(initial=0.0)))
+    projection_error = 2.02 * math.sqrt(basis.shape[1]) * (X.shape[1] + 1) * 2.0**-53
+    labels = np.empty(len(X), dtype=np.intp)
+    for start in range(0, len(X), CHUNK_ROWS):
+        rows = slice(start, start + CHUNK_ROWS)
+        projected = X[rows] @ basis
+        scale = np.sqrt(np.einsum("ij,ij->i", projected, projected)) + center_norm
+        error = projection_error * np.sqrt(np.einsum("ij,ij->i", X[rows], X[rows]))
+        slack = margin * scale * scale + 4.0 * error * (2.0 * scale + error) + UNDERFLOW_MARGIN
+        labels[rows], _, unsure = _clear_nearest(projected, scaled, center_sq, slack)
+        if len(unsure):
+            exact = fixed_order_sq_distances(_fixed_order_projection(X[rows][unsure], basis),
+                                             centers)
+            labels[start + unsure] = exact.argmin(axis=1)
+    return labels
 
 
 def nearest_costs(X, centers, power, assignment):
