@@ -36,9 +36,10 @@ Lloyd, scikit-learn's OpenMP threads).
   comparison on the separated data for n from 2·10^4 to 10^6
   (``--quick``) or 10^7 (``--full``), and the fitted growth exponents (the
   slope of log time, and of log peak memory, against log n) of both
-  estimators. The located default takes one tuple per 50 rows at k = 10 (at least
-  its minimum number; ``n_tuples`` and ``rows_per_tuple`` are in the table). A size whose extrapolated
-  peak memory exceeds the budget (``--max-gib``) is skipped and listed
+  estimators. The located default takes one tuple per 50 rows at k = 10
+  (at least its minimum number; ``n_tuples`` and ``rows_per_tuple`` are in
+  the table). A size whose extrapolated peak memory exceeds the budget
+  (``--max-gib``) is skipped and listed
   with ``status`` = ``skipped``.
 
 Times are the best of ``repeat`` plain runs; peak memory comes from one

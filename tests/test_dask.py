@@ -136,7 +136,7 @@ def test_chunk_functions_compute_under_the_drivers_floating_point_handling(mixtu
     n_chunks = len(rows.chunk_rows)
     with np.errstate(over="raise"):
         assert rows.map_reduce(_overflow_raises) == n_chunks
-        assert sum(rows.map_chunks(lambda block: _overflow_raises(block), [()] * n_chunks)) == n_chunks
+        assert sum(rows.map_chunks(_overflow_raises, [()] * n_chunks)) == n_chunks
         lazy = rows.map_rows(lambda block: np.full(len(block), _overflow_raises(block)))
     assert float(lazy.sum().compute()) == len(mixture)
 
