@@ -40,7 +40,7 @@ def main(argv=None):
     if summary:
         write_csv("summary", [{"benchmark": r["benchmark"], "headline": _flatten(r)} for r in summary])
     if not args.only:
-        update_readme(summary, "--quick" if quick else "--full")
+        update_readme(summary, quick)
 
 
 def _flatten(row):

@@ -1,6 +1,7 @@
 """Shared helpers of the benchmarks: timing, memory, CSV, plots and tables."""
 
 import csv
+import functools
 import statistics
 import time
 import tracemalloc
@@ -8,7 +9,39 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
-__all__ = ["RESULTS", "measure", "plot_lines", "print_table", "spread", "write_csv"]
+__all__ = ["RESULTS", "measure", "plot_lines", "print_table", "result_path", "spread",
+           "write_csv", "writes_results"]
+
+#: Suffix of the results files' names while a benchmark runs (:func:`writes_results`):
+#: ``"_full"`` in a ``--full`` run, else empty.
+_suffix = ""
+
+
+def writes_results(run):
+    """Decorator of a benchmark's ``run(quick, ...)``: a ``--full`` run writes ``NAME_full.*``.
+
+    Quick and full runs of a benchmark then never write the same file: the
+    committed tables of a full protocol (hours) survive a quick run (minutes),
+    and each is read back by the mode that wrote it (:func:`result_path`).
+    """
+    @functools.wraps(run)
+    def wrapper(quick, *args, **kwargs):
+        global _suffix
+        previous, _suffix = _suffix, "" if quick else "_full"
+        try:
+            return run(quick, *args, **kwargs)
+        finally:
+            _suffix = previous
+    return wrapper
+
+
+def result_path(name, extension, quick=None):
+    """``results/NAME.EXT``, or ``results/NAME_full.EXT`` for a ``--full`` run.
+
+    ``quick=None``: the mode of the run in progress (quick outside any run).
+    """
+    suffix = _suffix if quick is None else ("" if quick else "_full")
+    return RESULTS / f"{name}{suffix}.{extension}"
 
 
 def measure(function, *args, **kwargs):
@@ -35,9 +68,9 @@ def spread(values):
 
 
 def write_csv(name, rows):
-    """Write ``rows`` (a list of dicts with the same keys) to ``results/<name>.csv``; return the path."""
+    """Write ``rows`` (a list of dicts with the same keys) to :func:`result_path` ``(name, "csv")``."""
     RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.csv"
+    path = result_path(name, "csv")
     with path.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
@@ -73,7 +106,7 @@ def plot_lines(name, rows, *, x, y, group, xlabel, ylabel, title, logx=False, lo
     axes.legend(title=group, fontsize="small")
     figure.tight_layout()
     RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.png"
+    path = result_path(name, "png")
     figure.savefig(path, dpi=120)
     plt.close(figure)
     return path

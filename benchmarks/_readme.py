@@ -1,7 +1,8 @@
 """Regenerate the "Results" section of README.rst from ``benchmarks/results``.
 
 The section sits between the comment lines ``.. begin-results`` and
-``.. end-results``; everything between them is replaced. The headline table is
+``.. end-results``; everything between them is replaced (notes kept by hand
+go after ``.. end-results``). The headline table is
 the utility comparison of the stable-k-means benchmark (our estimators against
 diffprivlib's DP-Lloyd, relative to non-private scikit-learn KMeans), followed
 by the fit time ratios of the scaling benchmark and one line per other
@@ -11,9 +12,10 @@ scikit-learn's in the same run.
 
 import csv
 import datetime
+import subprocess
 from pathlib import Path
 
-from benchmarks._common import RESULTS
+from benchmarks._common import result_path
 
 README = Path(__file__).resolve().parent.parent / "README.rst"
 BEGIN, END = ".. begin-results", ".. end-results"
@@ -44,17 +46,17 @@ def _list_table(header, rows):
 OTHER_ROWS_PER_BENCHMARK = 3
 
 
-def _stable_rows():
-    path = RESULTS / "stable_summary.csv"
+def _stable_rows(quick):
+    path = result_path("stable_summary", "csv", quick)
     if not path.exists():
         return []
     with path.open() as handle:
         return list(csv.DictReader(handle))
 
 
-def scaling_lines():
+def scaling_lines(quick=True):
     """Fit time ratios to ``KMeans(n_init=1)`` from ``scaling.csv`` (never absolute seconds)."""
-    path = RESULTS / "scaling.csv"
+    path = result_path("scaling", "csv", quick)
     if not path.exists():
         return []
     with path.open() as handle:
@@ -77,23 +79,34 @@ def headline_lines(rows):
     return _list_table(header, body)
 
 
-def update_readme(summary, mode):
+def _commit():
+    """The checkout's short commit hash (``"unknown"`` outside a git checkout)."""
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=README.parent,
+                              capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def update_readme(summary, quick):
     """Rewrite the marked section of README.rst; ``summary`` is the runner's list of headline rows."""
     text = README.read_text()
     if BEGIN not in text or END not in text:
         print(f"  README.rst has no {BEGIN} / {END} markers; not updated")
         return
     today = datetime.date.today().isoformat()
-    stable = _stable_rows()
+    mode = "--quick" if quick else "--full"
+    stable = _stable_rows(quick)
     runs = stable[0]["runs"] if stable else "?"
     lines = [
         BEGIN, "",
-        f"Measured on {today} by ``python -m benchmarks {mode}`` (2 cores). Private k-means of a",
-        "well-separated mixture (k = 4, d = 4, unit-variance clusters at least 10 standard deviations",
-        f"apart, epsilon = 1, delta = 1e-6, {runs} runs per row; ``--full`` runs 20 and n = 10^6 too);",
-        "the target is ARI >= 0.99 and k-means cost <= 1.01 x non-private scikit-learn ``KMeans``.",
+        f"Measured on {today} by ``python -m benchmarks {mode}`` at commit {_commit()} (2 cores).",
+        "Private k-means of a well-separated mixture (k = 4, d = 4, unit-variance clusters at least",
+        f"10 standard deviations apart, epsilon = 1, delta = 1e-6, {runs} runs per row; ``--full`` runs",
+        "20 and n = 10^6 too); the target is ARI >= 0.99 and k-means cost <= 1.01 x non-private",
+        "scikit-learn ``KMeans``.",
         "``doc/benchmarks.rst`` explains every benchmark; all tables are in ``benchmarks/results/``.",
-        "", *headline_lines(stable), "", *scaling_lines(),
+        "", *headline_lines(stable), "", *scaling_lines(quick),
     ]
     others = [row for row in summary if row.get("benchmark") != "stable"]
     if others:
@@ -103,8 +116,9 @@ def update_readme(summary, mode):
                 details = ", ".join(f"{k}={_cell(v)}" for k, v in row.items() if k != "benchmark")
                 lines.append(f"* **{name}**: {details}")
         lines.append("")
-    if (RESULTS / "stable_curve_n.png").exists():
-        lines += [".. image:: benchmarks/results/stable_curve_n.png",
+    curve = result_path("stable_curve_n", "png", quick)
+    if curve.exists():
+        lines += [f".. image:: benchmarks/results/{curve.name}",
                   "   :alt: ARI and cost ratio against n for the private estimators and DP-Lloyd", ""]
     lines.append(END)
     head, rest = text.split(BEGIN, 1)

@@ -40,7 +40,7 @@ import numpy as np
 from sklearn.cluster import KMeans
 from sklearn.datasets import load_digits, load_wine
 
-from benchmarks._common import print_table, write_csv
+from benchmarks._common import print_table, write_csv, writes_results
 from skdpcluster import PrivateHighDimKMeans, PrivateStableKMeans
 from skdpcluster.cluster._stable_init import nearest_centers
 from skdpcluster.datasets import make_separated_mixture
@@ -121,6 +121,7 @@ def summarize(rows):
     return summary
 
 
+@writes_results
 def run(quick):
     """Run the protocol, write the CSVs; return the summary rows."""
     rows = fit_rows(3 if quick else 10)

@@ -66,7 +66,7 @@ import warnings
 import numpy as np
 from sklearn.cluster import KMeans
 
-from benchmarks._common import plot_lines, print_table, write_csv
+from benchmarks._common import plot_lines, print_table, write_csv, writes_results
 from skdpcluster import BudgetAccountant, PrivateStableKMeans
 
 N_FEATURES, N_CLUSTERS, SEPARATION, SEED = 10, 10, 10.0, 0
@@ -226,6 +226,7 @@ def _quality(setting, centers_by_method):
             for name, c in centers.items()}
 
 
+@writes_results
 def run(quick=True):
     setting = SETTINGS[quick]
     rows, last_centers = [], {}

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 from sklearn.cluster import KMeans
 
-from benchmarks._common import plot_lines, print_table, spread, write_csv
+from benchmarks._common import plot_lines, print_table, spread, write_csv, writes_results
 from skdpcluster import BudgetAccountant
 from skdpcluster.cluster import _federated_init as fi
 from skdpcluster.cluster._federated import FederatedPrivateKMeans
@@ -205,6 +205,7 @@ def engine_rows(rows, n_clients=100):
              "ratio": per_round * rounds / base["kmeans_s"]} for name, per_round, rounds in timed]
 
 
+@writes_results
 def run(quick=True):
     """Cost and timing benchmarks; write CSV and PNG; return headline rows."""
     data = paper_data()

@@ -62,7 +62,7 @@ import warnings
 import numpy as np
 from sklearn.cluster import KMeans
 
-from benchmarks._common import plot_lines, print_table, spread, write_csv
+from benchmarks._common import plot_lines, print_table, spread, write_csv, writes_results
 from benchmarks.bench_federated import N_CLUSTERS, cost_per_point, paper_data
 from skdpcluster import BudgetAccountant
 from skdpcluster.cluster._federated import FederatedPrivateKMeans
@@ -261,6 +261,7 @@ def _write(name, rows, group, title, x="epsilon", y="cost_median", **plot):
                    else "curve", title=title.format(value=value), **plot)
 
 
+@writes_results
 def run(quick, experiments=EXPERIMENTS, acs=None, stackoverflow=None):
     """Run the chosen experiments, write their CSVs and plots, return headline rows."""
     protocol = PROTOCOLS[quick]

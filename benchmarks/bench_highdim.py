@@ -66,7 +66,7 @@ import numpy as np
 from sklearn.cluster import KMeans
 from sklearn.datasets import load_digits
 
-from benchmarks._common import plot_lines, print_table, spread, write_csv
+from benchmarks._common import plot_lines, print_table, spread, write_csv, writes_results
 from skdpcluster import BudgetAccountant
 from skdpcluster.averaging import _project_onto_ball
 from skdpcluster.cluster._highdim import PrivateHighDimKMeans
@@ -283,6 +283,7 @@ def _headline(summary):
     return list(table.values())
 
 
+@writes_results
 def run(quick):
     """Run the protocol, write the CSVs and plots; return the headline rows."""
     rows = protocol_rows(quick)

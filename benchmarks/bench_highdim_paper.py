@@ -81,7 +81,8 @@ import warnings
 import numpy as np
 from sklearn.cluster import KMeans
 
-from benchmarks._common import RESULTS, plot_lines, print_table, spread, write_csv
+from benchmarks._common import (plot_lines, print_table, result_path, spread, write_csv,
+                                writes_results)
 from benchmarks.bench_highdim import dp_lloyd, kmeans_cost, make_dataset
 from benchmarks.bench_ktuple_paper import _parse
 from skdpcluster import BudgetAccountant
@@ -381,7 +382,7 @@ def _plots(summary):
 
 def _kept_rows(experiments):
     """The committed runs of the experiments not run now (``highdim_paper_runs.csv``)."""
-    path = RESULTS / "highdim_paper_runs.csv"
+    path = result_path("highdim_paper_runs", "csv")
     if set(experiments) == set(EXPERIMENTS) or not path.exists():
         return []
     with path.open(newline="") as handle:
@@ -399,6 +400,7 @@ def _write(rows, kept=()):
     return summary
 
 
+@writes_results
 def run(quick, experiments=EXPERIMENTS):
     """Run the experiments, write the CSVs and plots; return the summary rows (without the reference).
 

@@ -140,7 +140,7 @@ import numpy as np
 from scipy.stats import chi2
 from sklearn.mixture import GaussianMixture
 
-from benchmarks._common import RESULTS, plot_lines, print_table, write_csv
+from benchmarks._common import plot_lines, print_table, result_path, write_csv, writes_results
 from skdpcluster import BudgetAccountant, KTupleClusterer
 from skdpcluster.datasets import make_separated_mixture
 from skdpcluster.exceptions import (
@@ -678,7 +678,7 @@ def merge_results(name, rows, keep_old):
     ``--tests Test1 --values 32`` refreshes Test1's rows at R = 32 and leaves
     the others as committed.
     """
-    path = RESULTS / f"{name}.csv"
+    path = result_path(name, "csv")
     if not keep_old or not path.exists():
         return rows
     new = {_identity(row) for row in rows}
@@ -706,6 +706,7 @@ def _write_results(summary, grid_rows, keep_old):
     plot(summary, grid_rows)
 
 
+@writes_results
 def run(quick, n_runs=None, tests=None, methods=None, modes=None, values=None):
     """Run the protocol; write the CSV and PNG files; return the summary rows.
 

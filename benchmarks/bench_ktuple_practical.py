@@ -53,7 +53,7 @@ import numpy as np
 from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score
 
-from benchmarks._common import plot_lines, print_table, write_csv
+from benchmarks._common import plot_lines, print_table, write_csv, writes_results
 from skdpcluster import (
     BudgetAccountant,
     KTupleClusterer,
@@ -195,6 +195,7 @@ def _plot(curve):
                title="Cost ratio of the released centres (k=4, d=4)")
 
 
+@writes_results
 def run(quick):
     """Run the protocol; write the CSV and PNG files; return the headline rows."""
     protocol = PROTOCOLS[bool(quick)]

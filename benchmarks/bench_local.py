@@ -37,7 +37,7 @@ import warnings
 from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score
 
-from benchmarks._common import plot_lines, print_table, spread, write_csv
+from benchmarks._common import plot_lines, print_table, spread, write_csv, writes_results
 from skdpcluster import BudgetAccountant, PrivateStableKMeans, SampleAggregateStableKMeans
 from skdpcluster.datasets import make_separated_mixture
 from skdpcluster.local import LocalPrivateStableKMeans
@@ -128,6 +128,7 @@ def _plot(name, rows, title):
                logy=True, band=("cost_ratio_min", "cost_ratio_max"))
 
 
+@writes_results
 def run(quick):
     """Run the protocol; write the CSV and PNG files; return the headline rows."""
     protocol = PROTOCOLS[bool(quick)]

@@ -43,7 +43,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 from sklearn.mixture import GaussianMixture
 
-from benchmarks._common import plot_lines, print_table, spread, write_csv
+from benchmarks._common import plot_lines, print_table, spread, write_csv, writes_results
 from skdpcluster.datasets import make_separated_mixture
 from skdpcluster.exceptions import InsufficientDataError, NotSeparatedWarning
 from skdpcluster.mechanisms import analytic_gaussian_sigma
@@ -203,6 +203,7 @@ def error_rows(quick):
 # -- driver ------------------------------------------------------------------------
 
 
+@writes_results
 def run(quick=True):
     """Run both experiments; write CSV and PNG files; return the headline rows."""
     with warnings.catch_warnings():

@@ -66,7 +66,7 @@ from sklearn.datasets import load_breast_cancer, load_digits, load_wine
 from sklearn.metrics import adjusted_rand_score
 from sklearn.preprocessing import StandardScaler
 
-from benchmarks._common import RESULTS, plot_lines, print_table, write_csv
+from benchmarks._common import RESULTS, plot_lines, print_table, write_csv, writes_results
 from skdpcluster import (BudgetAccountant, FederatedPrivateKMeans, KTupleClusterer,
                          PrivateGaussianMixture, PrivateHighDimKMeans, PrivateHighDimKMedian,
                          PrivateStableKMeans, PrivateStableKMedian, SampleAggregateStableKMeans)
@@ -291,6 +291,7 @@ def plot(summary):
                    title=f"{dataset}: median cost ratio", logx=True, logy=True)
 
 
+@writes_results
 def run(quick, methods=METHODS, names=None, n_seeds=None):
     """Run the protocol (``n_seeds`` in place of 3 or 10); write CSVs and plots; return headline."""
     from benchmarks._google import locate

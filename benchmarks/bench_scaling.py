@@ -37,7 +37,7 @@ reported, so the machine cancels out (``DESIGN.md``, "Speed and scale").
 Outputs: ``scaling.csv`` (one row per estimator and n, with the machine's
 load average; rewritten after every row), ``scaling_slopes.csv`` and
 ``scaling.png`` (time and peak-memory ratios against n); ``--full`` writes
-``scaling_full*`` instead. The machine is shared: the load average is recorded with
+``scaling_full.csv``, ``scaling_slopes_full.csv`` and so on instead. The machine is shared: the load average is recorded with
 every row; ratios measured in one process are meaningful, absolute
 seconds are not.
 
@@ -57,7 +57,7 @@ import warnings
 
 from sklearn.cluster import KMeans
 
-from benchmarks._common import measure, plot_lines, print_table, write_csv
+from benchmarks._common import measure, plot_lines, print_table, write_csv, writes_results
 from benchmarks.bench_speed import growth_exponent
 from skdpcluster import (
     BudgetAccountant,
@@ -202,13 +202,14 @@ def _plot(name, rows):
                title="Private fit peak memory relative to scikit-learn", **common)
 
 
+@writes_results
 def run(quick, repeat=REPEAT, names=None, minutes=None):
     """Measure every estimator at every size; write the CSVs and the plots; return the headline.
 
     ``minutes``: the time budget of the whole run; cells predicted not to fit
     in what is left are skipped (and written as skipped).
     """
-    sizes, prefix = (QUICK_SIZES, "scaling") if quick else (FULL_SIZES, "scaling_full")
+    sizes, prefix = (QUICK_SIZES if quick else FULL_SIZES), "scaling"
     names = names or (QUICK_ESTIMATORS if quick else list(ESTIMATORS))
     deadline = None if minutes is None else time.monotonic() + 60.0 * minutes
     rows, last = [], {}

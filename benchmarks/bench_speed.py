@@ -70,7 +70,7 @@ import numpy as np
 import sklearn
 from sklearn.cluster import KMeans
 
-from benchmarks._common import measure, plot_lines, print_table, write_csv
+from benchmarks._common import measure, plot_lines, print_table, write_csv, writes_results
 from skdpcluster import BudgetAccountant, KTupleClusterer
 from skdpcluster.ktuple._tuples import generate_tuples
 from skdpcluster.datasets import make_separated_mixture
@@ -237,6 +237,7 @@ def _report(rows, curve, slopes):
           ", ".join(f"{key[len('slope_'):]} {value:.2f}" for key, value in slopes.items()))
 
 
+@writes_results
 def run(quick, repeat=None, max_gib=None):
     """Run the benchmark; write the CSV and PNG files; return the headline rows."""
     repeat = repeat or 3

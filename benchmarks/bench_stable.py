@@ -58,7 +58,7 @@ import numpy as np
 from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score
 
-from benchmarks._common import plot_lines, print_table, write_csv
+from benchmarks._common import plot_lines, print_table, write_csv, writes_results
 from skdpcluster.accountant import BudgetAccountant
 from skdpcluster.cluster._stable import PrivateStableKMeans, PrivateStableKMedian
 from skdpcluster.cluster._stable_init import nearest_centers
@@ -272,6 +272,7 @@ def _headline(summary, minimum, speed_row):
     return [{c: row.get(c, "") for c in columns} for row in rows]
 
 
+@writes_results
 def run(quick):
     """Run the protocol; write the CSV and PNG files; return the headline rows."""
     protocol = PROTOCOLS[bool(quick)]

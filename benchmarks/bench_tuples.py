@@ -31,7 +31,7 @@ import numpy as np
 import sklearn
 from sklearn.cluster import KMeans
 
-from benchmarks._common import RESULTS, print_table, spread, write_csv
+from benchmarks._common import print_table, result_path, spread, write_csv, writes_results
 from skdpcluster.ktuple._tuples import generate_tuples, sort_tuple_rows
 from skdpcluster.datasets import make_separated_mixture
 
@@ -105,6 +105,7 @@ def plot(rows, path):
     plt.close(figure)
 
 
+@writes_results
 def run(quick=True, n_jobs=1, separation=32.0, seed=0, repeat=3):
     """Time both paths over the grid; write ``tuples.csv`` and ``tuples.png``; return headline rows."""
     args = argparse.Namespace(n_jobs=n_jobs, separation=separation, seed=seed, repeat=repeat)
@@ -116,7 +117,7 @@ def run(quick=True, n_jobs=1, separation=32.0, seed=0, repeat=3):
             for config in itertools.product(sizes, GRID_TUPLES, GRID_CLUSTERS, GRID_FEATURES)]
     print_table(rows, COLUMNS)
     write_csv("tuples", rows)
-    plot(rows, RESULTS / "tuples.png")
+    plot(rows, result_path("tuples", "png"))
     speedups = [row["speedup"] for row in rows]
     median, low, high = spread(speedups)
     return [{"measure": "batched / per-block speed-up", "median": median, "min": low, "max": high,

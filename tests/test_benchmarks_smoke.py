@@ -170,7 +170,7 @@ def _summary_csv(path, rows):
 
 
 def test_merge_results_replaces_only_the_rows_of_the_settings_run(monkeypatch, tmp_path):
-    monkeypatch.setattr(paper, "RESULTS", tmp_path)
+    monkeypatch.setattr("benchmarks._common.RESULTS", tmp_path)
     _summary_csv(tmp_path / "ktuple_paper.csv", [
         "Test1,noisy_centers,corrected,2,1,32,", "Test1,noisy_centers,corrected,2,1,64,2800",
         "Test1,averages,corrected,2,1,32,1195826", "Test3,noisy_centers,paper,2,8,724.08,162",
@@ -234,7 +234,6 @@ def test_paper_mode_summary_row_has_the_noise_to_gap_ratio():
 
 
 def test_filtered_run_refreshes_one_setting_and_keeps_the_others(monkeypatch, tmp_path):
-    monkeypatch.setattr(paper, "RESULTS", tmp_path)
     monkeypatch.setattr("benchmarks._common.RESULTS", tmp_path)
     monkeypatch.setattr(paper, "FLOOR_RUNS", 2)
     easy = [paper.Setting("Test1", 2, 1, 1e5, "paper")]
@@ -358,8 +357,62 @@ def test_federated_curve_and_elbow_rows_on_a_small_federation():
 def test_highdim_paper_keeps_the_runs_of_experiments_not_rerun(monkeypatch, tmp_path):
     from benchmarks import bench_highdim_paper as balcan
 
-    monkeypatch.setattr(balcan, "RESULTS", tmp_path)
+    monkeypatch.setattr("benchmarks._common.RESULTS", tmp_path)
     (tmp_path / "highdim_paper_runs.csv").write_text(
         "experiment,cost_ratio\nsmall3d,1.5\nsparse,7.25\n")
     assert balcan._kept_rows(["small3d"]) == [{"experiment": "sparse", "cost_ratio": 7.25}]
     assert balcan._kept_rows(balcan.EXPERIMENTS) == []
+
+
+# Results files and README (quick and full runs write apart) -------------------------------
+
+
+def test_full_run_writes_its_own_files_and_leaves_the_quick_ones(monkeypatch, tmp_path):
+    from benchmarks import _common
+
+    monkeypatch.setattr(_common, "RESULTS", tmp_path)
+
+    @_common.writes_results
+    def run(quick, value):
+        _common.write_csv("table", [{"value": value}])
+        if value == "boom":
+            raise RuntimeError(value)
+        return _common.result_path("table", "csv")
+
+    assert run(True, "quick") == tmp_path / "table.csv"
+    assert run(quick=False, value="full") == tmp_path / "table_full.csv"
+    with pytest.raises(RuntimeError):
+        run(False, "boom")
+    assert (tmp_path / "table.csv").read_text().split() == ["value", "quick"]
+    assert (tmp_path / "table_full.csv").read_text().split() == ["value", "boom"]
+    # Outside a run (and after a failed one) names are the quick ones again.
+    assert _common.result_path("table", "csv") == tmp_path / "table.csv"
+    assert _common.result_path("table", "csv", quick=False) == tmp_path / "table_full.csv"
+
+
+def test_every_benchmark_run_names_its_files_by_mode():
+    import importlib
+
+    from benchmarks.__main__ import discover
+
+    for name in discover():
+        run = importlib.import_module(f"benchmarks.bench_{name}").run
+        assert getattr(run, "__wrapped__", None) is not None, f"bench_{name}.run"
+
+
+def test_readme_regeneration_keeps_the_notes_after_the_section(monkeypatch, tmp_path):
+    from benchmarks import _common, _readme
+
+    monkeypatch.setattr(_common, "RESULTS", tmp_path)
+    readme = tmp_path / "README.rst"
+    monkeypatch.setattr(_readme, "README", readme)
+    readme.write_text(f"Intro\n\n{_readme.BEGIN}\nold figures\n{_readme.END}\n\nNotes by hand.\n")
+    _common.write_csv("scaling", [{"estimator": "stable_kmeans", "n_samples": 1e5,
+                                   "time_ratio": 1.5}])
+    _common.write_csv("scaling_full", [{"estimator": "stable_kmeans", "n_samples": 1e7,
+                                        "time_ratio": 0.9}])
+    _readme.update_readme([], quick=False)
+    text = readme.read_text()
+    assert text.startswith("Intro\n\n") and text.endswith(f"{_readme.END}\n\nNotes by hand.\n")
+    assert "old figures" not in text and "``python -m benchmarks --full``" in text
+    assert "1e+07: 0.90 x" in text and "1e+05" not in text
