@@ -68,7 +68,7 @@ def spread(values):
 
 
 def write_csv(name, rows):
-    """Write ``rows`` (a list of dicts with the same keys) to :func:`result_path` ``(name, "csv")``."""
+    """Write ``rows`` (dicts with the same keys) to ``result_path(name, "csv")``; return the path."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = result_path(name, "csv")
     with path.open("w", newline="") as handle:

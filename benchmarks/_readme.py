@@ -101,10 +101,10 @@ def update_readme(summary, quick):
     lines = [
         BEGIN, "",
         f"Measured on {today} by ``python -m benchmarks {mode}`` at commit {_commit()} (2 cores).",
-        "Private k-means of a well-separated mixture (k = 4, d = 4, unit-variance clusters at least",
-        f"10 standard deviations apart, epsilon = 1, delta = 1e-6, {runs} runs per row; ``--full`` runs",
-        "20 and n = 10^6 too); the target is ARI >= 0.99 and k-means cost <= 1.01 x non-private",
-        "scikit-learn ``KMeans``.",
+        "Private k-means of a well-separated mixture (k = 4, d = 4, unit-variance clusters",
+        f"at least 10 standard deviations apart, epsilon = 1, delta = 1e-6, {runs} runs per row;",
+        "``--full`` runs 20 and n = 10^6 too); the target is ARI >= 0.99 and k-means cost",
+        "<= 1.01 x non-private scikit-learn ``KMeans``.",
         "``doc/benchmarks.rst`` explains every benchmark; all tables are in ``benchmarks/results/``.",
         "", *headline_lines(stable), "", *scaling_lines(quick),
     ]
