@@ -15,8 +15,11 @@ from skdpcluster.cluster._federated_init import clip_rows
 from skdpcluster.cluster._highdim import _SparseRows
 from skdpcluster.cluster._stable import _ClippedData
 from skdpcluster.mechanisms import analytic_gaussian_sigma, zcdp_rho_for_dp
+from skdpcluster.ktuple import located
 from skdpcluster.ktuple.averages import project_to_ball
 from skdpcluster.local import CostRound, _ldp
+from skdpcluster.mixture._gaussian_mixture import _clipped_offset_sum
+from skdpcluster.utils._data import RowChunk
 
 
 def _grid_index(z, data_radius, r_min):
@@ -739,6 +742,8 @@ CLIPPINGS = {
     "ktuple_averages": lambda X, radius: project_to_ball(X[:, None, :], radius)[:, 0, :],
     "local_clip_rows": lambda X, radius: _ldp._clip_rows(X, CostRound(
         "clip", X[:1], X[:1], 1.0, 1.0, 1e-5, np.zeros(X.shape[1]), radius)),
+    "mixture_offsets": lambda X, radius: np.array([
+        _clipped_offset_sum(RowChunk(row[None]), np.zeros(X.shape[1]), radius) for row in X]),
     "mutant-old-scaling": _old_clipping,
 }
 
@@ -788,6 +793,53 @@ def test_clipped_rows_exact_norm_at_most_the_radius(name, n_features):
         bound = Fraction(radius) ** 2
         violations += sum(norm > bound for norm in _exact_sq_norms(clipped))
     assert (violations == 0) is (not name.startswith("mutant"))
+
+
+@pytest.mark.parametrize("n_features", [1, 2, 10, 100])
+def test_located_group_offsets_exact_norm_at_most_one(n_features):
+    # Review R8, finding 2: private_group_means summed radially scaled offsets under the
+    # sensitivity 2 sqrt(k) of unit vectors; half of the clipped ones exceeded norm 1.
+    rng = np.random.default_rng(n_features)
+    for radius in CLIP_RADII:
+        X = _adversarial_rows(n_features, radius, rng)
+        anchors = np.zeros((2, n_features))
+        nearest = np.zeros((len(X), 2), dtype=np.intp)
+        with np.errstate(all="ignore"):
+            offsets = located.group_offsets(X[:, None, :], nearest, anchors,
+                                            np.array([radius, radius / 3.0]))
+        assert offsets.shape == (len(X), 2, n_features) and np.all(np.isfinite(offsets))
+        assert max(_exact_sq_norms(offsets.reshape(-1, n_features))) <= 1
+
+
+#: The centring clippings, from a public centre: ``(X, center, radius) -> rows``.
+CENTRED_CLIPPINGS = {
+    "from_rows": lambda X, c, radius: _ClippedData.from_rows(X, c, radius).X,
+    "clip_rows": clip_rows,
+    "sparse_rows": lambda X, c, radius: _SparseRows(c, X.shape[1], np.inf, radius)(X),
+    "local_clip_rows": lambda X, c, radius: _ldp._clip_rows(X, CostRound(
+        "clip", X[:1], X[:1], 1.0, 1.0, 1e-5, c, radius)),
+    "mixture_offsets": lambda X, c, radius: np.array([
+        _clipped_offset_sum(RowChunk(row[None]), c, radius) for row in X]),
+    "located_offsets": lambda X, c, radius: radius * located.group_offsets(  # radius 2: exact
+        X[:, None, :], np.zeros((len(X), 1), dtype=np.intp), c[None], np.array([radius]))[:, 0],
+}
+
+
+@pytest.mark.parametrize("name", list(CENTRED_CLIPPINGS))
+def test_a_row_whose_centring_overflows_is_clipped_along_its_infinite_coordinates(name):
+    # Review R8, finding 1: x - c of finite x and c overflows to inf, and the clipping made
+    # that row NaN (inf * 0): a NaN release or a failed fit told the row apart.
+    center = np.array([-1e308, 1e308, 0.0])
+    X = np.array([[1e308, 1.0, 5.0],       # overflows in the first coordinate: (+1, 0, 0)
+                  [1e308, -1e308, 2.0],    # in two: (+1, -1, 0) / sqrt 2
+                  [-1e308, 1e308, 1.0]])   # the centre, up to its last coordinate
+    with np.errstate(all="ignore"):
+        rows = CENTRED_CLIPPINGS[name](X, center, 2.0)
+    assert np.all(np.isfinite(rows))
+    assert max(_exact_sq_norms(rows)) <= 4
+    np.testing.assert_allclose(rows[0], [2.0, 0.0, 0.0], rtol=1e-14)
+    np.testing.assert_allclose(rows[1], [math.sqrt(2.0), -math.sqrt(2.0), 0.0], rtol=1e-14)
+    np.testing.assert_allclose(rows[2], [0.0, 0.0, 1.0], rtol=1e-14)
 
 
 @pytest.mark.parametrize("n_features", [1, 2, 10, 100])

@@ -129,12 +129,21 @@ def rows_outside_ball(rows, sq_norms, radius):
 
 
 def scale_into_ball(rows, radius):
-    r"""Non-zero finite rows scaled along themselves to a norm of exactly at most ``radius``.
+    r"""Non-zero rows scaled along themselves to a norm of exactly at most ``radius``.
 
     The radial projection onto :math:`B(0, \Lambda)` of the rows that
     :func:`rows_outside_ball` returns, with every output row's exact norm
     at most :math:`\Lambda` (the sensitivities of the sums of :math:`x` and
     :math:`x/\Lambda` assume it). ``rows`` is not changed.
+
+    **Overflowed rows.** A row handed here is often computed from a finite
+    row, as :math:`x - c` or :math:`(x - c)/s`, and that value can overflow
+    to :math:`\pm\infty` in some coordinates. Such a row is taken to the
+    sphere along the signs of its infinite coordinates (its limit direction:
+    the finite coordinates are 0 beside them), a function of the row alone
+    like the rest. Without this, :math:`\infty \cdot 0` made the row NaN,
+    and one such row turned a release into NaN or a fit into a failure
+    (review R8, finding 1).
 
     **The bound in floating point** (:math:`u = 2^{-53}`, round to nearest).
     Each row :math:`x` is first scaled by :math:`2^{-e}`, with :math:`e` the
@@ -162,7 +171,13 @@ def scale_into_ball(rows, radius):
     """
     n_features = rows.shape[1]
     gamma = 1.0 - 2.0 * (n_features + 8) * _UNIT_ROUNDOFF
-    _, exponents = np.frexp(np.max(np.abs(rows), axis=1))
+    peaks = np.max(np.abs(rows), axis=1)
+    overflowed = np.isinf(peaks)
+    if np.any(overflowed):
+        rows = np.array(rows, dtype=np.float64)
+        rows[overflowed] = np.copysign(np.isinf(rows[overflowed]), rows[overflowed])
+        peaks[overflowed] = 1.0
+    _, exponents = np.frexp(peaks)
     unit = np.ldexp(rows, -exponents[:, None])
     unit *= (gamma / np.sqrt(np.einsum("ij,ij->i", unit, unit)))[:, None]
     np.nextafter(unit, 0.0, out=unit)

@@ -13,7 +13,7 @@ from numbers import Integral
 from sklearn.cluster import KMeans
 
 from skdpcluster.ktuple._tuples import generate_tuples
-from skdpcluster.averaging import _project_onto_ball
+from skdpcluster.ktuple.averages import project_to_ball
 from skdpcluster.cluster._stable import PrivateStableKMeans, _store_parameters, plan_budget
 from skdpcluster.cluster._stable_init import GridInitializer
 from skdpcluster.utils._compat import HasMethods, Interval, StrOptions
@@ -125,7 +125,7 @@ class SampleAggregateInitializer:
         n_chunks = self.resolved_chunks(len(X), n_clusters)
         base = KMeans(n_init=3) if self.base_estimator is None else self.base_estimator
         tuples = generate_tuples(X, base, n_clusters, n_chunks, rng=rng, n_jobs=self.n_jobs)
-        points = _project_onto_ball(tuples.reshape(-1, X.shape[1]), 0.0, data_radius)
+        points = project_to_ball(tuples.reshape(-1, X.shape[1]), data_radius)  # norms <= radius
         centers, events, info = aggregate_chunk_centers(
             points, n_clusters, rho=budget["rho"], data_radius=data_radius,
             neighbouring=neighbouring, rng=rng)

@@ -52,6 +52,7 @@ from scipy.special import ndtri
 
 from skdpcluster.averaging import _project_onto_ball
 from skdpcluster.ktuple._framework import KTupleResult, canonical_order
+from skdpcluster.ktuple.averages import project_to_ball
 from skdpcluster.mechanisms import (
     PrivacyEvent,
     above_threshold,
@@ -517,6 +518,19 @@ class GroupMeans:
     events: list
 
 
+def group_offsets(tuples, nearest, anchors, radii):
+    r"""The vectors :math:`\Pi_{B(0,1)}((x - a_j)/R_j)` of :func:`private_group_means`.
+
+    ``x`` is point ``nearest[t, j]`` of tuple t, for every tuple t and group
+    j: an array of shape (n_tuples, k, d), every vector of exact norm at
+    most 1 (:func:`~skdpcluster.ktuple.averages.project_to_ball`; the radial
+    scaling exceeded it by up to 6e-16 on half of the clipped vectors,
+    review R8), also where :math:`(x - a_j)/R_j` overflows.
+    """
+    chosen = tuples[np.arange(len(tuples))[:, None], nearest]  # (n_tuples, k groups, d)
+    return project_to_ball((chosen - anchors) / radii[:, None], 1.0)
+
+
 def private_group_means(tuples, *, selection, anchors, radii, rho, rng, label):
     r"""Clipped Gaussian average of one point per tuple per group: :math:`\rho`-zCDP.
 
@@ -555,9 +569,8 @@ def private_group_means(tuples, *, selection, anchors, radii, rho, rng, label):
     """
     n_tuples, k, d = tuples.shape
     nearest, inside = selection
-    chosen = tuples[np.arange(n_tuples)[:, None], nearest]  # (n_tuples, k groups, d)
-    offsets = _project_onto_ball((chosen - anchors) / radii[:, None], 0.0, 1.0)
-    sums = np.einsum("tg,tgd->gd", inside.astype(float), offsets)
+    sums = np.einsum("tg,tgd->gd", inside.astype(float),
+                     group_offsets(tuples, nearest, anchors, radii))
     counts = inside.sum(axis=0).astype(float)
     ratio = 2.0 * math.sqrt(d)
     noisy_sums, sum_event = zcdp_gaussian_mechanism(
@@ -659,7 +672,7 @@ def locate(tuples, *, data_radius, budget, rng):
     Location
     """
     n_tuples, k, d = tuples.shape
-    tuples = _project_onto_ball(tuples, 0.0, data_radius)
+    tuples = project_to_ball(tuples, data_radius)
     projection_rng, width_rng, histogram_rng = rng.spawn(3)
     projection = _public_projection(d, projection_rng)
     points = tuples if projection is None else tuples @ projection.T
@@ -735,7 +748,7 @@ def locate_and_average(tuples, *, data_radius, budget, rng, if_not_located=None)
         the width, threshold, histogram and average shares of ``budget``
         whether or not a step failed.
     """
-    tuples = _project_onto_ball(tuples, 0.0, data_radius)
+    tuples = project_to_ball(tuples, data_radius)
     locate_rng, average_rng = rng.spawn(2)
     location = locate(tuples, data_radius=data_radius, budget=budget, rng=locate_rng)
     events, centers = list(location.events), None

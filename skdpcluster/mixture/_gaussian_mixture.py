@@ -23,6 +23,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from skdpcluster.ktuple._tuples import allocate_blocks, generate_tuples_of_rows
 from skdpcluster.averaging import private_gaussian_estimate
+from skdpcluster.averaging._common import project_into_ball
 from skdpcluster.cluster._base import (
     PrivateFit,
     PrivateFitPlan,
@@ -243,10 +244,9 @@ def _component_chunk(block, centers, component):
 
 
 def _clipped_offset_sum(chunk, center, radius):
-    """``sum(clip(x - center, radius))`` over a chunk of rows."""
+    """``sum(clip(x - center, radius))`` over a chunk of rows (each of exact norm <= ``radius``)."""
     offsets = chunk.X - center
-    norms = np.linalg.norm(offsets, axis=1, keepdims=True)
-    offsets *= np.minimum(1.0, radius / np.maximum(norms, np.finfo(float).tiny))
+    project_into_ball(offsets, radius)
     return offsets.sum(axis=0)
 
 
