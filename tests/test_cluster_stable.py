@@ -982,6 +982,45 @@ def test_core_membership_does_not_depend_on_the_rows_block(sizes):
     np.testing.assert_array_equal(in_blocks(inside, X, sizes), expected)
 
 
+@pytest.mark.parametrize("thresholds", ["core_sq_radii", "mutant-r-squared"])
+def test_core_rows_are_within_their_radius_exactly(thresholds):
+    # Review R8: a core row adds (x - c) / r, of norm at most 1 only if ||x - c|| <= r exactly;
+    # deciding F <= r^2 on the rounded F let rows a few ulps outside in (236 of 5000 at the
+    # radius). core_sq_radii's thresholds prove it; r^2 itself is kept as a mutant.
+    from fractions import Fraction
+
+    from skdpcluster.cluster._stable import _ClippedData, _core_sums
+    from skdpcluster.cluster._stable_init import (
+        center_gaps,
+        core_sq_radii,
+        nearest_centers,
+        within_radii,
+    )
+
+    rng = np.random.default_rng(8)
+    d, k = 10, 3
+    centers = rng.standard_normal((k, d)) * 30.0
+    radii = 0.25 * center_gaps(centers)
+    owners = rng.integers(0, k, 4000)
+    directions = rng.standard_normal((4000, d))
+    directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+    X = centers[owners] + directions * radii[owners, None] * (
+        1 + rng.uniform(-1, 1, (4000, 1)) * 1e-14)  # the threshold is 5.3e-15 below r^2
+    labels, sq_distances = nearest_centers(X, centers)
+    np.testing.assert_array_equal(labels, owners)
+    sq_norms = np.einsum("ij,ij->i", X, X)
+    sq_radii = (core_sq_radii(radii, d) if thresholds == "core_sq_radii" else radii**2)[labels]
+    inside = np.flatnonzero(within_radii(X, centers, labels, sq_distances, sq_radii, sq_norms))
+    assert 1000 < len(inside) < 3000  # rows on both sides of the threshold
+    outside = sum(
+        sum((Fraction(float(a)) - Fraction(float(b))) ** 2 for a, b in zip(X[i], centers[j]))
+        > Fraction(float(radii[j])) ** 2 for i, j in zip(inside, labels[inside]))
+    assert (outside == 0) is (thresholds == "core_sq_radii")
+    if thresholds == "core_sq_radii":  # the stable core step counts exactly these rows
+        _, counts = _core_sums(_ClippedData.from_rows(X, np.zeros(d), 1e6), centers, radii)
+        np.testing.assert_array_equal(counts, np.bincount(labels[inside], minlength=k))
+
+
 def test_grid_cells_do_not_depend_on_the_rows_block():
     from skdpcluster.cluster._stable_init import _cell_indices, _fixed_order_projection
 

@@ -41,6 +41,7 @@ from skdpcluster.cluster._stable_init import (
     PublicCenters,
     cell_sums,
     center_gaps,
+    core_sq_radii,
     lloyd_step,
     nearest_centers,
     nearest_costs,
@@ -838,8 +839,8 @@ def core_statistics(data, centers, radius_factor, max_radii=None):
 def _core_sums(chunk, centers, radii):
     """Sums and counts of a chunk's rows per core (within ``radii`` of their nearest centre)."""
     labels, sq_distances = chunk.assign(centers)
-    inside = (radii[labels] > 0) & within_radii(chunk.X, centers, labels, sq_distances,
-                                                radii[labels] ** 2, chunk.sq_norms)
+    inside = within_radii(chunk.X, centers, labels, sq_distances,
+                          core_sq_radii(radii, chunk.X.shape[1])[labels], chunk.sq_norms)
     return cell_sums(chunk.X, np.where(inside, labels, len(centers)), len(centers))
 
 

@@ -64,6 +64,7 @@ __all__ = [
     "PublicCenters",
     "add_cell_sums",
     "cell_sum_terms",
+    "core_sq_radii",
     "fixed_order_sq_distances",
     "lloyd_step",
     "nearest_centers",
@@ -249,6 +250,29 @@ def rounding_margin(n_features):
     :func:`fixed_order_sq_distances` (:func:`nearest_centers` gives the proof).
     """
     return 16.0 * (n_features + 4) * 2.0**-53
+
+
+def core_sq_radii(radii, n_features):
+    r"""Squared radii :math:`T_i` below which a row's fixed-order distance proves it in its core.
+
+    A core term :math:`(x - c_i)/r_i` must have an exact norm at most 1 (the
+    sensitivities of the core sums assume it), but :func:`within_radii`
+    decides :math:`F \le T` on the rounded :math:`F`
+    (:func:`fixed_order_sq_distances`: :math:`F \ge D(1 - (d+2)u) - d\,2^{-1075}`
+    for the exact :math:`D = \|x - c_i\|^2`), so with :math:`T = r_i^2` rows
+    a few units in the last place outside :math:`r_i` counted as inside
+    (review R8: 236 of 5000 rows decided inside at the radius). With
+    :math:`T = \mathrm{fl}(\mathrm{fl}(r_i^2)(1 - 4(d+2)u))` and
+    :math:`r_i \ge 2^{-500}` (so :math:`d\,2^{-1075} \le d\,2^{-75}r_i^2`),
+    :math:`F \le T` gives :math:`D \le r_i^2[(1+u)^2(1 - 4(d+2)u) +
+    d\,2^{-75}]/(1 - (d+2)u) < r_i^2`, the argument of
+    :func:`~skdpcluster.averaging._common.rows_outside_ball`. A smaller
+    radius gets :math:`T = -1`: an empty core (degenerate centres, closer
+    than :math:`2^{-499}`).
+    """
+    radii = np.asarray(radii, dtype=float)
+    shrunk = radii * radii * (1.0 - 4.0 * (n_features + 2) * 2.0**-53)
+    return np.where(radii >= 2.0**-500, shrunk, -1.0)
 
 
 def within_radii(X, centers, labels, sq_distances, sq_radii, sq_norms):

@@ -984,6 +984,7 @@ def _core_step_on_rows(X, centers, *, center, data_radius, max_radius, rho, rng,
     """
     from skdpcluster.cluster._stable_init import (  # noqa: PLC0415 (import cycle)
         center_gaps,
+        core_sq_radii,
         nearest_centers,
         noisy_cell_sums,
         within_radii,
@@ -997,8 +998,8 @@ def _core_step_on_rows(X, centers, *, center, data_radius, max_radius, rho, rng,
 
     def in_core(chunk):  # the stable core step's row-exact membership (its _core_sums)
         labels, sq_distances = nearest_centers(chunk.X, centers, chunk.sq_norms)
-        inside = (radii[labels] > 0) & within_radii(chunk.X, centers, labels, sq_distances,
-                                                    radii[labels] ** 2, chunk.sq_norms)
+        inside = within_radii(chunk.X, centers, labels, sq_distances,
+                              core_sq_radii(radii, chunk.X.shape[1])[labels], chunk.sq_norms)
         return np.where(inside, labels, k)
 
     sums, counts = _row_cell_sums(X, center, data_radius, in_core, k)
