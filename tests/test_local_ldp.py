@@ -276,3 +276,21 @@ def test_server_refuses_malformed_reports():
 def test_randomized_response_refuses_values_outside_the_domain():
     with pytest.raises(ValueError, match="n_values=3"):
         randomized_response(np.array([3]), n_values=3, epsilon=1.0, rng=np.random.default_rng(0))
+
+
+def _block_cost(X, centers):
+    """Mutant of ``_ldp._own_cost``: the matrix product's squared distance (before review R8)."""
+    return _stable_init.nearest_centers(X, centers)[1]
+
+
+@pytest.mark.parametrize("cost", [_ldp._own_cost, _block_cost], ids=["own", "mutant-block"])
+def test_a_users_cost_value_does_not_depend_on_the_rows_simulated_beside_it(cost):
+    # The selection round's pre-noise value of a user must be a function of its own row, as
+    # on its device: the product's value moved by up to 6.8e-16 tau with the block (R8).
+    rng = np.random.default_rng(5)
+    centers = rng.standard_normal((4, 10)) * 3.0
+    X = rng.standard_normal((3000, 10)) * 3.0
+    alone = in_blocks(lambda rows: cost(rows, centers), X, [1])
+    blocked = [in_blocks(lambda rows: cost(rows, centers), X, sizes) for sizes in ([3], [7, 2048])]
+    same = all(np.array_equal(alone, values) for values in blocked)
+    assert same is (cost is _ldp._own_cost)

@@ -30,6 +30,7 @@ from skdpcluster.averaging._common import project_into_ball
 from skdpcluster.cluster._stable_init import (
     CHUNK_ROWS,
     _cell_indices,
+    fixed_order_sq_distances,
     nearest_centers,
     within_radii,
 )
@@ -327,12 +328,22 @@ def _clip_rows(X, public_round):
     return rows
 
 
+def _own_cost(X, centers):
+    """Every row's squared distance to its nearest centre, a function of the row alone.
+
+    The fixed-order distance (:func:`~skdpcluster.cluster._stable_init.fixed_order_sq_distances`)
+    to the row-exact nearest centre: the matrix product's value depended on the
+    rows simulated beside it (by up to 6.8e-16 tau; review R8), which a user's
+    own device does not see.
+    """
+    return fixed_order_sq_distances(X, centers, nearest_centers(X, centers)[0])
+
+
 def _randomize_rows(X, public_round, rng):
     """One report per row (each row randomized by its own user) and the events of one report."""
     X = _clip_rows(X, public_round)
     if isinstance(public_round, CostRound):
-        gap = (nearest_centers(X, public_round.candidate)[1]
-               - nearest_centers(X, public_round.reference)[1])
+        gap = _own_cost(X, public_round.candidate) - _own_cost(X, public_round.reference)
         value = np.clip(gap, -public_round.tau, public_round.tau)
         noisy, event = gaussian_mechanism(
             value, sensitivity=COST_SENSITIVITY_FACTOR * public_round.tau,
