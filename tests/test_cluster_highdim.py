@@ -18,6 +18,7 @@ import pytest
 from scipy import stats
 
 from dp_stats import epsilon_lower_bound
+from row_blocks import in_blocks
 
 from skdpcluster import BudgetAccountant
 from skdpcluster.cluster import _highdim, _highdim_candidates as hc
@@ -36,7 +37,7 @@ from skdpcluster.cluster._highdim_recovery import (
     sparse_cluster_means,
     sparsify_rows,
 )
-from skdpcluster.cluster._stable_init import nearest_centers
+from skdpcluster.cluster._stable_init import _fixed_order_projection, nearest_centers
 from skdpcluster.datasets import make_separated_mixture
 from skdpcluster.exceptions import PrivacyLeakWarning
 
@@ -137,6 +138,66 @@ def test_cube_coordinates_of_every_level_are_those_of_the_float_grid(n_levels, p
         assert np.array_equal(level[:], expected.astype(np.int64))
         assert np.array_equal(level.low_bit_keys(), hc._packed_keys(
             expected.astype(np.int64), np.int64(1) << np.arange(p, dtype=np.int64), mask=1))
+
+
+# Review R6a F1: a row's cubes are functions of the row alone -----------------------------------
+
+BLOCK_SIZES = ([1], [3], [2, 7, 4096])
+
+
+def _canonical(X, matrix, radius):
+    """The rows' projections coordinate by coordinate in a fixed order, clipped as the fit clips."""
+    return hc._clip_in_place(_fixed_order_projection(X, matrix), radius)
+
+
+def _rows_on_projected_plane(X, matrix, axes, values):
+    """``X`` moved so that ``(x @ matrix)[axes]`` are ``values`` (rows x axes), up to the rounding.
+
+    The least change of every row (along the columns ``axes`` of the projection): the product
+    is then a few ulps from ``values``, either side.
+    """
+    columns = matrix[:, axes]
+    return X + np.linalg.solve(columns.T @ columns, (values - X @ columns).T).T @ columns.T
+
+
+@pytest.mark.parametrize("variant", ["real", "mutant-margin-0"])
+def test_cubes_do_not_depend_on_the_rows_block(monkeypatch, variant):
+    # The cube of every row at every level is that of its fixed-order projection, however the
+    # rows are blocked (one row less under add/remove moves the others in their BLAS block).
+    # Before the fix (cubes of the block's product, checked on the code of 1e499f7) 20, 12 and
+    # 12 of these 1500 rows had cubes other than the fixed-order ones in blocks of 1, 3 and
+    # 2/7/4096 rows.
+    if variant != "real":  # no fallback to the fixed-order projection: the product decides
+        monkeypatch.setattr(hc, "_cube_margin", lambda errors, width, largest: 0.0 * errors)
+    rng = np.random.default_rng(11)
+    n_features, p, radius, n_levels = 60, 4, 5.0, 6
+    matrix = hc.projection_matrix(n_features, p, rng)
+    origin = rng.uniform(-radius, radius, p) - 2.0 * radius
+    grid, width = (origin, 4.0 * radius), 4.0 * radius / 2**n_levels
+    X = rng.standard_normal((1500, n_features)) * 0.2
+    X[::3] *= 20.0  # a third clipped to the ball (and off the boundaries)
+    # two coordinates of a third of the rows within a few ulps of boundaries of the finest level
+    boundaries = origin[:2] + np.round((X[1::3] @ matrix[:, :2] - origin[:2]) / width) * width
+    boundaries += rng.uniform(-1.0, 1.0, boundaries.shape) * 4e-15
+    X[1::3] = _rows_on_projected_plane(X[1::3], matrix, [0, 1], boundaries)
+    canonical = _canonical(X, matrix, radius)
+    expected = hc._CubeCoords(canonical, grid, n_levels).fine_t.T
+    assert np.mean(np.linalg.norm(canonical, axis=1) >= radius * (1 - 1e-12)) > 0.3
+    fraction = (canonical[1::3, :2] - origin[:2]) / width
+    assert np.abs(fraction - np.round(fraction)).max() < 1e-12  # on the boundaries
+    row_map = _highdim._ClipRows(np.zeros(n_features), 100.0)  # the fit's map: no row moves
+    assert np.array_equal(row_map(X), X)
+
+    def cubes(rows, **row_bound):
+        projected = hc.projected_rows(rows, matrix, radius, **row_bound)
+        return hc._CubeCoords(projected, grid, n_levels).fine_t.T
+
+    mismatches = [int(np.count_nonzero(np.any(in_blocks(cubes, X, sizes) != expected, axis=1)))
+                  for sizes in BLOCK_SIZES]
+    mismatches.append(int(np.count_nonzero(np.any(in_blocks(  # as the fit projects, Dask too
+        lambda rows: cubes(rows, row_map=row_map, row_radius=100.0), X, [5]) != expected,
+        axis=1))))
+    assert (sum(mismatches) == 0) is (variant == "real"), mismatches
 
 
 def _brute_force_level(Y, parents, depth, level, grid, rng):

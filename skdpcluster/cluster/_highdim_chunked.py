@@ -44,7 +44,8 @@ from skdpcluster.cluster._highdim_candidates import (
     _CubeCoords,
     _packed_keys,
     _unique_rows,
-    project_with,
+    as_projected,
+    projected_rows,
     release_level,
 )
 from skdpcluster.cluster._stable_init import cell_sums, nearest_centers, nearest_costs
@@ -75,13 +76,19 @@ class CellCounts:
 
 
 class _Projector:
-    """The projected rows of a block of raw rows: :func:`project_with` (picklable)."""
+    """The projected rows of a block of raw rows: :func:`projected_rows` (picklable).
 
-    def __init__(self, matrix, clip_radius, row_map):
+    Their cubes are those of the rows' canonical projections, as in memory,
+    whatever the chunking. ``row_radius``: the bound of the mapped rows'
+    norms (``None``: their own norms).
+    """
+
+    def __init__(self, matrix, clip_radius, row_map, row_radius=None):
         self.matrix, self.clip_radius, self.row_map = matrix, clip_radius, row_map
+        self.row_radius = row_radius
 
     def __call__(self, raw):
-        return project_with(raw, self.matrix, self.clip_radius, self.row_map)
+        return projected_rows(raw, self.matrix, self.clip_radius, self.row_map, self.row_radius)
 
 
 def _parent_index(parents, coords, depth):
@@ -138,7 +145,7 @@ class _ChunkedLevels:
 
 def _sample_chunk(block, projector, generator, rate):
     """The projected rows of a block kept by its Poisson coins (all of them when ``rate >= 1``)."""
-    Y = projector(np.asarray(block, dtype=np.float64))
+    Y = as_projected(projector(np.asarray(block, dtype=np.float64))).values
     if rate >= 1.0:
         return Y
     return Y[copy.deepcopy(generator).random(len(Y)) < rate]
@@ -239,8 +246,8 @@ class ChunkedData:
     def project(self, matrix, clip_radius):
         """The projected rows (:class:`ProjectedChunks`; nothing is computed here)."""
         n_components = self.n_features if matrix is None else matrix.shape[1]
-        return ProjectedChunks(self.rows, _Projector(matrix, clip_radius, self.row_map),
-                               n_components)
+        return ProjectedChunks(
+            self.rows, _Projector(matrix, clip_radius, self.row_map, self.radius), n_components)
 
     def swap_rows(self, Y, centers, power, n_noisy, rng):
         """Distances of the swap sample to ``centers``, and the partition by chosen slots."""
