@@ -32,7 +32,10 @@ from skdpcluster.averaging import _project_onto_ball
 from skdpcluster.cluster._stable_init import (
     UNDERFLOW_MARGIN,
     _fixed_order_projection,
+    fixed_order_sq_distances,
     random_ball_points,
+    rounding_margin,
+    sure_nearest,
 )
 from skdpcluster.mechanisms import exponential_mechanism, laplace_mechanism, laplace_zero_cells_above
 from skdpcluster.utils._compat import single_threaded
@@ -162,7 +165,7 @@ def projected_rows(X, matrix, clip_radius, row_map=None, row_radius=None):
     and clipped to :math:`B(0, \Lambda_p)` as :func:`_clip_in_place` clips,
     a function of the row alone. It is computed only for the few rows the
     bound :func:`_projection_errors` cannot decide from the product
-    (:class:`_CubeCoords`).
+    (:class:`_CubeCoords`, :meth:`ProjectedRows.float32_values`).
 
     ``row_radius``: a public bound on the norms of the (mapped) rows, such
     as the fit's :math:`\Lambda` (no pass over the rows for their norms);
@@ -255,6 +258,68 @@ class ProjectedRows:
         if self.errors is None:
             return np.asarray(self.values[index], dtype=np.float64)
         return self._canonical(index)
+
+    def float32_rows(self, rows):
+        """The float32 points of the rows ``rows`` (a slice or indices), each its canonical one.
+
+        :meth:`float32_values`, with the unsure rows' points computed from
+        :meth:`canonical`.
+        """
+        points, unsure = self.float32_values(rows)
+        if len(unsure):
+            points[unsure] = _float32_toward_zero(
+                self.canonical(np.arange(len(self.values))[rows][unsure]))
+        return points
+
+    def float32_values(self, rows):
+        r"""The rows' float32 points where they are sure, and the positions where they are not.
+
+        A row's float32 point is :func:`_float32_toward_zero` of its
+        canonical projection :math:`f(x)`, a function of the row alone.
+        Rounding toward 0 is monotone and every coordinate of :math:`f(x)`
+        lies in :math:`[y_j - e, y_j + e]` (:math:`y` = ``values``, :math:`e`
+        = ``errors``): where both ends, computed as :math:`y_j \mp 2e` (wide
+        enough for their own rounding since :math:`e \ge 16u\Lambda_p \ge
+        16u|y_j|`; the largest :math:`e` of the rows is used for all of them,
+        which only recomputes more), have the same :func:`_float32_cells` key
+        on every coordinate, they round to the same float32 value, and so does
+        every value between them: that value is the canonical one. At the
+        other positions (returned) the point must be computed from
+        :meth:`canonical`.
+
+        Returns
+        -------
+        points : ndarray of float32, shape (n_rows, p)
+        unsure : ndarray of int
+            Positions in ``rows``.
+        """
+        values = np.asarray(self.values[rows], dtype=np.float64)
+        points = _float32_toward_zero(values)
+        if self.errors is None:
+            return points, np.empty(0, dtype=np.intp)
+        reach = float(_float32_reach(self.errors[rows]).max(initial=0.0))  # one for all: wider
+        low, high = _float32_cells(values - reach), _float32_cells(values + reach)
+        return points, np.unique(np.flatnonzero(low != high) // values.shape[1])
+
+
+def _float32_cells(values):
+    r"""Per float64 value, an integer that is equal for two values with the same float32 toward 0.
+
+    The bits of the sign, the exponent and the 23 leading bits of the
+    significand (the float64 bits shifted right by 29, in place; ``values``
+    is overwritten). Rounding toward 0 to float32 keeps those bits of a
+    float32 normal number and a prefix of them below (float32 subnormals),
+    so equal keys give equal float32 values (values of different signs never
+    have equal keys).
+    """
+    keys = values.view(np.int64)
+    keys >>= 29
+    return keys
+
+
+def _float32_reach(errors):
+    """Half-width of the interval around a projected value that must round to one float32."""
+    return 2.0 * errors
 
 
 def as_projected(Y):
@@ -751,8 +816,11 @@ class DistanceRows:
     The points and the candidates are stored rounded toward 0 to float32
     (half the memory; toward 0, so that nothing leaves :math:`B(0,
     \Lambda_p)`), and those values are the points and candidates of the
-    distances, which are computed in float64, where a product of two
-    float32 values is exact (48 significant bits, no underflow):
+    distances. A point is that of its row's canonical projection when ``Y``
+    is :class:`ProjectedRows` (:meth:`ProjectedRows.float32_values`), a
+    function of the row whatever block it was projected in. The distances
+    are computed in float64, where a product of two float32 values is exact
+    (48 significant bits, no underflow):
 
     * k-means: :math:`\|c\|^2 - 2c\cdot y + \|y\|^2`, a matrix product per
       block (the squared norms are computed once per point and candidate).
@@ -776,15 +844,24 @@ class DistanceRows:
         self.centers[:] = centers
         self.c_sq[:] = np.einsum("ij,ij->i", self.centers, self.centers)
         self.power = power
-        Y = as_projected(Y).values
+        Y = as_projected(Y)
         self.scaled_t = np.empty((Y.shape[1], len(Y)), dtype=np.float32)
         self.y_sq = np.empty(len(Y))
-        for batch in _row_blocks(Y, elements=_CACHED_ELEMENTS):
-            block = _float32_toward_zero(np.asarray(Y[batch], dtype=np.float64))
-            self.scaled_t[:, batch] = -2.0 * block.T  # exact: a power of two
-            block = block.astype(np.float64)
-            self.y_sq[batch] = np.einsum("ij,ij->i", block, block)
+        unsure = []
+        for batch in _row_blocks(Y.values):
+            block, near = Y.float32_values(batch)
+            self._store(batch, block)
+            unsure.append(batch.start + near)
+        unsure = np.concatenate(unsure) if unsure else []
+        if len(unsure):  # all at once: the fixed-order projection costs d NumPy calls
+            self._store(unsure, _float32_toward_zero(Y.canonical(unsure)))
         self.scale = (_norm_bound(self.c_sq, Y.shape[1]) + _norm_bound(self.y_sq, Y.shape[1]))**2
+
+    def _store(self, columns, points):
+        """The float32 ``points`` as the points ``columns``, with their squared norms."""
+        self.scaled_t[:, columns] = -2.0 * points.T  # exact: a power of two
+        points = points.astype(np.float64)
+        self.y_sq[columns] = np.einsum("ij,ij->i", points, points)
 
     def __len__(self):
         return len(self.centers)
@@ -826,10 +903,50 @@ class DistanceRows:
                 yield columns, _euclidean(centers, self.scaled_t[:, columns], out, work[:, :size])
 
     def nearest(self, index):
-        """For every point, the position in ``index`` of its nearest candidate (first on ties)."""
+        r"""For every point, the position in ``index`` of its nearest candidate (first on ties).
+
+        **A function of the point alone** (the partition of Algorithm 3 that
+        the recovery's noisy sums use, review R7 F): the first index of the
+        smallest of the point's distances computed in a fixed order, its
+        :func:`~skdpcluster.cluster._stable_init.fixed_order_sq_distances`
+        to the candidates (k-means) or :func:`_euclidean` (k-median, the
+        distances of :meth:`column_blocks` themselves). The points are
+        functions of their rows (:meth:`ProjectedRows.float32_values`), but
+        the k-means distances of :meth:`column_blocks` are a matrix
+        product's, whose rounding depends on the block. They are within
+        :math:`(\gamma_{p+1} + 2\gamma_p + u)(\|y\| + \|c\|)^2` of the
+        exact squared distance (the products of float32 values are exact;
+        the squared norms, the sum and the last addition round), the fixed-order
+        values within :math:`(p + 2)u(\|y\| + \|c\|)^2`; twice their sum
+        is below :func:`~skdpcluster.cluster._stable_init.rounding_margin`'s
+        :math:`16(p + 4)u(\|y\| + \max_c\|c\|)^2`, so where the block's
+        smallest value beats every other by more than that margin (plus
+        :data:`~skdpcluster.cluster._stable_init.UNDERFLOW_MARGIN`) its index
+        is the fixed-order label (the proof of
+        :func:`~skdpcluster.cluster._stable_init.nearest_centers`), and the
+        other points are compared in the fixed order.
+        """
         nearest = np.empty(len(self.y_sq), dtype=np.intp)
+        if self.power != 2:
+            for columns, block in self.column_blocks(index):
+                nearest[columns] = _column_argmin(block)[0]
+            return nearest
+        center_norm = math.sqrt(float(self.c_sq[index].max(initial=0.0)))
+        margin = rounding_margin(len(self.scaled_t))
+        unsure = []
         for columns, block in self.column_blocks(index):
-            nearest[columns] = _column_argmin(block)[0]
+            slack = np.sqrt(self.y_sq[columns])  # a block's slack: no temporary of n values
+            slack += center_norm
+            slack *= slack
+            slack *= margin
+            slack += UNDERFLOW_MARGIN
+            nearest[columns], _, near = sure_nearest(block, slack)
+            unsure.append(columns.start + near)
+        unsure = np.concatenate(unsure) if unsure else []
+        if len(unsure):
+            points = self.scaled_t[:, unsure].T * np.float32(-0.5)  # the stored points, exactly
+            nearest[unsure] = fixed_order_sq_distances(
+                points.astype(np.float64), self.centers[index]).argmin(axis=1)
         return nearest
 
     def dominated(self, starts, slots, groups):

@@ -78,9 +78,9 @@ class CellCounts:
 class _Projector:
     """The projected rows of a block of raw rows: :func:`projected_rows` (picklable).
 
-    Their cubes are those of the rows' canonical projections, as in memory,
-    whatever the chunking. ``row_radius``: the bound of the mapped rows'
-    norms (``None``: their own norms).
+    Their cubes and float32 points are those of the rows' canonical
+    projections, as in memory, whatever the chunking. ``row_radius``: the
+    bound of the mapped rows' norms (``None``: their own norms).
     """
 
     def __init__(self, matrix, clip_radius, row_map, row_radius=None):
@@ -144,11 +144,16 @@ class _ChunkedLevels:
 
 
 def _sample_chunk(block, projector, generator, rate):
-    """The projected rows of a block kept by its Poisson coins (all of them when ``rate >= 1``)."""
-    Y = as_projected(projector(np.asarray(block, dtype=np.float64))).values
+    """The float32 points of a block's rows kept by its Poisson coins (all when ``rate >= 1``).
+
+    The points :class:`~skdpcluster.cluster._highdim_candidates.DistanceRows`
+    stores (:meth:`~skdpcluster.cluster._highdim_candidates.ProjectedRows.float32_rows`),
+    so the driver's distances are those of the in-memory fit.
+    """
+    Y = as_projected(projector(np.asarray(block, dtype=np.float64)))
     if rate >= 1.0:
-        return Y
-    return Y[copy.deepcopy(generator).random(len(Y)) < rate]
+        return Y.float32_rows(slice(None))
+    return Y.float32_rows(np.flatnonzero(copy.deepcopy(generator).random(len(Y)) < rate))
 
 
 class ProjectedChunks:
@@ -176,7 +181,8 @@ class ProjectedChunks:
 
         Returns
         -------
-        ndarray of shape (n_kept, p)
+        ndarray of float32, shape (n_kept, p)
+            The kept rows' float32 points (those of their canonical projections).
         """
         rate = expected_rows / max(float(n_noisy), 1.0)
         generators = chunk_generators(rng, len(self.rows.chunk_rows))
