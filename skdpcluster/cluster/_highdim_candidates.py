@@ -1259,6 +1259,19 @@ def slot_groups(distances, slots):
         Per sorted point, the distance to its nearest and second-nearest slot
         (:math:`+\infty` when k = 1).
 
+    Notes
+    -----
+    The k-means nearest slot is taken from the block's matrix product, so a
+    point within its rounding of two slots may change group with its block
+    (under add/remove). That moves no discrete fate into a release: the
+    point's terms in :func:`swap_losses` are then :math:`\min(D_{ci}, d)`
+    with :math:`d` the distance to one of two slots equal up to that
+    rounding, whichever group holds it (for the swap of either slot, its
+    nearest remaining slot is the other one), and the pruning of
+    :meth:`DistanceRows.dominated` changes which terms are computed, not
+    their values. Only the distances' rounding, at most :math:`(p +
+    2)u(\|y\| + \|c\|)^2` per term, depends on the blocks, the class the
+    sensitivity arguments leave out.
     """
     nearest = np.empty(len(distances.y_sq), dtype=np.intp)
     d1, d2 = np.empty_like(distances.y_sq), np.empty_like(distances.y_sq)
