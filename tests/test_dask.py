@@ -912,7 +912,8 @@ def test_highdim_swap_sample_in_chunks_keeps_every_row_independently_at_the_rate
     first = projected.swap_sample(n, np.random.default_rng(10), expected_rows=rate * n)
     again = projected.swap_sample(n, np.random.default_rng(10), expected_rows=rate * n)
     np.testing.assert_array_equal(first, again)
-    Y = hc.project_with(highdim_mixture, matrix, RADIUS)
+    Y = hc.projected_rows(highdim_mixture, matrix, RADIUS).float32_rows(slice(None))
+    assert Y.dtype == first.dtype == np.float32  # the points the distances store
     kept = np.isin(Y.view([("", Y.dtype)] * 4).ravel(), first.view([("", Y.dtype)] * 4).ravel())
     assert kept.sum() == len(first)  # the sample holds rows of Y, each at most once
     # Binomial(n, rate) kept in all (5 sigma), and the same rate in the first and last chunk.

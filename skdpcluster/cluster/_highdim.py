@@ -34,7 +34,7 @@ from skdpcluster.cluster._highdim_candidates import (
     initial_slots,
     private_candidates,
     private_local_swap,
-    project_with,
+    projected_rows,
     projection_matrix,
     swap_sample,
 )
@@ -233,8 +233,9 @@ class _Data:
         return self.raw.shape[1]
 
     def project(self, matrix, clip_radius):
-        """The projected rows (:func:`project_with`, the row map applied block by block)."""
-        return project_with(self.raw, matrix, clip_radius, row_map=self.row_map)
+        """The projected rows (:func:`projected_rows`, the row map applied block by block)."""
+        return projected_rows(self.raw, matrix, clip_radius, row_map=self.row_map,
+                              row_radius=self.radius)
 
     @staticmethod
     def swap_rows(Y, centers, power, n_noisy, rng):

@@ -29,7 +29,14 @@ from sklearn.cluster import KMeans
 from sklearn.utils import gen_batches
 
 from skdpcluster.averaging import _project_onto_ball
-from skdpcluster.cluster._stable_init import random_ball_points
+from skdpcluster.cluster._stable_init import (
+    UNDERFLOW_MARGIN,
+    _fixed_order_projection,
+    fixed_order_sq_distances,
+    random_ball_points,
+    rounding_margin,
+    sure_nearest,
+)
 from skdpcluster.mechanisms import exponential_mechanism, laplace_mechanism, laplace_zero_cells_above
 from skdpcluster.utils._compat import single_threaded
 
@@ -40,7 +47,9 @@ __all__ = [
     "merge_repeats",
     "private_candidates",
     "private_local_swap",
+    "ProjectedRows",
     "project_rows",
+    "projected_rows",
     "slot_groups",
     "swap_losses",
     "swap_sample",
@@ -143,6 +152,181 @@ def project_with(X, matrix, clip_radius, row_map=None):
     return _clip_in_place(Y, clip_radius)
 
 
+def projected_rows(X, matrix, clip_radius, row_map=None, row_radius=None):
+    r""":func:`project_with`'s projection, with what makes every decision on it row-exact.
+
+    The matrix product's projection :math:`\mathrm{fl}(xM)` depends on the
+    row's block (its shape and the row's place in it: under add/remove one
+    row less moves every later row of its block, and a Dask chunking moves
+    them too). Every discrete decision on a projected row (its cube, its
+    float32 point and so its partition label) is instead that of its
+    **canonical projection** :math:`f(x)`: :math:`xM` computed coordinate by
+    coordinate in a fixed order (:func:`~skdpcluster.cluster._stable_init._fixed_order_projection`)
+    and clipped to :math:`B(0, \Lambda_p)` as :func:`_clip_in_place` clips,
+    a function of the row alone. It is computed only for the few rows the
+    bound :func:`_projection_errors` cannot decide from the product
+    (:class:`_CubeCoords`, :meth:`ProjectedRows.float32_values`).
+
+    ``row_radius``: a public bound on the norms of the (mapped) rows, such
+    as the fit's :math:`\Lambda` (no pass over the rows for their norms);
+    ``None``: each row's own norm.
+
+    Returns
+    -------
+    ProjectedRows
+        With ``matrix=None`` the clipped rows, their own canonical projection.
+    """
+    if matrix is None:
+        return ProjectedRows(project_with(X, None, clip_radius, row_map))
+    if row_radius is not None:
+        Y, sq_norms = project_with(X, matrix, clip_radius, row_map), np.full(len(X), row_radius**2)
+    elif row_map is None:
+        Y, sq_norms = _clip_in_place(X @ matrix, clip_radius), np.einsum("ij,ij->i", X, X)
+    else:
+        Y, sq_norms = np.empty((len(X), matrix.shape[1])), np.empty(len(X))
+        for batch in _row_blocks(X):
+            rows = row_map(X[batch])
+            Y[batch] = rows @ matrix
+            sq_norms[batch] = np.einsum("ij,ij->i", rows, rows)
+        _clip_in_place(Y, clip_radius)
+    return ProjectedRows(Y, _projection_errors(sq_norms, matrix, clip_radius),
+                         _FixedOrderProjection(X, matrix, clip_radius, row_map), clip_radius)
+
+
+def _projection_errors(sq_norms, matrix, clip_radius):
+    r"""Per row, a bound :math:`e` on :math:`\|\mathrm{clip}(\mathrm{fl}(xM)) - f(x)\|` (computed).
+
+    Both :math:`\mathrm{fl}(xM)` (any summation order, FMA or not) and the
+    fixed-order projection are within :math:`\gamma_d\sum_k|x_k||M_{kj}|
+    \le \gamma_d\|x\|\|M_{:,j}\|` of the exact :math:`(xM)_j`
+    (:math:`\gamma_d = du/(1 - du)`, :math:`u = 2^{-53}`), so the two
+    vectors are within :math:`2\gamma_d\|x\|\|M\|_F`. The projection onto
+    a ball is 1-Lipschitz, and :func:`_clip_in_place`'s rounding moves each
+    clipped vector by at most :math:`(p + 8)u\Lambda_p` from the exact
+    projection (the norm's relative error :math:`(p/2 + 2)u`, the quotient's
+    and the products' :math:`u` each; the result has norm about
+    :math:`\Lambda_p`). So :math:`e = 1.01(2\gamma_d\|x\|\|M\|_F + 2(p +
+    8)u\Lambda_p)` plus :data:`~skdpcluster.cluster._stable_init.UNDERFLOW_MARGIN`
+    (products below the smallest normal float), with ``sq_norms`` the
+    computed :math:`\|x\|^2` or a bound on them (the factor 1.01 covers
+    their rounding and that of :math:`\|M\|_F`). It bounds each
+    coordinate's difference as well, and :math:`e \ge 16u\Lambda_p`.
+    """
+    n_features, n_components = matrix.shape
+    gamma = n_features * _FLOAT64_UNIT / (1.0 - n_features * _FLOAT64_UNIT)
+    errors = np.sqrt(sq_norms)
+    errors *= 2.0 * gamma * float(np.linalg.norm(matrix))
+    errors += 2.0 * (n_components + 8) * _FLOAT64_UNIT * clip_radius
+    errors *= 1.01
+    errors += UNDERFLOW_MARGIN
+    return errors
+
+
+class _FixedOrderProjection:
+    """The canonical projection :math:`f(x)` of some of the raw rows (picklable)."""
+
+    def __init__(self, X, matrix, clip_radius, row_map):
+        self.X, self.matrix, self.clip_radius, self.row_map = X, matrix, clip_radius, row_map
+
+    def __call__(self, index):
+        rows = np.asarray(self.X[index], dtype=np.float64)
+        if self.row_map is not None:
+            rows = self.row_map(rows)
+        return _clip_in_place(_fixed_order_projection(rows, self.matrix), self.clip_radius)
+
+
+class ProjectedRows:
+    r"""Projected rows :attr:`values` and, per row, how far they may be from the canonical ones.
+
+    ``errors[i]`` bounds :math:`\|` ``values[i]`` :math:`- f(x_i)\|`, each
+    coordinate's difference too (:func:`_projection_errors`), and
+    ``canonical(index)`` computes :math:`f(x_i)` for the rows ``index``.
+    ``errors=None``: the values are the canonical projections themselves (an
+    array given to :func:`private_candidates` or :class:`DistanceRows`);
+    else ``radius`` is the clip radius :math:`\Lambda_p`.
+    """
+
+    def __init__(self, values, errors=None, canonical=None, radius=None):
+        self.values, self.errors, self._canonical = values, errors, canonical
+        self.radius, self.shape = radius, values.shape
+
+    def __len__(self):
+        return len(self.values)
+
+    def canonical(self, index):
+        """:math:`f(x_i)` of the rows ``index`` (an integer array), shape ``(len(index), p)``."""
+        if self.errors is None:
+            return np.asarray(self.values[index], dtype=np.float64)
+        return self._canonical(index)
+
+    def float32_rows(self, rows):
+        """The float32 points of the rows ``rows`` (a slice or indices), each its canonical one.
+
+        :meth:`float32_values`, with the unsure rows' points computed from
+        :meth:`canonical`.
+        """
+        points, unsure = self.float32_values(rows)
+        if len(unsure):
+            points[unsure] = _float32_toward_zero(
+                self.canonical(np.arange(len(self.values))[rows][unsure]))
+        return points
+
+    def float32_values(self, rows):
+        r"""The rows' float32 points where they are sure, and the positions where they are not.
+
+        A row's float32 point is :func:`_float32_toward_zero` of its
+        canonical projection :math:`f(x)`, a function of the row alone.
+        Rounding toward 0 is monotone and every coordinate of :math:`f(x)`
+        lies in :math:`[y_j - e, y_j + e]` (:math:`y` = ``values``, :math:`e`
+        = ``errors``): where both ends, computed as :math:`y_j \mp 2e` (wide
+        enough for their own rounding since :math:`e \ge 16u\Lambda_p \ge
+        16u|y_j|`; the largest :math:`e` of the rows is used for all of them,
+        which only recomputes more), have the same :func:`_float32_cells` key
+        on every coordinate, they round to the same float32 value, and so does
+        every value between them: that value is the canonical one. At the
+        other positions (returned) the point must be computed from
+        :meth:`canonical`.
+
+        Returns
+        -------
+        points : ndarray of float32, shape (n_rows, p)
+        unsure : ndarray of int
+            Positions in ``rows``.
+        """
+        values = np.asarray(self.values[rows], dtype=np.float64)
+        points = _float32_toward_zero(values)
+        if self.errors is None:
+            return points, np.empty(0, dtype=np.intp)
+        reach = float(_float32_reach(self.errors[rows]).max(initial=0.0))  # one for all: wider
+        low, high = _float32_cells(values - reach), _float32_cells(values + reach)
+        return points, np.unique(np.flatnonzero(low != high) // values.shape[1])
+
+
+def _float32_cells(values):
+    r"""Per float64 value, an integer that is equal for two values with the same float32 toward 0.
+
+    The bits of the sign, the exponent and the 23 leading bits of the
+    significand (the float64 bits shifted right by 29, in place; ``values``
+    is overwritten). Rounding toward 0 to float32 keeps those bits of a
+    float32 normal number and a prefix of them below (float32 subnormals),
+    so equal keys give equal float32 values (values of different signs never
+    have equal keys).
+    """
+    keys = values.view(np.int64)
+    keys >>= 29
+    return keys
+
+
+def _float32_reach(errors):
+    """Half-width of the interval around a projected value that must round to one float32."""
+    return 2.0 * errors
+
+
+def as_projected(Y):
+    """``Y`` as :class:`ProjectedRows` (an array: its own canonical projection)."""
+    return Y if isinstance(Y, ProjectedRows) else ProjectedRows(np.asarray(Y))
+
+
 def _clip_in_place(Y, radius):
     """Rows of ``Y`` projected onto B(0, ``radius``) in place, block by block; returns ``Y``.
 
@@ -238,17 +422,41 @@ class _CubeCoords:
     (:math:`t_a \ge 2^a` iff :math:`t_L \ge 2^L`), so every level sees the
     cells that the float computation at its own depth gives (for L <= 53,
     where :math:`2^L - 1` is a float).
+
+    **A row's cubes are those of its canonical projection** :math:`f(x)`
+    (:func:`projected_rows`), at every level, whatever block or chunk the row
+    was projected in: the finest level's cell boundaries are all the
+    boundaries. ``Y`` is an array (its own canonical projection) or
+    :class:`ProjectedRows`; where every coordinate :math:`t` of a row is
+    farther than :func:`_cube_margin` from an integer (its largest value in
+    a block of rows is used for all of them: a wider margin only recomputes
+    more rows), the floor of the coordinate of :math:`f(x)` is that of
+    :math:`t`, and the other rows' coordinates are computed from :math:`f(x)`.
     """
 
     def __init__(self, Y, grid, n_levels):
+        Y = as_projected(Y)
         origin, width = grid[0], grid[1] / 2**n_levels
         self.n_levels = n_levels
         self.fine_t = np.empty(Y.shape[::-1], dtype=_unsigned_type(n_levels))
-        for batch in _row_blocks(Y):
-            block = Y[batch] - origin
-            block /= width
-            np.floor(block, out=block)
-            self.fine_t[:, batch] = np.clip(block, 0, 2**n_levels - 1, out=block).T
+        unsure = []
+        if Y.errors is not None:  # |t| <= (|y| + |o|)/w, |y| <= Lambda_p up to the clip's rounding
+            largest = (1.01 * Y.radius + float(np.abs(origin).max())) / width
+        for batch in _row_blocks(Y.values):
+            block = _grid_units(Y.values[batch], origin, width)
+            floor = np.floor(block, out=block if Y.errors is None else None)
+            if Y.errors is not None:
+                unsure.append(batch.start + _near_integers(
+                    block, floor, float(_cube_margin(Y.errors[batch], width, largest).max())))
+            self.fine_t[:, batch] = self._clipped(floor).T
+        unsure = np.concatenate(unsure) if unsure else []
+        if len(unsure):
+            self.fine_t[:, unsure] = self._clipped(np.floor(
+                _grid_units(Y.canonical(unsure), origin, width))).T
+
+    def _clipped(self, floor):
+        r""":math:`\mathrm{clip}(\lfloor t\rfloor, 0, 2^L - 1)`, in place."""
+        return np.clip(floor, 0, 2**self.n_levels - 1, out=floor)
 
     @property
     def n_dims(self):
@@ -257,6 +465,40 @@ class _CubeCoords:
     def level(self, rows, depth):
         """The depth-``depth`` coordinates of the points ``rows``, read as an array."""
         return _CubeLevel(self, rows, depth)
+
+
+def _grid_units(values, origin, width):
+    """:math:`(y - o)/w`: the points' coordinates in cells of the finest level (a new array)."""
+    block = values - origin
+    block /= width
+    return block
+
+
+def _near_integers(units, floor, margin):
+    """Rows with a coordinate within ``margin`` of an integer (``units`` is overwritten)."""
+    units -= floor  # the fractions, exact for units >= 0
+    near = units <= margin
+    near |= units >= 1.0 - margin
+    return np.unique(np.flatnonzero(near) // units.shape[1])
+
+
+def _cube_margin(errors, width, largest):
+    r"""Distance (in cells) to an integer below which a row's cube is taken from :math:`f(x)`.
+
+    With :math:`t = \mathrm{fl}(\mathrm{fl}(y - o)/w)` and :math:`t'` the
+    same of :math:`f(x)`, :math:`|y_j - f_j| \le e` (``errors``) gives
+    :math:`|t - t'| \le e/w + 2.01u(|t| + |t'|) \le 1.01e/w + 4.03u(T + 1)`
+    (the subtraction's and the division's rounding; :math:`T` = ``largest``
+    bounds :math:`|t|`: :math:`(1.01\Lambda_p + \max_j|o_j|)/w`, the
+    computed clip's norm being within :math:`(p + 8)u` of :math:`\Lambda_p`).
+    Twice that, :math:`2e/w + 8u(T + 1)`, also covers
+    the test's own rounding (:math:`t - \lfloor t\rfloor` is exact for
+    :math:`t \ge 0`, and :math:`1 - m` rounds by :math:`u/2`): a row whose
+    every fraction is in :math:`(m, 1 - m)` has :math:`\lfloor t'\rfloor =
+    \lfloor t\rfloor`. The grid's clip only merges cells, so the clipped
+    cubes agree too.
+    """
+    return 2.0 * errors / width + 8.0 * _FLOAT64_UNIT * (largest + 1.0)
 
 
 class _CubeLevel:
@@ -574,8 +816,11 @@ class DistanceRows:
     The points and the candidates are stored rounded toward 0 to float32
     (half the memory; toward 0, so that nothing leaves :math:`B(0,
     \Lambda_p)`), and those values are the points and candidates of the
-    distances, which are computed in float64, where a product of two
-    float32 values is exact (48 significant bits, no underflow):
+    distances. A point is that of its row's canonical projection when ``Y``
+    is :class:`ProjectedRows` (:meth:`ProjectedRows.float32_values`), a
+    function of the row whatever block it was projected in. The distances
+    are computed in float64, where a product of two float32 values is exact
+    (48 significant bits, no underflow):
 
     * k-means: :math:`\|c\|^2 - 2c\cdot y + \|y\|^2`, a matrix product per
       block (the squared norms are computed once per point and candidate).
@@ -599,14 +844,24 @@ class DistanceRows:
         self.centers[:] = centers
         self.c_sq[:] = np.einsum("ij,ij->i", self.centers, self.centers)
         self.power = power
+        Y = as_projected(Y)
         self.scaled_t = np.empty((Y.shape[1], len(Y)), dtype=np.float32)
         self.y_sq = np.empty(len(Y))
-        for batch in _row_blocks(Y, elements=_CACHED_ELEMENTS):
-            block = _float32_toward_zero(np.asarray(Y[batch], dtype=np.float64))
-            self.scaled_t[:, batch] = -2.0 * block.T  # exact: a power of two
-            block = block.astype(np.float64)
-            self.y_sq[batch] = np.einsum("ij,ij->i", block, block)
+        unsure = []
+        for batch in _row_blocks(Y.values):
+            block, near = Y.float32_values(batch)
+            self._store(batch, block)
+            unsure.append(batch.start + near)
+        unsure = np.concatenate(unsure) if unsure else []
+        if len(unsure):  # all at once: the fixed-order projection costs d NumPy calls
+            self._store(unsure, _float32_toward_zero(Y.canonical(unsure)))
         self.scale = (_norm_bound(self.c_sq, Y.shape[1]) + _norm_bound(self.y_sq, Y.shape[1]))**2
+
+    def _store(self, columns, points):
+        """The float32 ``points`` as the points ``columns``, with their squared norms."""
+        self.scaled_t[:, columns] = -2.0 * points.T  # exact: a power of two
+        points = points.astype(np.float64)
+        self.y_sq[columns] = np.einsum("ij,ij->i", points, points)
 
     def __len__(self):
         return len(self.centers)
@@ -648,10 +903,50 @@ class DistanceRows:
                 yield columns, _euclidean(centers, self.scaled_t[:, columns], out, work[:, :size])
 
     def nearest(self, index):
-        """For every point, the position in ``index`` of its nearest candidate (first on ties)."""
+        r"""For every point, the position in ``index`` of its nearest candidate (first on ties).
+
+        **A function of the point alone** (the partition of Algorithm 3 that
+        the recovery's noisy sums use, review R7 F): the first index of the
+        smallest of the point's distances computed in a fixed order, its
+        :func:`~skdpcluster.cluster._stable_init.fixed_order_sq_distances`
+        to the candidates (k-means) or :func:`_euclidean` (k-median, the
+        distances of :meth:`column_blocks` themselves). The points are
+        functions of their rows (:meth:`ProjectedRows.float32_values`), but
+        the k-means distances of :meth:`column_blocks` are a matrix
+        product's, whose rounding depends on the block. They are within
+        :math:`(\gamma_{p+1} + 2\gamma_p + u)(\|y\| + \|c\|)^2` of the
+        exact squared distance (the products of float32 values are exact;
+        the squared norms, the sum and the last addition round), the fixed-order
+        values within :math:`(p + 2)u(\|y\| + \|c\|)^2`; twice their sum
+        is below :func:`~skdpcluster.cluster._stable_init.rounding_margin`'s
+        :math:`16(p + 4)u(\|y\| + \max_c\|c\|)^2`, so where the block's
+        smallest value beats every other by more than that margin (plus
+        :data:`~skdpcluster.cluster._stable_init.UNDERFLOW_MARGIN`) its index
+        is the fixed-order label (the proof of
+        :func:`~skdpcluster.cluster._stable_init.nearest_centers`), and the
+        other points are compared in the fixed order.
+        """
         nearest = np.empty(len(self.y_sq), dtype=np.intp)
+        if self.power != 2:
+            for columns, block in self.column_blocks(index):
+                nearest[columns] = _column_argmin(block)[0]
+            return nearest
+        center_norm = math.sqrt(float(self.c_sq[index].max(initial=0.0)))
+        margin = rounding_margin(len(self.scaled_t))
+        unsure = []
         for columns, block in self.column_blocks(index):
-            nearest[columns] = _column_argmin(block)[0]
+            slack = np.sqrt(self.y_sq[columns])  # a block's slack: no temporary of n values
+            slack += center_norm
+            slack *= slack
+            slack *= margin
+            slack += UNDERFLOW_MARGIN
+            nearest[columns], _, near = sure_nearest(block, slack)
+            unsure.append(columns.start + near)
+        unsure = np.concatenate(unsure) if unsure else []
+        if len(unsure):
+            points = self.scaled_t[:, unsure].T * np.float32(-0.5)  # the stored points, exactly
+            nearest[unsure] = fixed_order_sq_distances(
+                points.astype(np.float64), self.centers[index]).argmin(axis=1)
         return nearest
 
     def dominated(self, starts, slots, groups):
@@ -963,6 +1258,20 @@ def slot_groups(distances, slots):
     d1, d2 : ndarray
         Per sorted point, the distance to its nearest and second-nearest slot
         (:math:`+\infty` when k = 1).
+
+    Notes
+    -----
+    The k-means nearest slot is taken from the block's matrix product, so a
+    point within its rounding of two slots may change group with its block
+    (under add/remove). That moves no discrete fate into a release: the
+    point's terms in :func:`swap_losses` are then :math:`\min(D_{ci}, d)`
+    with :math:`d` the distance to one of two slots equal up to that
+    rounding, whichever group holds it (for the swap of either slot, its
+    nearest remaining slot is the other one), and the pruning of
+    :meth:`DistanceRows.dominated` changes which terms are computed, not
+    their values. Only the distances' rounding, at most :math:`(p +
+    2)u(\|y\| + \|c\|)^2` per term, depends on the blocks, the class the
+    sensitivity arguments leave out.
     """
     nearest = np.empty(len(distances.y_sq), dtype=np.intp)
     d1, d2 = np.empty_like(distances.y_sq), np.empty_like(distances.y_sq)

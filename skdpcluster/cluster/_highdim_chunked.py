@@ -44,7 +44,8 @@ from skdpcluster.cluster._highdim_candidates import (
     _CubeCoords,
     _packed_keys,
     _unique_rows,
-    project_with,
+    as_projected,
+    projected_rows,
     release_level,
 )
 from skdpcluster.cluster._stable_init import cell_sums, nearest_centers, nearest_costs
@@ -75,13 +76,19 @@ class CellCounts:
 
 
 class _Projector:
-    """The projected rows of a block of raw rows: :func:`project_with` (picklable)."""
+    """The projected rows of a block of raw rows: :func:`projected_rows` (picklable).
 
-    def __init__(self, matrix, clip_radius, row_map):
+    Their cubes and float32 points are those of the rows' canonical
+    projections, as in memory, whatever the chunking. ``row_radius``: the
+    bound of the mapped rows' norms (``None``: their own norms).
+    """
+
+    def __init__(self, matrix, clip_radius, row_map, row_radius=None):
         self.matrix, self.clip_radius, self.row_map = matrix, clip_radius, row_map
+        self.row_radius = row_radius
 
     def __call__(self, raw):
-        return project_with(raw, self.matrix, self.clip_radius, self.row_map)
+        return projected_rows(raw, self.matrix, self.clip_radius, self.row_map, self.row_radius)
 
 
 def _parent_index(parents, coords, depth):
@@ -137,11 +144,16 @@ class _ChunkedLevels:
 
 
 def _sample_chunk(block, projector, generator, rate):
-    """The projected rows of a block kept by its Poisson coins (all of them when ``rate >= 1``)."""
-    Y = projector(np.asarray(block, dtype=np.float64))
+    """The float32 points of a block's rows kept by its Poisson coins (all when ``rate >= 1``).
+
+    The points :class:`~skdpcluster.cluster._highdim_candidates.DistanceRows`
+    stores (:meth:`~skdpcluster.cluster._highdim_candidates.ProjectedRows.float32_rows`),
+    so the driver's distances are those of the in-memory fit.
+    """
+    Y = as_projected(projector(np.asarray(block, dtype=np.float64)))
     if rate >= 1.0:
-        return Y
-    return Y[copy.deepcopy(generator).random(len(Y)) < rate]
+        return Y.float32_rows(slice(None))
+    return Y.float32_rows(np.flatnonzero(copy.deepcopy(generator).random(len(Y)) < rate))
 
 
 class ProjectedChunks:
@@ -169,7 +181,8 @@ class ProjectedChunks:
 
         Returns
         -------
-        ndarray of shape (n_kept, p)
+        ndarray of float32, shape (n_kept, p)
+            The kept rows' float32 points (those of their canonical projections).
         """
         rate = expected_rows / max(float(n_noisy), 1.0)
         generators = chunk_generators(rng, len(self.rows.chunk_rows))
@@ -239,8 +252,8 @@ class ChunkedData:
     def project(self, matrix, clip_radius):
         """The projected rows (:class:`ProjectedChunks`; nothing is computed here)."""
         n_components = self.n_features if matrix is None else matrix.shape[1]
-        return ProjectedChunks(self.rows, _Projector(matrix, clip_radius, self.row_map),
-                               n_components)
+        return ProjectedChunks(
+            self.rows, _Projector(matrix, clip_radius, self.row_map, self.radius), n_components)
 
     def swap_rows(self, Y, centers, power, n_noisy, rng):
         """Distances of the swap sample to ``centers``, and the partition by chosen slots."""

@@ -73,6 +73,7 @@ __all__ = [
     "noisy_cell_sums",
     "random_ball_points",
     "rounding_margin",
+    "sure_nearest",
     "within_radii",
 ]
 
@@ -167,13 +168,22 @@ def nearest_centers(X, centers, sq_norms=None):
 def _clear_nearest(points, scaled, center_sq, slack):
     """The block's labels, smallest values and the rows whose gap is not clear of ``slack``.
 
-    ``scaled`` is ``-2 centers``; a row's label is sure where exactly one
-    centre's value is within its ``slack`` of the smallest (the flags are
-    written into the product's block, no block-sized temporary, and the
-    product of the indices by the flags is then that centre's index, exactly).
+    ``scaled`` is ``-2 centers``; the decision is :func:`sure_nearest`'s.
     """
     block = scaled @ points.T
     block += center_sq[:, None]
+    return sure_nearest(block, slack)
+
+
+def sure_nearest(block, slack):
+    """Per column of ``block`` (centres x rows): the label, the smallest value, the unsure columns.
+
+    A column's label is sure where exactly one value is within its
+    ``slack`` of the smallest (the flags are written into ``block``, no
+    block-sized temporary, and the product of the indices by the flags is
+    then that centre's index, exactly); the labels of the unsure columns
+    are meaningless.
+    """
     best = block.min(axis=0)
     np.less_equal(block, slack + best, out=block, casting="unsafe")
     labels = np.arange(len(block), dtype=np.float64) @ block
