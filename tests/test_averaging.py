@@ -13,6 +13,7 @@ from skdpcluster import mechanisms as M
 from skdpcluster.averaging._common import project_into_ball
 from skdpcluster.cluster._federated_init import clip_rows
 from skdpcluster.cluster._highdim import _SparseRows
+from skdpcluster.cluster._highdim_candidates import _clip_in_place
 from skdpcluster.cluster._stable import _ClippedData
 from skdpcluster.mechanisms import analytic_gaussian_sigma, zcdp_rho_for_dp
 from skdpcluster.ktuple import located
@@ -744,6 +745,7 @@ CLIPPINGS = {
         "clip", X[:1], X[:1], 1.0, 1.0, 1e-5, np.zeros(X.shape[1]), radius)),
     "mixture_offsets": lambda X, radius: np.array([
         _clipped_offset_sum(RowChunk(row[None]), np.zeros(X.shape[1]), radius) for row in X]),
+    "highdim_projected_rows": lambda X, radius: _clip_in_place(X.copy(), radius),
     "mutant-old-scaling": _old_clipping,
 }
 

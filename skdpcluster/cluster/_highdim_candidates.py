@@ -29,6 +29,7 @@ from sklearn.cluster import KMeans
 from sklearn.utils import gen_batches
 
 from skdpcluster.averaging import _project_onto_ball
+from skdpcluster.averaging._common import project_into_ball
 from skdpcluster.cluster._stable_init import (
     UNDERFLOW_MARGIN,
     _fixed_order_projection,
@@ -201,12 +202,18 @@ def _projection_errors(sq_norms, matrix, clip_radius):
     \le \gamma_d\|x\|\|M_{:,j}\|` of the exact :math:`(xM)_j`
     (:math:`\gamma_d = du/(1 - du)`, :math:`u = 2^{-53}`), so the two
     vectors are within :math:`2\gamma_d\|x\|\|M\|_F`. The projection onto
-    a ball is 1-Lipschitz, and :func:`_clip_in_place`'s rounding moves each
-    clipped vector by at most :math:`(p + 8)u\Lambda_p` from the exact
-    projection (the norm's relative error :math:`(p/2 + 2)u`, the quotient's
-    and the products' :math:`u` each; the result has norm about
-    :math:`\Lambda_p`). So :math:`e = 1.01(2\gamma_d\|x\|\|M\|_F + 2(p +
-    8)u\Lambda_p)` plus :data:`~skdpcluster.cluster._stable_init.UNDERFLOW_MARGIN`
+    a ball is 1-Lipschitz, and :func:`_clip_in_place` moves each vector by
+    at most :math:`(5p + 29)u\Lambda_p` (to first order) from its exact
+    projection: a row it keeps is proven inside; a row it scales
+    (:func:`~skdpcluster.averaging._common.scale_into_ball`) comes out along
+    itself up to :math:`6u` per coordinate (two roundings, each moved one
+    float toward 0) with a norm within :math:`(2.5p + 18)u\Lambda_p` of
+    :math:`\Lambda_p` (the factor :math:`\gamma = 1 - 2(p + 8)u` and the
+    computed norm's :math:`(p/2 + 2)u`), and the exact projection of a
+    scaled row inside the ball is within :math:`(2.5p + 5)u\Lambda_p` of
+    the sphere (the threshold :math:`\Lambda_p^2(1 - 4(p + 2)u)`). So
+    :math:`e = 1.01(2\gamma_d\|x\|\|M\|_F + 2(5p + 32)u\Lambda_p)` plus
+    :data:`~skdpcluster.cluster._stable_init.UNDERFLOW_MARGIN`
     (products below the smallest normal float), with ``sq_norms`` the
     computed :math:`\|x\|^2` or a bound on them (the factor 1.01 covers
     their rounding and that of :math:`\|M\|_F`). It bounds each
@@ -216,7 +223,7 @@ def _projection_errors(sq_norms, matrix, clip_radius):
     gamma = n_features * _FLOAT64_UNIT / (1.0 - n_features * _FLOAT64_UNIT)
     errors = np.sqrt(sq_norms)
     errors *= 2.0 * gamma * float(np.linalg.norm(matrix))
-    errors += 2.0 * (n_components + 8) * _FLOAT64_UNIT * clip_radius
+    errors += 2.0 * (5 * n_components + 32) * _FLOAT64_UNIT * clip_radius
     errors *= 1.01
     errors += UNDERFLOW_MARGIN
     return errors
@@ -330,12 +337,13 @@ def as_projected(Y):
 def _clip_in_place(Y, radius):
     """Rows of ``Y`` projected onto B(0, ``radius``) in place, block by block; returns ``Y``.
 
-    The arithmetic of :func:`~skdpcluster.averaging._project_onto_ball`
-    (the same values) without its temporaries of the size of ``Y``.
+    :func:`~skdpcluster.averaging._common.project_into_ball` (every clipped
+    row's exact norm at most ``radius``, as the swap's sensitivity
+    :math:`(2\Lambda_p)^q` assumes; the radial scaling exceeded it by ulps)
+    without temporaries of the size of ``Y``; a function of each row alone.
     """
     for batch in _row_blocks(Y):
-        norms = np.linalg.norm(Y[batch], axis=-1, keepdims=True)
-        Y[batch] *= radius / np.maximum(norms, radius)
+        project_into_ball(Y[batch], radius)
     return Y
 
 
