@@ -38,7 +38,7 @@ from skdpcluster.cluster._highdim_recovery import (
     sparsify_rows,
 )
 from skdpcluster.cluster._stable_init import (
-    _fixed_order_projection,
+    fixed_order_projection,
     fixed_order_sq_distances,
     nearest_centers,
 )
@@ -151,7 +151,7 @@ BLOCK_SIZES = ([1], [3], [2, 7, 4096])
 
 def _canonical(X, matrix, radius):
     """The rows' projections coordinate by coordinate in a fixed order, clipped as the fit clips."""
-    return hc._clip_in_place(_fixed_order_projection(X, matrix), radius)
+    return hc._clip_in_place(fixed_order_projection(X, matrix), radius)
 
 
 def _rows_on_projected_plane(X, matrix, axes, values):

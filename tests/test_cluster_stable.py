@@ -872,7 +872,7 @@ def test_grid_cells_of_every_level_follow_from_the_finest_level():
     """
     from skdpcluster.cluster._stable_init import (
         GRID_BLOCK_ROWS,
-        _cell_indices,
+        cell_indices,
         _counts_at,
         _level_counts,
         coarse_cells,
@@ -885,7 +885,7 @@ def test_grid_cells_of_every_level_follow_from_the_finest_level():
     X *= np.minimum(1.0, radius / np.linalg.norm(X, axis=1))[:, None]
     basis = np.linalg.qr(rng.normal(size=(6, 3)))[0][:, ::-1]
     shift = rng.uniform(0.0, radius, size=3)
-    finest = _cell_indices(X, basis, levels[-1], radius, shift)
+    finest = cell_indices(X, basis, levels[-1], radius, shift)
     assert np.array_equal(finest, GridInitializer._cell_index(X @ basis, levels[-1], radius, shift))
     cells = shifted_cells_per_axis(levels[-1])
     counts = _level_counts(np.bincount(finest, minlength=cells**3), levels, 3)
@@ -1022,7 +1022,7 @@ def test_core_rows_are_within_their_radius_exactly(thresholds):
 
 
 def test_grid_cells_do_not_depend_on_the_rows_block():
-    from skdpcluster.cluster._stable_init import _cell_indices, _fixed_order_projection
+    from skdpcluster.cluster._stable_init import cell_indices, fixed_order_projection
 
     rng = np.random.default_rng(3)
     radius, g = 3.0, 32
@@ -1036,9 +1036,9 @@ def test_grid_cells_do_not_depend_on_the_rows_block():
     boundary = (np.round((projected[:, 0] + radius + shift[0]) / width) * width
                 - radius - shift[0])
     X += np.outer(boundary - projected[:, 0], basis[:, 0])
-    expected = GridInitializer._cell_index(_fixed_order_projection(X, basis), g, radius, shift)
+    expected = GridInitializer._cell_index(fixed_order_projection(X, basis), g, radius, shift)
     for sizes in ([1], [3], [5, 4096]):
-        cells = in_blocks(lambda rows: _cell_indices(rows, basis, g, radius, shift), X, sizes)
+        cells = in_blocks(lambda rows: cell_indices(rows, basis, g, radius, shift), X, sizes)
         np.testing.assert_array_equal(cells, expected)
 
 

@@ -237,7 +237,7 @@ def test_grid_regions_do_not_depend_on_the_rows_block(monkeypatch, variant):
     boundary = np.round((projected[:, 0] + radius) / width) * width - radius
     X += np.outer(boundary - projected[:, 0], projection[:, 0])
     regions = GridRegions(projection, g, radius)
-    fixed_order = _stable_init._fixed_order_projection(X, projection)
+    fixed_order = _stable_init.fixed_order_projection(X, projection)
     expected = GridInitializer._cell_index(fixed_order, g, radius)
     mismatches = sum(int(np.count_nonzero(in_blocks(lambda rows: regions.locate(rows)[0], X,
                                                     sizes) != expected))

@@ -32,7 +32,7 @@ from skdpcluster.averaging import _project_onto_ball
 from skdpcluster.averaging._common import project_into_ball
 from skdpcluster.cluster._stable_init import (
     UNDERFLOW_MARGIN,
-    _fixed_order_projection,
+    fixed_order_projection,
     fixed_order_sq_distances,
     random_ball_points,
     rounding_margin,
@@ -162,7 +162,7 @@ def projected_rows(X, matrix, clip_radius, row_map=None, row_radius=None):
     them too). Every discrete decision on a projected row (its cube, its
     float32 point and so its partition label) is instead that of its
     **canonical projection** :math:`f(x)`: :math:`xM` computed coordinate by
-    coordinate in a fixed order (:func:`~skdpcluster.cluster._stable_init._fixed_order_projection`)
+    coordinate in a fixed order (:func:`~skdpcluster.cluster._stable_init.fixed_order_projection`)
     and clipped to :math:`B(0, \Lambda_p)` as :func:`_clip_in_place` clips,
     a function of the row alone. It is computed only for the few rows the
     bound :func:`_projection_errors` cannot decide from the product
@@ -239,7 +239,7 @@ class _FixedOrderProjection:
         rows = np.asarray(self.X[index], dtype=np.float64)
         if self.row_map is not None:
             rows = self.row_map(rows)
-        return _clip_in_place(_fixed_order_projection(rows, self.matrix), self.clip_radius)
+        return _clip_in_place(fixed_order_projection(rows, self.matrix), self.clip_radius)
 
 
 class ProjectedRows:

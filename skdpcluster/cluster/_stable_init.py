@@ -63,8 +63,10 @@ __all__ = [
     "KTupleInitializer",
     "PublicCenters",
     "add_cell_sums",
+    "cell_indices",
     "cell_sum_terms",
     "core_sq_radii",
+    "fixed_order_projection",
     "fixed_order_sq_distances",
     "lloyd_step",
     "nearest_centers",
@@ -194,7 +196,7 @@ def nearest_projected_centers(X, basis, centers):
     r"""Index of the centre nearest to every row's projection ``x @ basis``, a function of the row.
 
     The label of :func:`nearest_centers` on the projected rows, decided on
-    the projection computed in a fixed order (:func:`_fixed_order_projection`)
+    the projection computed in a fixed order (:func:`fixed_order_projection`)
     and its :func:`fixed_order_sq_distances`: the matrix product's projection
     depends on the row's block. ``basis`` has orthonormal columns (up to
     rounding), so a projected coordinate computed either way is within
@@ -220,7 +222,7 @@ def nearest_projected_centers(X, basis, centers):
         slack = margin * scale * scale + 4.0 * error * (2.0 * scale + error) + UNDERFLOW_MARGIN
         labels[rows], _, unsure = _clear_nearest(projected, scaled, center_sq, slack)
         if len(unsure):
-            exact = fixed_order_sq_distances(_fixed_order_projection(X[rows][unsure], basis),
+            exact = fixed_order_sq_distances(fixed_order_projection(X[rows][unsure], basis),
                                              centers)
             labels[start + unsure] = exact.argmin(axis=1)
     return labels
@@ -1094,16 +1096,16 @@ def _finest_cells(chunk, basis, grid, data_radius):
     levels, shift = grid
     key = ("grid_cells", levels, shift.tobytes(), data_radius,
            None if basis is None else basis.tobytes())
-    return chunk.cached(key, lambda: _cell_indices(chunk.X, basis, levels[-1], data_radius, shift))
+    return chunk.cached(key, lambda: cell_indices(chunk.X, basis, levels[-1], data_radius, shift))
 
 
-def _cell_indices(X, basis, g, data_radius, shift):
+def cell_indices(X, basis, g, data_radius, shift):
     r""":meth:`GridInitializer._cell_index` of the projected rows, :data:`GRID_BLOCK_ROWS` at a time.
 
     The blocks bound the temporaries (projection, scaled coordinates, axes)
     to a few MiB. **A row's cell is a function of the row alone**: the cell
     of its projection computed coordinate by coordinate in a fixed order
-    (:func:`_fixed_order_projection`). The matrix product's rounding depends
+    (:func:`fixed_order_projection`). The matrix product's rounding depends
     on the block (under add/remove one row less moves the others in it), but
     both ways a projected coordinate is within :math:`(d + 1)u\,2\Lambda` of
     the exact one (the rows are in :math:`B(0, \Lambda)`, the basis vectors
@@ -1125,7 +1127,7 @@ def _cell_indices(X, basis, g, data_radius, shift):
         index[rows] = _index_of_coordinates(scaled, cells)
         if len(near):
             index[start + near] = GridInitializer._cell_index(
-                _fixed_order_projection(X[rows][near], basis), g, data_radius, shift)
+                fixed_order_projection(X[rows][near], basis), g, data_radius, shift)
     return index
 
 
@@ -1167,7 +1169,7 @@ def _cell_margin(n_features, g, data_radius, shift):
     return 4.0 * (n_features + 8) * 2.0**-53 * ((2.0 * data_radius + offset) / width + cells + 1)
 
 
-def _fixed_order_projection(X, basis):
+def fixed_order_projection(X, basis):
     """``X @ basis`` as a sum over the coordinates in order: a function of each row alone."""
     projected = X[:, :1] * basis[0]
     for column in range(1, X.shape[1]):

@@ -29,7 +29,7 @@ import numpy as np
 from skdpcluster.averaging._common import project_into_ball
 from skdpcluster.cluster._stable_init import (
     CHUNK_ROWS,
-    _cell_indices,
+    cell_indices,
     fixed_order_sq_distances,
     nearest_centers,
     within_radii,
@@ -155,7 +155,7 @@ class GridRegions:
         **Both are functions of the row alone**, as a user's report must be:
         the cell is that of the row's projection computed coordinate by
         coordinate in a fixed order, whatever block of rows the projection
-        is computed in (:func:`~skdpcluster.cluster._stable_init._cell_indices`
+        is computed in (:func:`~skdpcluster.cluster._stable_init.cell_indices`
         without a shift: the matrix product's cell where every coordinate is
         clear of a cell boundary, else the fixed-order one), and the vector
         is ``x / Lambda`` projected into the unit ball
@@ -163,7 +163,7 @@ class GridRegions:
         division's rounding may leave it a few units in the last place
         outside, and the sensitivity of the block vector assumes norm <= 1).
         """
-        index = _cell_indices(X, self.projection, self.grid_size, self.data_radius, None)
+        index = cell_indices(X, self.projection, self.grid_size, self.data_radius, None)
         vectors = X / self.data_radius
         project_into_ball(vectors, 1.0)
         return index, vectors
