@@ -927,12 +927,15 @@ def test_add_cell_sums_adds_the_blocks_of_cell_sums_in_any_chunking(n_cells):
 # Review R6a, F1: a row's cell, core membership and grid cell are functions of the row alone ---
 
 
-def _bisector_rows(n_rows, centers, seed=1):
-    """Rows within 1e-14 of the bisector of two centres: where a product's rounding decides."""
+def _bisector_rows(n_rows, centers, seed=1, tangent_scale=5.0):
+    """Rows within 1e-14 of the bisector of two centres: where a product's rounding decides.
+
+    Their offsets within the bisector hyperplane are Gaussian of scale ``tangent_scale``.
+    """
     rng = np.random.default_rng(seed)
     mid = (centers[0] + centers[1]) / 2
     normal = (centers[1] - centers[0]) / np.linalg.norm(centers[1] - centers[0])
-    tangent = rng.standard_normal((n_rows, centers.shape[1])) * 5
+    tangent = rng.standard_normal((n_rows, centers.shape[1])) * tangent_scale
     tangent -= np.outer(tangent @ normal, normal)
     return mid + tangent + np.outer(rng.uniform(-1, 1, n_rows) * 1e-14, normal)
 
@@ -954,6 +957,63 @@ def test_nearest_centre_labels_do_not_depend_on_the_rows_block(sizes):
     exact = fixed_order_sq_distances(X, centers)
     np.testing.assert_array_equal(labels, exact.argmin(axis=1))
     np.testing.assert_allclose(sq_distances, exact.min(axis=1), rtol=1e-13)
+
+
+def _under_margined(with_margin):
+    """Mutant slack of :func:`nearest_projected_centers`: its 4E projection term dropped.
+
+    Replaces the slack handed to ``_clear_nearest`` by the margin of the projected rows
+    alone (``with_margin``) or by nothing but the underflow margin.
+    """
+    from skdpcluster.cluster import _stable_init
+
+    clear_nearest = _stable_init._clear_nearest
+
+    def clear(points, scaled, center_sq, slack):
+        scale = np.sqrt(np.einsum("ij,ij->i", points, points))
+        scale += math.sqrt(float(center_sq.max(initial=0.0)))
+        margin = _stable_init.rounding_margin(points.shape[1]) if with_margin else 0.0
+        return clear_nearest(points, scaled, center_sq,
+                             margin * scale * scale + _stable_init.UNDERFLOW_MARGIN)
+
+    return clear
+
+
+@pytest.mark.parametrize("variant", ["real", "mutant-without-4E", "mutant-margin-0"])
+def test_nearest_projected_centre_is_argmin_of_the_fixed_order_projection(monkeypatch, variant):
+    # Review R8 (ed3bd86): the label must be argmin_j F_j, F the fixed-order squared distance
+    # of the fixed-order projection (first index on ties), whatever the row's block. Rows
+    # within 1e-14 (relative) of the bisector of two projected centres with a component
+    # orthogonal to the basis 1000x as long, at scale 1e100: the product's and the fixed-order
+    # projections then differ by more than the gap, and only the 4E term covers it. The
+    # mutant without it (deciding on the product's projection) mislabels 68-69 of these 3000
+    # rows in each blocking, the one without any margin 151-158 (the federated
+    # test_a_rows_cluster_does_not_depend_on_its_shard[projected] catches only the second).
+    from skdpcluster.cluster import _stable_init
+    from skdpcluster.cluster._stable_init import (
+        _fixed_order_projection,
+        fixed_order_sq_distances,
+        nearest_projected_centers,
+    )
+
+    if variant != "real":
+        monkeypatch.setattr(_stable_init, "_clear_nearest",
+                            _under_margined(with_margin=variant == "mutant-without-4E"))
+    rng = np.random.default_rng(13)
+    n_rows, n_features, n_components, scale = 3000, 10, 3, 1e100
+    basis = np.linalg.qr(rng.standard_normal((n_features, n_components)))[0]
+    centers = rng.standard_normal((4, n_components)) * 3.0
+    Z = _bisector_rows(n_rows, centers, seed=5, tangent_scale=1.0)
+    orthogonal = rng.standard_normal((n_rows, n_features)) * 1000.0
+    orthogonal -= (orthogonal @ basis) @ basis.T
+    X = (Z @ basis.T + orthogonal) * scale
+    centers *= scale
+    expected = fixed_order_sq_distances(_fixed_order_projection(X, basis), centers).argmin(axis=1)
+    assert np.all(np.bincount(expected)[:2] > n_rows / 3)  # both sides of the bisector
+    mismatches = sum(int(np.count_nonzero(in_blocks(
+        lambda rows: nearest_projected_centers(rows, basis, centers), X, sizes) != expected))
+        for sizes in ([len(X)], [1], [3], [2, 7, 4096]))
+    assert (mismatches == 0) is (variant == "real")
 
 
 @pytest.mark.parametrize("sizes", [[1], [3], [7, 4096]])

@@ -573,3 +573,63 @@ def test_row_cell_sums_are_the_same_bits_in_any_chunking(monkeypatch, n_threads)
     assert len(results[0][1]) == 4 and results[0][1].sum() > 0
     for sums, counts in results[1:]:
         assert np.array_equal(sums, results[0][0]) and np.array_equal(counts, results[0][1])
+
+
+def _core_counts(X, centers):
+    """The exact per-core row counts the located core step releases (before their noise)."""
+    from skdpcluster.cluster import _stable_init
+
+    counts, release = [], _stable_init.noisy_cell_sums
+
+    def recorded(sums, core_counts, **kwargs):  # the real release, its input kept
+        counts.append(core_counts.copy())
+        return release(sums, core_counts, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_stable_init, "noisy_cell_sums", recorded)
+        L._core_step_on_rows(X, centers, center=np.zeros(X.shape[1]), data_radius=1e3,
+                             max_radius=None, rho=1.0, rng=np.random.default_rng(0), label="core")
+    (released,) = counts
+    return released
+
+
+@pytest.mark.parametrize("variant", ["real", "mutant-block-values"])
+def test_located_core_counts_change_by_the_added_or_removed_rows_own_membership(monkeypatch,
+                                                                                 variant):
+    # Review R8 (c6491c0): a row's core membership is a function of the row alone, so adding
+    # or removing a row changes the released counts by that row's own membership (sensitivity
+    # 1 under add/remove). Rows within 4e-15 (relative) of the core radii (so also on both
+    # sides of a threshold a few ulps inside them); a block of 4096 rows, then one row added
+    # at a time to the next block (whose shape, and with it the product's rounding, changes
+    # with every row), and rows removed from the first block (every later row moves one
+    # place). The pre-c6491c0 rule decided on the block's values (the mutant, and the code
+    # before c6491c0): 11 of the 128 additions changed the counts by something else.
+    from skdpcluster.cluster import _stable_init
+    from skdpcluster.cluster._stable_init import CHUNK_ROWS, center_gaps
+
+    if variant != "real":
+        monkeypatch.setattr(_stable_init, "within_radii",
+                            lambda X, centers, labels, sq_distances, sq_radii, sq_norms:
+                            sq_distances <= sq_radii)
+    rng = np.random.default_rng(1)
+    n_features, k, n_added = 10, 3, 128
+    centers = rng.standard_normal((k, n_features)) * 30.0
+    radii = L.CORE_RADIUS_FACTOR * center_gaps(centers)
+    owners = rng.integers(0, k, CHUNK_ROWS + n_added)
+    directions = rng.standard_normal((len(owners), n_features))
+    directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+    X = centers[owners] + directions * radii[owners, None] * (
+        1 + rng.uniform(-1, 1, (len(owners), 1)) * 4e-15)
+    wrong, inside = 0, 0
+    before = _core_counts(X[:CHUNK_ROWS], centers)
+    for n_rows in range(CHUNK_ROWS + 1, len(X) + 1):
+        after, own = _core_counts(X[:n_rows], centers), _core_counts(X[n_rows - 1:n_rows], centers)
+        wrong += not np.array_equal(after - before, own)
+        inside += int(own.sum())
+        before = after
+    for removed in range(8):
+        own = _core_counts(X[removed:removed + 1], centers)
+        wrong += not np.array_equal(before - _core_counts(np.delete(X, removed, axis=0), centers),
+                                    own)
+    assert 10 <= inside <= n_added - 10  # added rows on both sides of the radii
+    assert (wrong == 0) is (variant == "real")
