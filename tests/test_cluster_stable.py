@@ -991,7 +991,7 @@ def test_nearest_projected_centre_is_argmin_of_the_fixed_order_projection(monkey
     # test_a_rows_cluster_does_not_depend_on_its_shard[projected] catches only the second).
     from skdpcluster.cluster import _stable_init
     from skdpcluster.cluster._stable_init import (
-        _fixed_order_projection,
+        fixed_order_projection,
         fixed_order_sq_distances,
         nearest_projected_centers,
     )
@@ -1008,7 +1008,7 @@ def test_nearest_projected_centre_is_argmin_of_the_fixed_order_projection(monkey
     orthogonal -= (orthogonal @ basis) @ basis.T
     X = (Z @ basis.T + orthogonal) * scale
     centers *= scale
-    expected = fixed_order_sq_distances(_fixed_order_projection(X, basis), centers).argmin(axis=1)
+    expected = fixed_order_sq_distances(fixed_order_projection(X, basis), centers).argmin(axis=1)
     assert np.all(np.bincount(expected)[:2] > n_rows / 3)  # both sides of the bisector
     mismatches = sum(int(np.count_nonzero(in_blocks(
         lambda rows: nearest_projected_centers(rows, basis, centers), X, sizes) != expected))
