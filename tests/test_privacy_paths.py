@@ -205,6 +205,23 @@ def test_a_row_whose_centring_overflows_changes_neither_the_status_nor_finitenes
         assert np.all(np.isfinite(released))
 
 
+@pytest.mark.parametrize("method", ["noisy_centers", "averages"])
+def test_a_tuple_whose_centring_overflows_is_the_bad_tuple_not_a_failure(method):
+    # Review R9: the tuples (k-means centres of the raw rows) are centred after their
+    # randomness; 1e306 minus -1.79e308 overflowed, both methods refused the non-finite tuple
+    # and the fit ended in a charged failure that told the row apart.
+    rng = np.random.default_rng(0)
+    X = np.vstack([[0.0, -50.0] + rng.normal(size=(2000, 2)),
+                   [0.0, 50.0] + rng.normal(size=(2000, 2))])
+    statuses = []
+    for rows in (X, np.vstack([X, [[1e306, 0.0]]])):
+        model = KTupleClusterer(n_clusters=2, method=method, epsilon=4.0, delta=1e-6,
+                                data_center=np.array([-1.79e308, 0.0]), data_radius=100.0,
+                                random_state=0, accountant=BudgetAccountant()).fit(rows)
+        statuses.append(model.status_)
+    assert statuses[1] == statuses[0] != "failure"
+
+
 def test_the_scaler_release_stays_finite_with_a_row_that_overflows_the_standardization():
     # Review R8, finding 1: pass 2 standardizes (x - shift) / scale, which overflows for this
     # finite row; its clipping was NaN, and mean_ / scale_ were NaN in 17 of 20 seeds.

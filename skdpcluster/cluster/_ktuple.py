@@ -11,7 +11,11 @@ from sklearn.base import clone
 from sklearn.cluster import KMeans
 from sklearn.utils.validation import validate_data
 
-from skdpcluster.ktuple._tuples import allocate_blocks, generate_tuples_of_rows
+from skdpcluster.ktuple._tuples import (
+    allocate_blocks,
+    generate_tuples_of_rows,
+    replace_bad_tuples,
+)
 from skdpcluster.accountant import BudgetAccountant
 from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _BasePrivateClusterer, _fit_scope
 from skdpcluster.cluster._cost_estimate import COST_KEYS, CostEstimateMixin
@@ -687,14 +691,19 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
         center = plan.values["center"]
         common = dict(epsilon=self.epsilon, delta=self.delta, beta=self.beta, rng=rng,
                       accounting=self.accounting)
+        # A tuple whose centring overflows (finite rows near the float range against a far
+        # public centre) becomes the public bad tuple, a map of that tuple alone: both methods
+        # refuse non-finite tuples, which after the randomness was a charged failure that told
+        # such a row apart (review R9).
+        centred = replace_bad_tuples(tuples - center)
         if self._method() == "averages":
             result = private_k_averages(
-                tuples - center, data_radius=plan.values["data_radius"],
+                centred, data_radius=plan.values["data_radius"],
                 r_min=plan.values["r_min"], **common,
             )
         else:
             result = private_k_noisy_centers(
-                tuples - center, separation=plan.attributes["separation_"],
+                centred, separation=plan.attributes["separation_"],
                 lambda_mechanism=self.lambda_mechanism,
                 gaussian_calibration=self.gaussian_calibration, **common,
             )
