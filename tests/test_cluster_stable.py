@@ -1053,6 +1053,7 @@ def test_core_rows_are_within_their_radius_exactly(thresholds):
     from skdpcluster.cluster._stable_init import (
         center_gaps,
         core_sq_radii,
+        core_terms,
         nearest_centers,
         within_radii,
     )
@@ -1076,9 +1077,51 @@ def test_core_rows_are_within_their_radius_exactly(thresholds):
         sum((Fraction(float(a)) - Fraction(float(b))) ** 2 for a, b in zip(X[i], centers[j]))
         > Fraction(float(radii[j])) ** 2 for i, j in zip(inside, labels[inside]))
     assert (outside == 0) is (thresholds == "core_sq_radii")
+    # ... and so is the computed difference v = fl(x - c) that the core sums add
+    terms = core_terms(X[inside], centers, labels[inside])
+    longer = sum(sum(Fraction(float(v)) ** 2 for v in term) > Fraction(float(radii[j])) ** 2
+                 for term, j in zip(terms, labels[inside]))
+    assert (longer == 0) is (thresholds == "core_sq_radii")
     if thresholds == "core_sq_radii":  # the stable core step counts exactly these rows
         _, counts = _core_sums(_ClippedData.from_rows(X, np.zeros(d), 1e6), centers, radii)
         np.testing.assert_array_equal(counts, np.bincount(labels[inside], minlength=k))
+
+
+def _expanded_core_statistics(data, centers, radius_factor):
+    """Mutant: the core sums as (sum x - N c) / r, their form before review R9."""
+    from skdpcluster.cluster._stable_init import cell_sums, center_gaps, core_sq_radii, within_radii
+
+    radii = radius_factor * center_gaps(centers)
+    labels, sq_distances = data.assign(centers)
+    inside = within_radii(data.X, centers, labels, sq_distances,
+                          core_sq_radii(radii, data.X.shape[1])[labels], data.sq_norms)
+    sums, counts = cell_sums(data.X, np.where(inside, labels, len(centers)), len(centers))
+    return (sums - counts[:, None] * centers) / radii[:, None], counts, radii
+
+
+@pytest.mark.parametrize("statistics", ["core_statistics", "mutant-expanded"])
+def test_one_row_moves_the_core_sums_by_at_most_its_term(statistics):
+    # Review R9: with centres 1e-14 apart (a core radius of 4.5e-15) at |c| = 0.32, the
+    # expanded (sum x - N c) / r rounded at the scale of n u |c| / r: removing one row moved
+    # it by 208 against the sensitivity 1. Term by term, by at most the row's term (< 0.9).
+    from skdpcluster.cluster._stable import _ClippedData, core_statistics
+
+    rng = np.random.default_rng(0)
+    base, gap = np.array([0.1, 0.3]), 1e-14
+    centers = np.array([base, base + [gap, 0.0]])
+    r = 0.45 * gap
+    directions = rng.normal(size=(4000, 2))
+    directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+    X = base + 0.9 * r * directions * rng.uniform(size=(4000, 1))  # all in core 0
+    compute = core_statistics if statistics == "core_statistics" else _expanded_core_statistics
+    sums, counts, _ = compute(_ClippedData.from_rows(X, np.zeros(2), 1.0), centers, 0.45)
+    assert counts[0] == 4000
+    worst = max(
+        float(np.linalg.norm(sums - compute(_ClippedData.from_rows(np.delete(X, j, 0),
+                                                                   np.zeros(2), 1.0),
+                                            centers, 0.45)[0]))
+        for j in rng.choice(4000, size=20, replace=False))
+    assert (worst <= 1.0) is (statistics == "core_statistics")
 
 
 def test_grid_cells_do_not_depend_on_the_rows_block():

@@ -39,9 +39,10 @@ from skdpcluster.cluster._stable_init import (
     GridInitializer,
     KTupleInitializer,
     PublicCenters,
-    cell_sums,
+    add_cell_sums,
     center_gaps,
     core_sq_radii,
+    core_terms,
     lloyd_step,
     nearest_centers,
     nearest_costs,
@@ -817,7 +818,8 @@ def core_statistics(data, centers, radius_factor, max_radii=None):
     :math:`\hat X_i = \{x : \|x - c_i\| \le r_i\}` (disjoint since
     :math:`f < 1/2`, and every such x has :math:`c_i` as nearest centre),
     :math:`S_i = \sum_{x\in\hat X_i}(x - c_i)/r_i` (each term of norm
-    :math:`\le 1`) and :math:`N_i = |\hat X_i|`. The noise-free core average
+    :math:`\le 1`, added term by term: :func:`~skdpcluster.cluster._stable_init.core_terms`)
+    and :math:`N_i = |\hat X_i|`. The noise-free core average
     is :math:`\bar c_i = c_i + r_i S_i/N_i`. ``max_radii`` (public, or
     released earlier) caps :math:`r_i`; the cores stay disjoint.
 
@@ -832,16 +834,27 @@ def core_statistics(data, centers, radius_factor, max_radii=None):
     if max_radii is not None:
         radii = np.minimum(radii, max_radii)
     sums, counts = data.map_reduce(_core_sums, centers, radii)
-    scale = np.where(radii > 0, radii, 1.0)[:, None]
-    return (sums - counts[:, None] * centers) / scale, counts, radii
+    return sums / np.where(radii > 0, radii, 1.0)[:, None], counts, radii
 
 
 def _core_sums(chunk, centers, radii):
-    """Sums and counts of a chunk's rows per core (within ``radii`` of their nearest centre)."""
+    """Per core, the sum of a chunk's :func:`core_terms` (unscaled) and their count.
+
+    A row is in the core of its nearest centre when within its radius
+    (:func:`within_radii` at :func:`core_sq_radii`); the terms are computed
+    and added block by block of ``CHUNK_ROWS`` rows (no temporary of the
+    chunk's size).
+    """
+    k = len(centers)
     labels, sq_distances = chunk.assign(centers)
     inside = within_radii(chunk.X, centers, labels, sq_distances,
                           core_sq_radii(radii, chunk.X.shape[1])[labels], chunk.sq_norms)
-    return cell_sums(chunk.X, np.where(inside, labels, len(centers)), len(centers))
+    labels = np.where(inside, labels, k)
+    sums, counts = np.zeros((k + 1, chunk.X.shape[1])), np.zeros(k + 1)
+    for start in range(0, len(labels), CHUNK_ROWS):
+        rows = slice(start, start + CHUNK_ROWS)
+        add_cell_sums(core_terms(chunk.X[rows], centers, labels[rows]), labels[rows], sums, counts)
+    return sums[:k], counts[:k]
 
 
 def core_step(data, centers, *, radius_factor, rho, neighbouring, rng, label, max_radii=None):

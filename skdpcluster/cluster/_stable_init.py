@@ -66,6 +66,7 @@ __all__ = [
     "cell_indices",
     "cell_sum_terms",
     "core_sq_radii",
+    "core_terms",
     "fixed_order_projection",
     "fixed_order_sq_distances",
     "lloyd_step",
@@ -278,9 +279,13 @@ def core_sq_radii(radii, n_features):
     :math:`r_i \ge 2^{-500}` (so :math:`d\,2^{-1075} \le d\,2^{-75}r_i^2`),
     :math:`F \le T` gives :math:`D \le r_i^2[(1+u)^2(1 - 4(d+2)u) +
     d\,2^{-75}]/(1 - (d+2)u) < r_i^2`, the argument of
-    :func:`~skdpcluster.averaging._common.rows_outside_ball`. A smaller
-    radius gets :math:`T = -1`: an empty core (degenerate centres, closer
-    than :math:`2^{-499}`).
+    :func:`~skdpcluster.averaging._common.rows_outside_ball`. The same holds
+    for the computed difference :math:`v = \mathrm{fl}(x - c_i)` that
+    :func:`core_terms` sums, since :math:`F` is the sum of the rounded
+    squares of :math:`v`'s coordinates: :math:`F \ge \|v\|^2(1-u)^d -
+    d\,2^{-1075}`, so :math:`\|v\|^2 \le r_i^2[(1+u)^2(1 - 4(d+2)u) +
+    d\,2^{-75}]/(1-u)^d < r_i^2`. A smaller radius gets :math:`T = -1`: an
+    empty core (degenerate centres, closer than :math:`2^{-499}`).
     """
     radii = np.asarray(radii, dtype=float)
     shrunk = radii * radii * (1.0 - 4.0 * (n_features + 2) * 2.0**-53)
@@ -386,6 +391,25 @@ def add_cell_sums(X, labels, sums, counts):
     counts += np.bincount(labels, minlength=len(sums))
     for term in cell_sum_terms(X, labels, len(sums) - 1):
         sums += term
+
+
+def core_terms(X, centers, labels):
+    r"""Every core row's difference :math:`v = \mathrm{fl}(x - c_j)` to its centre (a new array).
+
+    j = ``labels``; rows labelled ``len(centers)`` (in no core) keep
+    themselves, for a cell the sums drop. The core sum :math:`S_j = \sum (x - c_j)/r_j` is the
+    sum of these rows divided by :math:`r_j`: every :math:`v` of a core row
+    has an exact norm below :math:`r_j` (:func:`core_sq_radii`), so one row
+    changes the sum by at most :math:`r_j` and :math:`S_j` by at most 1,
+    and the sum rounds like any sum of n such vectors. The expanded
+    :math:`(\sum x - N_j c_j)/r_j` rounded at the scale of :math:`n u
+    |c_j|/r_j` instead, which a small radius made larger than the
+    sensitivity (review R9: one row changed it by 208 against 1 at
+    :math:`r_j = 4.5 \cdot 10^{-15}`). The rows and centres lie in
+    :math:`B(0, \Lambda)`, so no difference overflows.
+    """
+    padded = np.vstack([centers, np.zeros((1, X.shape[1]))])
+    return X - np.take(padded, labels, axis=0)
 
 
 def cell_sum_terms(X, labels, n_cells):

@@ -901,12 +901,14 @@ def _rows_stage_two(if_not_located, rho, rng, events):
     return centers, events + stage_events
 
 
-def _row_cell_sums(X, center, radius, labelled, n_cells):
+def _row_cell_sums(X, center, radius, labelled, n_cells, terms=None):
     """Per-cell sums and counts of the clipped rows, in one pass over ``X`` in chunks.
 
     ``labelled(chunk)`` gives the cell of every row of a
     :class:`~skdpcluster.cluster._stable._ClippedData` chunk (``n_cells``: no
-    cell). The chunks of :data:`_BLOCKS_PER_CHUNK` blocks of rows (fixed by
+    cell); ``terms(rows, labels)``, if given, maps a chunk's rows to what is
+    summed instead of the rows (such as
+    :func:`~skdpcluster.cluster._stable_init.core_terms`). The chunks of :data:`_BLOCKS_PER_CHUNK` blocks of rows (fixed by
     the row count: about 1/16 of the rows), centred and projected into B(0, radius)
     (:class:`~skdpcluster.cluster._stable._ClippedData`), run on the
     :func:`~skdpcluster.utils._threads.fit_threads` threads, the convention of
@@ -929,7 +931,8 @@ def _row_cell_sums(X, center, radius, labelled, n_cells):
     if hasattr(X, "map_reduce"):
         from skdpcluster.cluster._stable import clipped_rows  # noqa: PLC0415 (import cycle)
 
-        return clipped_rows(X, center, radius).map_reduce(_labelled_cell_sums, labelled, n_cells)
+        return clipped_rows(X, center, radius).map_reduce(_labelled_cell_sums, labelled, n_cells,
+                                                          terms)
     from skdpcluster.cluster._stable import _ClippedData  # noqa: PLC0415 (import cycle)
     from skdpcluster.cluster._stable_init import (  # noqa: PLC0415 (import cycle)
         CHUNK_ROWS,
@@ -942,8 +945,9 @@ def _row_cell_sums(X, center, radius, labelled, n_cells):
     def chunk_terms(start):
         chunk = _ClippedData.from_rows(X[start:start + chunk_rows], center, radius)
         labels = labelled(chunk)
+        rows = chunk.X if terms is None else terms(chunk.X, labels)
         return np.bincount(labels, minlength=n_cells + 1), list(
-            cell_sum_terms(chunk.X, labels, n_cells))
+            cell_sum_terms(rows, labels, n_cells))
 
     sums, counts = np.zeros((n_cells + 1, X.shape[1])), np.zeros(n_cells + 1)
     n_threads = fit_threads()
@@ -956,11 +960,12 @@ def _row_cell_sums(X, center, radius, labelled, n_cells):
     return sums[:n_cells], counts[:n_cells]
 
 
-def _labelled_cell_sums(chunk, labelled, n_cells):
-    """Sums and counts of a clipped chunk's rows per cell ``labelled(chunk)`` (``n_cells``: none)."""
+def _labelled_cell_sums(chunk, labelled, n_cells, terms=None):
+    """Sums and counts of a clipped chunk's rows (or ``terms``) per cell ``labelled(chunk)``."""
     from skdpcluster.cluster._stable_init import cell_sums  # noqa: PLC0415 (import cycle)
 
-    return cell_sums(chunk.X, labelled(chunk), n_cells)
+    labels = labelled(chunk)
+    return cell_sums(chunk.X if terms is None else terms(chunk.X, labels), labels, n_cells)
 
 
 def _core_step_on_rows(X, centers, *, center, data_radius, max_radius, rho, rng, label):
@@ -971,7 +976,9 @@ def _core_step_on_rows(X, centers, *, center, data_radius, max_radius, rho, rng,
     with :math:`\hat D_i` the gap to the nearest other centre, the core
     :math:`\hat X_i = \{x : \|x - c_i\| \le r_i\}` (disjoint, since
     :math:`r_i < \hat D_i/2`), :math:`S_i = \sum_{x\in\hat X_i}(x - c_i)/r_i`
-    (terms of norm :math:`\le 1`) and :math:`N_i = |\hat X_i|`, released by
+    (terms of norm :math:`\le 1`, added term by term:
+    :func:`~skdpcluster.cluster._stable_init.core_terms`) and
+    :math:`N_i = |\hat X_i|`, released by
     :func:`~skdpcluster.cluster._stable_init.noisy_cell_sums` (L2
     sensitivities 2 and :math:`\sqrt 2` under replace-one). An accepted centre
     moves to :math:`\Pi_{B(0,\Lambda)}(c_i + r_i\,\Pi_{B(0,1)}(\tilde S_i/\tilde N_i))`,
@@ -985,6 +992,7 @@ def _core_step_on_rows(X, centers, *, center, data_radius, max_radius, rho, rng,
     from skdpcluster.cluster._stable_init import (  # noqa: PLC0415 (import cycle)
         center_gaps,
         core_sq_radii,
+        core_terms,
         nearest_centers,
         noisy_cell_sums,
         within_radii,
@@ -1002,9 +1010,11 @@ def _core_step_on_rows(X, centers, *, center, data_radius, max_radius, rho, rng,
                               core_sq_radii(radii, chunk.X.shape[1])[labels], chunk.sq_norms)
         return np.where(inside, labels, k)
 
-    sums, counts = _row_cell_sums(X, center, data_radius, in_core, k)
-    scale = np.where(radii > 0, radii, 1.0)[:, None]
-    noisy = noisy_cell_sums((sums - counts[:, None] * centers) / scale, counts, rho=rho,
+    def terms(rows, labels):  # summed term by term, never as (sum x - N c) / r (review R9)
+        return core_terms(rows, centers, labels)
+
+    sums, counts = _row_cell_sums(X, center, data_radius, in_core, k, terms=terms)
+    noisy = noisy_cell_sums(sums / np.where(radii > 0, radii, 1.0)[:, None], counts, rho=rho,
                             neighbouring="replace_one", rng=rng, label=label)
     accepted = noisy.accepted() & (radii > 0)
     shift = _project_onto_ball(noisy.shrunk_means(), 0.0, 1.0) * radii[:, None]
