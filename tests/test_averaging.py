@@ -569,6 +569,37 @@ def test_gaussian_covariance_is_always_symmetric_positive_definite(n_points, rho
     assert event.rho <= rho
 
 
+def test_gaussian_covariance_stays_finite_with_a_row_whose_centring_overflows():
+    # Review R9: x - mean overflowed to inf, and the whitening product made it NaN before the
+    # clip: the covariance was NaN on 5 of 5 seeds with the row and 0 of 5 without it.
+    rng = np.random.default_rng(0)
+    center = np.array([-1e308, 0.0])
+    X = np.vstack([center + rng.normal(size=(200, 2)), [[1e308, 0.0]]])
+    for seed in range(3):
+        _, covariance, _ = A.private_gaussian_estimate(
+            X, n_public=len(X), center=center, radius=10.0, sigma_min=0.5, sigma_max=2.0,
+            rho=1.0, rng=np.random.default_rng(seed))
+        assert np.all(np.isfinite(covariance))
+
+
+def test_a_huge_row_whitens_to_the_same_term_alone_and_in_a_block():
+    # Review R9: (1.7e308,)*3 times a non-diagonal whitening overflowed with signs that
+    # depended on the block (gemv alone, gemm beside another row): its term w w^T moved by
+    # 133 against the bound clip^2 = 100. Projected into the reach first, it never overflows.
+    from skdpcluster.averaging.gaussian import _whitened_second_moment
+
+    transform = np.array([[3.782, -1.969, 0.5], [-1.969, 3.738, 0.2], [0.1, 0.2, 3.0]])
+    reach = 10.0 / np.linalg.svd(transform, compute_uv=False)[-1]
+    row = np.full((1, 3), 1.7e308)
+    alone = _whitened_second_moment(RowChunk(row), np.zeros(3), transform, 10.0, reach)
+    paired = _whitened_second_moment(RowChunk(np.vstack([row, np.zeros((1, 3))])), np.zeros(3),
+                                     transform, 10.0, reach)
+    np.testing.assert_allclose(paired, alone, rtol=1e-12, atol=0)
+    direction = transform @ np.ones(3)
+    np.testing.assert_allclose(alone, 100.0 * np.outer(direction, direction) / (direction @ direction),
+                               rtol=1e-12)
+
+
 @pytest.mark.parametrize("rho, n_iter", [(1 / 3, 7), (0.1, 1), (2.0, 5)])
 def test_gaussian_event_rho_never_exceeds_the_request(rho, n_iter):
     points = np.random.default_rng(0).normal(0, 1, (30, 2))

@@ -511,3 +511,17 @@ def test_a_rows_cluster_does_not_depend_on_its_shard(projected):
     together = counts(X)
     alone = sum(counts(X[i:i + 1]) for i in range(len(X)))
     np.testing.assert_array_equal(together, alone)
+
+
+@pytest.mark.parametrize("extra", [[1e200, 0.0], [1.5e308, 1.5e308]])
+def test_a_server_radius_beyond_the_float_range_is_refused_naming_x_server(extra):
+    # Review R9: the radius taken from X_server had no cap; a server row of 1e200 ended the
+    # fit with "sensitivity must be finite", which names no parameter.
+    rng = np.random.default_rng(0)
+    X = np.vstack([rng.normal(size=(300, 2)) + m for m in ([5, 5], [-5, -5])])
+    server = np.vstack([X[:30], [extra]])
+    accountant = BudgetAccountant()
+    with pytest.raises(ValueError, match="X_server's largest norm"):
+        FederatedPrivateKMeans(2, epsilon=2.0, random_state=0, accountant=accountant).fit(
+            X, X_server=server)
+    assert accountant.total() == (0.0, 0.0)

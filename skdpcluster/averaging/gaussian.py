@@ -122,9 +122,21 @@ def _refine_whitening(estimate, transform, ratio, noise_norm, sampling):
     return inverse_sqrt @ transform, 1.0 / lower
 
 
-def _whitened_second_moment(chunk, mean, transform, clip_norm):
-    """``sum(w w^T)`` over a chunk, ``w`` = ``(x - mean)`` whitened by ``transform`` and clipped."""
-    whitened = _clip_rows((chunk.X - mean) @ transform.T, clip_norm)
+def _whitened_second_moment(chunk, mean, transform, clip_norm, reach):
+    r"""``sum(w w^T)`` over a chunk, ``w`` = ``(x - mean)`` whitened by ``transform`` and clipped.
+
+    ``x - mean`` is first projected into :math:`B(0, \rho)`, ``reach``
+    :math:`\rho` = ``clip_norm`` :math:`/\sigma_{\min}(T)`: a row beyond it
+    whitens beyond ``clip_norm`` along the same direction (:math:`T` is
+    linear), so its clipped :math:`w` is unchanged in exact arithmetic, and
+    no row reaches the product overflowed. Whitening first let an
+    overflowed :math:`x - \mu` become NaN in the product (a NaN release),
+    and a huge finite row overflow there with signs that depended on its
+    block (review R9).
+    """
+    offsets = chunk.X - mean
+    project_into_ball(offsets, reach)
+    whitened = _clip_rows(offsets @ transform.T, clip_norm)
     return whitened.T @ whitened
 
 
@@ -149,8 +161,9 @@ def _coinpress_covariance(rows, mean, n_public, sigma_min, sigma_max, rho_steps,
     spectral_factor = 2.0 * (math.sqrt(n_dim) + math.sqrt(log_two_over_beta))
     transform, ratio = np.eye(n_dim) / sigma_min, (sigma_max / sigma_min) ** 2
     for rho_step in rho_steps:
-        moment = rows.map_reduce(_whitened_second_moment, mean, transform,
-                                 math.sqrt(ratio) * clip_norm)
+        step_clip = math.sqrt(ratio) * clip_norm
+        reach = step_clip / float(np.linalg.svd(transform, compute_uv=False)[-1])
+        moment = rows.map_reduce(_whitened_second_moment, mean, transform, step_clip, reach)
         sensitivity = ratio * clip_norm**2 / n_public
         noisy_upper, _ = zcdp_gaussian_mechanism(
             (moment / n_public)[np.triu_indices(n_dim)], sensitivity=sensitivity,

@@ -511,9 +511,16 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         Returns the radius and the plan's ``unproven`` dict (see ``_resolve_radius``).
         """
         if self.data_radius is None and data.server is not None:
-            radius = float(np.max(np.linalg.norm(data.server - center, axis=1)))
+            with np.errstate(over="ignore"):
+                radius = float(np.max(np.linalg.norm(data.server - center, axis=1)))
+            if radius > self._max_data_radius():
+                raise ValueError(
+                    f"X_server's largest norm about data_center, {radius:.3g}, is above "
+                    f"{self._max_data_radius():.3g}, where the distances of "
+                    f"{type(self).__name__} overflow; rescale X and X_server (and data_center), "
+                    "or pass a public data_radius.")
             if radius > 0:
-                return radius, {}
+                return self._checked_radius(radius), {}
         return self._resolve_radius(data.X, center)
 
     def _resolved_lloyd_iter(self, init):
