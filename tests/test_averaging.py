@@ -582,6 +582,31 @@ def test_gaussian_covariance_stays_finite_with_a_row_whose_centring_overflows():
         assert np.all(np.isfinite(covariance))
 
 
+@pytest.mark.parametrize("unit", [1e-155, 1e150])
+def test_gaussian_covariance_does_not_depend_on_the_unit_of_the_data(unit):
+    # Review R10: the projection before whitening ran at radius clip / sigma_min(T), and
+    # outside [2^-500, 2^500] project_into_ball proves no row inside: every whitened row went
+    # to the sphere and the covariance came out as sigma_max^2 I.
+    Z = np.random.default_rng(0).multivariate_normal([0.0, 0.0], [[1.3, 0.3], [0.3, 0.25]], 4000)
+
+    def covariance(scale):
+        return A.private_gaussian_estimate(
+            Z * scale, n_public=4000.0, center=np.zeros(2), radius=5.0 * scale,
+            sigma_min=0.1 * scale, sigma_max=10.0 * scale, rho=10.0,
+            rng=np.random.default_rng(3))[1] / scale**2
+
+    np.testing.assert_allclose(covariance(unit), covariance(1.0), rtol=1e-6)
+
+
+def test_gaussian_estimate_refuses_a_sigma_ratio_whose_sensitivity_overflows():
+    # Review R10: (1e-80, 1e80) raised OverflowError after the mean stage had drawn its noise.
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match="sigma_max / sigma_min must be at most"):
+        A.private_gaussian_estimate(np.zeros((10, 2)), n_public=10.0, center=np.zeros(2),
+                                    radius=1.0, sigma_min=1e-80, sigma_max=1e80, rho=1.0, rng=rng)
+    assert rng.bit_generator.state == np.random.default_rng(0).bit_generator.state
+
+
 def test_a_huge_row_whitens_to_the_same_term_alone_and_in_a_block():
     # Review R9: (1.7e308,)*3 times a non-diagonal whitening overflowed with signs that
     # depended on the block (gemv alone, gemm beside another row): its term w w^T moved by
@@ -596,8 +621,8 @@ def test_a_huge_row_whitens_to_the_same_term_alone_and_in_a_block():
                                      transform, 10.0, reach)
     np.testing.assert_allclose(paired, alone, rtol=1e-12, atol=0)
     direction = transform @ np.ones(3)
-    np.testing.assert_allclose(alone, 100.0 * np.outer(direction, direction) / (direction @ direction),
-                               rtol=1e-12)
+    expected = 100.0 * np.outer(direction, direction) / (direction @ direction)
+    np.testing.assert_allclose(alone, expected, rtol=1e-12)
 
 
 @pytest.mark.parametrize("rho, n_iter", [(1 / 3, 7), (0.1, 1), (2.0, 5)])

@@ -122,6 +122,12 @@ def _refine_whitening(estimate, transform, ratio, noise_norm, sampling):
     return inverse_sqrt @ transform, 1.0 / lower
 
 
+#: Largest ``sigma_max / sigma_min`` of :func:`private_gaussian_estimate`: the covariance
+#: steps' sensitivity grows as its square (review R10: 1e80 / 1e-80 overflowed after the mean
+#: stage had drawn its noise).
+_MAX_SIGMA_RATIO = 1e100
+
+
 def _whitened_second_moment(chunk, mean, transform, clip_norm, reach):
     r"""``sum(w w^T)`` over a chunk, ``w`` = ``(x - mean)`` whitened by ``transform`` and clipped.
 
@@ -132,12 +138,21 @@ def _whitened_second_moment(chunk, mean, transform, clip_norm, reach):
     no row reaches the product overflowed. Whitening first let an
     overflowed :math:`x - \mu` become NaN in the product (a NaN release),
     and a huge finite row overflow there with signs that depended on its
-    block (review R9).
+    block (review R9). The projection runs at the scale :math:`2^{-e}` that
+    puts :math:`\rho` in :math:`[1/2, 1)` (exact scalings by powers of two):
+    :func:`~skdpcluster.averaging._common.project_into_ball` proves rows inside
+    only for radii in :math:`[2^{-500}, 2^{500}]` and projects every other row
+    onto the sphere (review R10: with :math:`\rho` out of that range every
+    :math:`w` had norm ``clip_norm``).
     """
+    scale = 2.0 ** -math.frexp(reach)[1]
     offsets = chunk.X - mean
-    project_into_ball(offsets, reach)
-    whitened = _clip_rows(offsets @ transform.T, clip_norm)
-    return whitened.T @ whitened
+    offsets *= scale
+    project_into_ball(offsets, reach * scale)
+    whitened = offsets @ transform.T
+    whitened /= scale
+    clipped = _clip_rows(whitened, clip_norm)
+    return clipped.T @ clipped
 
 
 def _coinpress_covariance(rows, mean, n_public, sigma_min, sigma_max, rho_steps, rng):
@@ -278,6 +293,11 @@ def private_gaussian_estimate(
     radius = _check_real(radius, "radius")
     sigma_min = _check_real(sigma_min, "sigma_min")
     sigma_max = _check_real(sigma_max, "sigma_max", low=sigma_min, low_inclusive=True)
+    if not sigma_max / sigma_min <= _MAX_SIGMA_RATIO:
+        raise ValueError(
+            f"sigma_max / sigma_min must be at most {_MAX_SIGMA_RATIO:.0e}, got sigma_min="
+            f"{sigma_min!r} and sigma_max={sigma_max!r}: the covariance steps' sensitivity "
+            "(sigma_max / sigma_min)**2 would overflow; narrow the public bounds.")
     rho = _check_real(rho, "rho")
     n_iter_mean = _check_positive_int(n_iter_mean, "n_iter_mean")
     n_iter_cov = _check_positive_int(n_iter_cov, "n_iter_cov")
