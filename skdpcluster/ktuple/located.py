@@ -908,16 +908,17 @@ def _row_cell_sums(X, center, radius, labelled, n_cells, terms=None):
     :class:`~skdpcluster.cluster._stable._ClippedData` chunk (``n_cells``: no
     cell); ``terms(rows, labels)``, if given, maps a chunk's rows to what is
     summed instead of the rows (such as
-    :func:`~skdpcluster.cluster._stable_init.core_terms`). The chunks of :data:`_BLOCKS_PER_CHUNK` blocks of rows (fixed by
-    the row count: about 1/16 of the rows), centred and projected into B(0, radius)
+    :func:`~skdpcluster.cluster._stable_init.core_terms`). The chunks of
+    :data:`_BLOCKS_PER_CHUNK` blocks of rows (fixed by the row count: about 1/16
+    of the rows), centred and projected into B(0, radius)
     (:class:`~skdpcluster.cluster._stable._ClippedData`), run on the
     :func:`~skdpcluster.utils._threads.fit_threads` threads, the convention of
     :mod:`skdpcluster.utils._threads`: each chunk gives the sum terms of its
     blocks (:func:`~skdpcluster.cluster._stable_init.cell_sum_terms`), added in
     block order in the calling thread, as
-    :func:`~skdpcluster.cluster._stable_init.add_cell_sums` adds them on all
-    the rows: the sums are the same bits on any number of threads. ``X`` is
-    never copied, centred or clipped as a whole.
+    :func:`~skdpcluster.cluster._stable_init.add_cell_sums` adds them on all the
+    rows: the sums are the same bits on any number of threads. ``X`` is never
+    copied, centred or clipped as a whole.
 
     A rows object ``X`` (Dask input) is read by one map-reduce of
     :func:`~skdpcluster.cluster._stable.clipped_rows` instead (``labelled``
