@@ -498,7 +498,7 @@ def _cube_margin(errors, width, largest):
     :math:`|t - t'| \le e/w + 2.01u(|t| + |t'|) \le 1.01e/w + 4.03u(T + 1)`
     (the subtraction's and the division's rounding; :math:`T` = ``largest``
     bounds :math:`|t|`: :math:`(1.01\Lambda_p + \max_j|o_j|)/w`, the
-    computed clip's norm being within :math:`(p + 8)u` of :math:`\Lambda_p`).
+    computed clip's exact norm at most :math:`\Lambda_p`, :func:`_clip_in_place`).
     Twice that, :math:`2e/w + 8u(T + 1)`, also covers
     the test's own rounding (:math:`t - \lfloor t\rfloor` is exact for
     :math:`t \ge 0`, and :math:`1 - m` rounds by :math:`u/2`): a row whose

@@ -396,17 +396,17 @@ def add_cell_sums(X, labels, sums, counts):
 def core_terms(X, centers, labels):
     r"""Every core row's difference :math:`v = \mathrm{fl}(x - c_j)` to its centre (a new array).
 
-    j = ``labels``; rows labelled ``len(centers)`` (in no core) keep
-    themselves, for a cell the sums drop. The core sum :math:`S_j = \sum (x - c_j)/r_j` is the
-    sum of these rows divided by :math:`r_j`: every :math:`v` of a core row
-    has an exact norm below :math:`r_j` (:func:`core_sq_radii`), so one row
-    changes the sum by at most :math:`r_j` and :math:`S_j` by at most 1,
-    and the sum rounds like any sum of n such vectors. The expanded
+    j = ``labels``; a row labelled ``len(centers)`` (in no core) is returned as
+    it is, for the cell that the sums drop. The core sum :math:`S_j = \sum (x -
+    c_j)/r_j` is the sum of these rows divided by :math:`r_j`: every :math:`v`
+    of a core row has an exact norm below :math:`r_j` (:func:`core_sq_radii`),
+    so one row changes the sum by at most :math:`r_j` and :math:`S_j` by at
+    most 1, and the sum rounds like any sum of n such vectors. The expanded
     :math:`(\sum x - N_j c_j)/r_j` rounded at the scale of :math:`n u
-    |c_j|/r_j` instead, which a small radius made larger than the
-    sensitivity (review R9: one row changed it by 208 against 1 at
-    :math:`r_j = 4.5 \cdot 10^{-15}`). The rows and centres lie in
-    :math:`B(0, \Lambda)`, so no difference overflows.
+    |c_j|/r_j` instead, which a small radius made larger than the sensitivity
+    (review R9: one row changed it by 208 against 1 at :math:`r_j = 4.5 \cdot
+    10^{-15}`). The rows and centres lie in :math:`B(0, \Lambda)`, so no
+    difference overflows.
     """
     padded = np.vstack([centers, np.zeros((1, X.shape[1]))])
     return X - np.take(padded, labels, axis=0)
