@@ -525,3 +525,15 @@ def test_a_server_radius_beyond_the_float_range_is_refused_naming_x_server(extra
         FederatedPrivateKMeans(2, epsilon=2.0, random_state=0, accountant=accountant).fit(
             X, X_server=server)
     assert accountant.total() == (0.0, 0.0)
+
+
+def test_a_server_radius_below_the_minimum_is_refused_naming_x_server():
+    # The radius taken from X_server below 2**-500 was refused with the message of
+    # data_radius, a parameter the user had not set.
+    rng = np.random.default_rng(0)
+    X = 1e-160 * np.vstack([rng.normal(size=(300, 2)) + m for m in ([5, 5], [-5, -5])])
+    accountant = BudgetAccountant()
+    with pytest.raises(ValueError, match="X_server's largest norm .* is below 2\\*\\*-500"):
+        FederatedPrivateKMeans(2, epsilon=2.0, random_state=0, accountant=accountant,
+                               data_center=np.zeros(2)).fit(X, X_server=X[:30])
+    assert accountant.total() == (0.0, 0.0)

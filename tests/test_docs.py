@@ -92,3 +92,17 @@ def test_gallery_runs_every_example_and_shows_its_figure(tmp_path):
         image = f"sphx_glr_{script.stem}_001.png"
         assert image in page, f"{script.name}: no figure in its page"
         assert (tmp_path / "html" / "_images" / image).stat().st_size > 10_000
+
+
+@pytest.mark.parametrize(
+    "path", [path for folder in ("skdpcluster", "benchmarks", "tests", "examples", "doc")
+             for path in sorted((ROOT / folder).rglob("*.py")) if ".venv" not in path.parts],
+    ids=lambda path: str(path.relative_to(ROOT)))
+def test_sources_compile_without_warnings(path):
+    # A docstring with "\L" and no r prefix compiled with a DeprecationWarning (a
+    # SyntaxWarning from Python 3.12, an error later), which a cached .pyc hides.
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        compile(path.read_text(encoding="utf-8"), str(path), "exec")

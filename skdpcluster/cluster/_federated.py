@@ -519,6 +519,12 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
                     f"{self._max_data_radius():.3g}, where the distances of "
                     f"{type(self).__name__} overflow; rescale X and X_server (and data_center), "
                     "or pass a public data_radius.")
+            if 0 < radius < self._MIN_DATA_RADIUS:
+                raise ValueError(
+                    f"X_server's largest norm about data_center, {radius:.3g}, is below 2**-500 "
+                    f"(about {self._MIN_DATA_RADIUS:.3g}), where the rounding bounds of "
+                    f"{type(self).__name__}'s private steps underflow; rescale X and X_server "
+                    "(and data_center), or pass a public data_radius.")
             if radius > 0:
                 return self._checked_radius(radius), {}
         return self._resolve_radius(data.X, center)

@@ -335,7 +335,7 @@ def as_projected(Y):
 
 
 def _clip_in_place(Y, radius):
-    """Rows of ``Y`` projected onto B(0, ``radius``) in place, block by block; returns ``Y``.
+    r"""Rows of ``Y`` projected onto B(0, ``radius``) in place, block by block; returns ``Y``.
 
     :func:`~skdpcluster.averaging._common.project_into_ball` (every clipped
     row's exact norm at most ``radius``, as the swap's sensitivity
