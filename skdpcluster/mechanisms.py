@@ -581,6 +581,55 @@ def _rr_keep_probability(epsilon, n_values):
     return 1.0 / (1.0 + (n_values - 1) * math.exp(-epsilon))
 
 
+#: Above this epsilon, :math:`(m - 1)e^{-\varepsilon} < 2^{53} e^{-700} < 2^{-53}` for every
+#: m < 2^53: the replacement probability is below the resolution of the uniform draws.
+_RR_TINY_REPLACE_EPSILON = 700.0
+
+
+def _rr_replace_probability(epsilon, n_values):
+    r"""Probability of replacing the true value, rounded up: :math:`r \ge (m - 1)/(e^\varepsilon + m - 1)`.
+
+    Computed as :math:`\rho/(1 + \rho)` with :math:`\rho = (m - 1)e^{-\varepsilon}`:
+    the exponential (within an ulp), the product, the sum and the
+    quotient round by at most :math:`5u` in all (:math:`u = 2^{-53}`),
+    and the factor :math:`1 + 2^{-48}` lifts the computed value above the
+    exact one; it exceeds it by at most a relative :math:`2^{-47}`. Above
+    ``_RR_TINY_REPLACE_EPSILON`` the exponential would be subnormal (its
+    relative error unbounded); there the exact probability is below
+    :math:`2^{-53}` and :math:`2^{-60}` is returned, which
+    :func:`randomized_response`'s uniform draw turns into :math:`2^{-53}`.
+    """
+    if epsilon > _RR_TINY_REPLACE_EPSILON:
+        return 2.0**-60
+    ratio = (n_values - 1) * math.exp(-epsilon)
+    return ratio / (1.0 + ratio) * (1.0 + 2.0**-48)
+
+
+def _check_rr_resolution(epsilon, n_values):
+    r"""Refuse an epsilon too small for :func:`randomized_response`'s 53-bit draws.
+
+    The realized replacement probability :math:`r` is in :math:`[q, q(1 +
+    2^{-47}) + 2^{-53}]` with :math:`q = (m-1)/(e^\varepsilon + m - 1)`;
+    the report is :math:`\varepsilon`-DP when :math:`r \le b = (m -
+    1)e^\varepsilon/(1 + (m - 1)e^\varepsilon)` (the other direction of
+    the likelihood ratio), and :math:`b - q = (m-1)(e^{2\varepsilon} -
+    1)/((1 + (m-1)e^\varepsilon)(e^\varepsilon + m - 1))`. That gap must
+    hold the draw's excess with room for the rounding of this check (a
+    factor 2).
+    """
+    if epsilon > _RR_TINY_REPLACE_EPSILON:
+        return
+    growth = math.exp(epsilon)
+    replace = (n_values - 1) / (growth + n_values - 1)
+    gap = (n_values - 1) * math.expm1(2.0 * epsilon) / (
+        (1.0 + (n_values - 1) * growth) * (growth + n_values - 1))
+    if not gap >= 2.0 * (replace * 2.0**-47 + 2.0**-53):
+        raise ValueError(
+            f"epsilon={epsilon!r} is too small for randomized response over n_values="
+            f"{n_values} with 53-bit uniform draws (the likelihood ratio could exceed "
+            "e^epsilon); use a larger epsilon or fewer values.")
+
+
 def randomized_response(values, *, n_values, epsilon, rng, label="", neighbouring="replace_one"):
     r"""Generalized randomized response: each value is reported truthfully or replaced at random.
 
@@ -591,8 +640,25 @@ def randomized_response(values, *, n_values, epsilon, rng, label="", neighbourin
     :math:`q = 1/(e^\varepsilon + m - 1)`. For two inputs :math:`v, v'` of one
     user the likelihood ratio of every report is in
     :math:`\{q/p, 1, p/q\} = \{e^{-\varepsilon}, 1, e^{\varepsilon}\}`:
-    one report is exactly :math:`\varepsilon`-LDP (Warner 1965; Kairouz, Oh &
+    one report is :math:`\varepsilon`-LDP (Warner 1965; Kairouz, Oh &
     Viswanath 2014, "k-ary randomized response").
+
+    **In floating point.** A uniform draw :math:`U` (a multiple of
+    :math:`2^{-53}`) replaces the value when :math:`U < \hat r`, with
+    :math:`\hat r \ge (m-1)q` the replacement probability rounded up
+    (:func:`_rr_replace_probability`), so the realized replacement
+    probability is :math:`r \ge (m - 1)q` and a truthful report has
+    probability :math:`1 - r \le p`: the ratio :math:`(1 - r)(m - 1)/r`
+    is at most :math:`e^\varepsilon` for every :math:`\varepsilon`, and
+    the value is never sent in the clear (with :math:`U < p` instead, the
+    realized loss exceeded :math:`\varepsilon` from about
+    :math:`\varepsilon = 30`, and from :math:`\varepsilon \approx 37`
+    (m = 3) :math:`p` rounded to 1: every report was the truth). The other
+    direction needs :math:`r \le (m - 1)e^\varepsilon/(1 + (m -
+    1)e^\varepsilon)`, which the draw's excess of at most a relative
+    :math:`2^{-47}` plus :math:`2^{-53}` meets unless :math:`\varepsilon`
+    is below about :math:`m\,2^{-47}`: such an epsilon is refused
+    (:func:`_check_rr_resolution`) before any randomness.
 
     Parameters
     ----------
@@ -620,11 +686,12 @@ def randomized_response(values, *, n_values, epsilon, rng, label="", neighbourin
     in_domain = np.issubdtype(values.dtype, np.integer) and np.all((values >= 0) & (values < n_values))
     if not in_domain:
         raise ValueError(f"values must be integers in [0, n_values={n_values}).")
+    _check_rr_resolution(epsilon, n_values)
     keep_probability = _rr_keep_probability(epsilon, n_values)
-    keep = rng.random(values.shape) < keep_probability
+    replace = rng.random(values.shape) < _rr_replace_probability(epsilon, n_values)
     other = rng.integers(n_values - 1, size=values.shape)
     other = other + (other >= values)  # uniform over the m - 1 values other than the truth
-    reports = np.where(keep, values, other).astype(np.intp)
+    reports = np.where(replace, other, values).astype(np.intp)
     event = PrivacyEvent(
         "randomized_response", epsilon, 0.0, scale=keep_probability, label=label,
         neighbouring=neighbouring, details={"n_values": int(n_values)},

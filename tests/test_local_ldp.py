@@ -8,6 +8,7 @@ from the test's own worst-case distances, never from the seam the mutant
 changes.
 """
 
+import decimal
 import math
 from fractions import Fraction
 
@@ -71,8 +72,8 @@ def test_region_index_report_is_ldp(monkeypatch, factor, should_pass):
     Worst case: the user is in region 0 or outside every region. The mutant
     randomizes with twice the claimed epsilon.
     """
-    original = mechanisms._rr_keep_probability
-    monkeypatch.setattr(mechanisms, "_rr_keep_probability",
+    original = mechanisms._rr_replace_probability
+    monkeypatch.setattr(mechanisms, "_rr_replace_probability",
                         lambda epsilon, n_values: original(factor * epsilon, n_values))
     public_round = _ball_round(epsilon=2.0)
     n_users = 200_000
@@ -84,6 +85,55 @@ def test_region_index_report_is_ldp(monkeypatch, factor, should_pass):
     assert (bound <= claim) is should_pass, (bound, claim)
     if should_pass:
         assert bound >= 0.9 * claim  # the test has the power to see the whole loss
+
+
+def _generator_whose_next_uniform_is_zero():
+    """A real PCG64 generator set to the state whose next ``random()`` is exactly 0.0.
+
+    PCG64 steps its 128-bit state (s -> s * MULT + inc) and outputs the
+    rotated xor of the new state's halves: equal halves give 0.
+    """
+    multiplier, modulus, inc, half = 47026247687942121848144207491837523525, 2**128, 2**64 + 1, 12345
+    state = ((half << 64 | half) - inc) * pow(multiplier, -1, modulus) % modulus
+    bit_generator = np.random.PCG64()
+    bit_generator.state = {"bit_generator": "PCG64", "state": {"state": state, "inc": inc},
+                           "has_uint32": 0, "uinteger": 0}
+    return np.random.Generator(bit_generator)
+
+
+@pytest.mark.parametrize("epsilon", [1.0, 38.0, 76.0, 800.0])
+def test_randomized_response_never_sends_the_value_in_the_clear(epsilon):
+    """Review RB-06: the lowest uniform draw replaces the value, at every epsilon.
+
+    The truth was kept when U < p: p rounds to 1.0 from epsilon of about 37
+    (m = 3), and every report was the truth while the ledger said epsilon.
+    The replacement probability must be at least (m - 1)/(e^epsilon + m - 1) > 0:
+    the draw U = 0 (probability 2^-53) replaces.
+    """
+    rng = _generator_whose_next_uniform_is_zero()
+    report, event = randomized_response(0, n_values=3, epsilon=epsilon, rng=rng)
+    assert report != 0
+    assert event.epsilon == epsilon
+
+
+@pytest.mark.parametrize("n_values", [2, 3, 17, 65, 2**20])
+@pytest.mark.parametrize("epsilon", [1e-12, 1e-3, 0.5, 1.0, 4.0, 30.0, 38.0, 300.0, 699.0, 701.0])
+def test_replacement_probability_is_at_least_the_exact_one(n_values, epsilon):
+    """The rounded-up replacement probability is >= the exact (m-1)/(e^eps + m - 1), within 2^-47."""
+    decimal.getcontext().prec = 80
+    growth = decimal.Decimal(epsilon).exp()
+    exact = decimal.Decimal(n_values - 1) / (growth + n_values - 1)
+    rounded = decimal.Decimal(mechanisms._rr_replace_probability(epsilon, n_values))
+    assert rounded >= exact
+    assert rounded <= exact * (1 + decimal.Decimal(2) ** -47) or rounded <= decimal.Decimal(2) ** -53
+
+
+def test_randomized_response_refuses_an_epsilon_below_the_draws_resolution():
+    rng = np.random.default_rng(0)
+    state = rng.bit_generator.state
+    with pytest.raises(ValueError, match="epsilon=1e-15 is too small for randomized response"):
+        randomized_response(np.array([0]), n_values=3, epsilon=1e-15, rng=rng)
+    assert rng.bit_generator.state == state
 
 
 def test_frequency_oracle_is_unbiased_and_within_its_bound():
