@@ -351,6 +351,41 @@ def test_enough_rows_do_not_warn_about_utility(Estimator, easy):
         Estimator(n_clusters=4, data_radius=20.0, accountant=BudgetAccountant(), random_state=0).fit(easy)
 
 
+def _warnings_of(estimator, X, **fit_params):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        estimator.fit(X, **fit_params)
+    return [(w.category.__name__, str(w.message)) for w in caught]
+
+
+@pytest.mark.filterwarnings("ignore:.*no X_server was given")
+@pytest.mark.parametrize("make", [
+    pytest.param(lambda: PrivateStableKMeans(neighbouring="add_remove"), id="stable-add_remove"),
+    pytest.param(lambda: PrivateStableKMedian(neighbouring="add_remove"), id="kmedian-add_remove"),
+    pytest.param(lambda: PrivateHighDimKMeans(neighbouring="add_remove"), id="highdim-add_remove"),
+    pytest.param(lambda: FederatedPrivateKMeans(neighbouring="add_remove"), id="federated-add_remove"),
+    pytest.param(lambda: FederatedPrivateKMeans(privacy_unit="client"), id="federated-client"),
+])
+def test_warnings_do_not_tell_neighbours_apart_where_the_row_count_is_private(make):
+    """Review RC-01: the utility warning quoted the exact n where n is private.
+
+    Under add/remove (or client-level privacy) 57 rows gave no warning and 56
+    rows warned "with 56 rows": the neighbours were told apart with certainty.
+    The warnings of both fits must now be the same.
+    """
+    X = np.random.default_rng(0).uniform(-1, 1, size=(57, 2))
+    fits = []
+    for rows in (X, X[:56]):
+        estimator = make().set_params(n_clusters=2, data_radius=10.0, random_state=0,
+                                      accountant=BudgetAccountant(1e9, 1.0))
+        fit_params = {}
+        if estimator.get_params().get("privacy_unit") == "client":
+            fit_params["client_ids"] = np.arange(len(rows))
+        fits.append(_warnings_of(estimator, rows, **fit_params))
+    assert fits[0] == fits[1]
+    assert not any("rows" in message and "About" in message for _, message in fits[1])
+
+
 def test_rows_named_by_the_warning_are_enough():
     X = np.random.default_rng(0).normal(size=(60, 3))
     with pytest.warns(UtilityWarning, match=r"About (\d+) rows") as record:

@@ -167,7 +167,9 @@ class _PrivateFitMixin:
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
-            Training data. The number of rows is treated as public. The
+            Training data. The number of rows is public under replace-one
+            neighbours (the default); under add/remove, nothing but the
+            refusal of fewer than 2 rows depends on it. The
             estimators whose ``_CHUNKED_INPUT`` is True also accept a
             :class:`dask.array.Array` (or a dask dataframe of numeric
             columns) with known chunk sizes: every pass over the rows is then
@@ -249,8 +251,20 @@ class _PrivateFitMixin:
         """Released centres: ``n_clusters``, ``n_components``, or one (a scaler's mean)."""
         return getattr(self, "n_clusters", None) or getattr(self, "n_components", 1)
 
+    def _row_count_is_public(self):
+        """Whether the number of rows is public: under replace-one neighbours (rows, not clients)."""
+        return getattr(self, "neighbouring", "replace_one") == "replace_one"
+
     def _warn_if_noise_dominates(self, n_samples, n_features):
-        """Warn (:class:`UtilityWarning`) before spending when the centres will be close to random."""
+        """Warn (:class:`UtilityWarning`) before spending when the centres will be close to random.
+
+        The estimate reads the number of rows, so it is given only where that
+        number is public (:meth:`_row_count_is_public`): under add/remove
+        neighbours (or client-level privacy) the warning would tell whether
+        n is below a threshold, a release outside the ledger (review RC-01).
+        """
+        if not self._row_count_is_public():
+            return
         fraction = self._noise_fraction(n_samples, n_features)
         if fraction <= UTILITY_NOISE_FRACTION:
             return

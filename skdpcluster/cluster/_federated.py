@@ -487,6 +487,14 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
                 f"n_features) = ({self.n_clusters}, {n_features}), got shape {centers.shape}.")
         return "public", centers - center
 
+    def _row_count_is_public(self):
+        """Rows are public in number only at sample level under replace-one (review RC-01).
+
+        At client level one client (any number of rows) is added, removed or
+        replaced: the number of rows is private under either relation.
+        """
+        return self.privacy_unit == "sample" and super()._row_count_is_public()
+
     def _needs_radius(self, data):
         """The public server data gives the bound when there is some (no private bound then).
 
