@@ -55,6 +55,18 @@ def test_float32_input_keeps_float32_centres_and_transform(Estimator, easy):
     assert est.transform(easy[:5]).dtype == np.float64
 
 
+@pytest.mark.filterwarnings("ignore:GridInitializer: only 1 heavy grid cells")
+def test_float32_input_keeps_float64_centres_beyond_the_float32_range():
+    # Review RB (noticed): float32 rows with a public data_radius of 1e45 released the centres
+    # as -inf in float32 with status_="success"; the released values are finite in float64.
+    X = np.random.default_rng(0).normal(size=(2000, 2)).astype(np.float32)
+    est = PrivateStableKMeans(2, data_radius=1e45, random_state=0,
+                              accountant=BudgetAccountant()).fit(X)
+    assert est.cluster_centers_.dtype == np.float64
+    assert np.all(np.isfinite(est.cluster_centers_))
+    assert np.all(np.abs(est.cluster_centers_) > np.finfo(np.float32).max)
+
+
 @pytest.mark.parametrize("Estimator", [PrivateHighDimKMeans, PrivateHighDimKMedian], ids=lambda E: E.__name__)
 def test_highdim_delta_zero_is_a_pure_fit(Estimator, easy):
     est = Estimator(n_clusters=4, delta=0, random_state=0, accountant=BudgetAccountant()).fit(easy)

@@ -600,9 +600,17 @@ class _BasePrivateClusterer(
         super()._commit(plan, result, spent)
 
     def _cast_release(self, dtype):
-        """Released centres in the input's dtype (float32 input keeps float32, like KMeans)."""
+        """Released centres in the input's dtype (float32 input keeps float32, like KMeans).
+
+        Centres beyond float32's range (float32 rows with a public
+        ``data_radius`` above about 3.4e38) stay float64: cast, they were
+        released as +-inf. Post-processing of the released values.
+        """
         if self.cluster_centers_ is not None:
-            self.cluster_centers_ = self.cluster_centers_.astype(dtype, copy=False)
+            with np.errstate(over="ignore"):
+                cast = self.cluster_centers_.astype(dtype, copy=False)
+            if np.all(np.isfinite(cast)):
+                self.cluster_centers_ = cast
 
     # -- prediction -----------------------------------------------------------------
     def _validated_input_and_centers(self, X):
