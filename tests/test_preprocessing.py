@@ -2,6 +2,7 @@
 
 import math
 import warnings
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -77,6 +78,40 @@ def test_transform_is_bounded_by_the_public_output_radius():
     far = np.vstack([X, np.full((3, 4), 1e6)])
     assert np.linalg.norm(scaler.transform(far), axis=1).max() <= scaler.output_radius_ * (1 + 1e-12)
     assert PrivateStandardScaler(data_radius=30.0, output_radius=2.5).fit(X).output_radius_ == 2.5
+
+
+def test_transform_sends_an_overflowing_row_to_the_sphere_and_bounds_every_row_exactly():
+    """Review RD-1: one finite row gave NaN (and a private pipeline raised after spending).
+
+    transform used the radial scaling: a row whose standardization overflows
+    became NaN, and half of the projected rows exceeded output_radius_ by an
+    ulp (exact rationals). It now clips as the fit does.
+    """
+    rng = np.random.default_rng(0)
+    X = 0.1 * (rng.normal(size=(4000, 2)) + np.repeat([[0, 0], [8, 8]], 2000, axis=0))
+    scaler = PrivateStandardScaler(data_radius=2.0, random_state=0,
+                                   accountant=BudgetAccountant(10, 1e-3)).fit(X)
+    radius = scaler.output_radius_
+    Z = scaler.transform(np.array([[1.7976931348623157e308, 0.0], [-1e306, 0.0]]))
+    assert np.all(np.abs(Z[:, 1]) < 1e-300)  # the first coordinate dominates
+    assert Z[0, 0] > 0 and Z[1, 0] < 0 and np.allclose(np.abs(Z[:, 0]), radius)
+    far = rng.normal(size=(2000, 2)) * 50 + scaler.mean_
+    for row in scaler.transform(far):
+        assert sum(Fraction(float(v)) ** 2 for v in row) <= Fraction(radius) ** 2
+
+
+def test_private_pipeline_with_one_extreme_row_fits():
+    X = 0.1 * (np.random.default_rng(0).normal(size=(4000, 2))
+               + np.repeat([[0, 0], [8, 8]], 2000, axis=0))
+    X[0] = [1.7976931348623157e308, 0.0]
+    pipe = make_private_pipeline(
+        PrivateStandardScaler(epsilon=1.0, data_radius=2.0, random_state=1),
+        PrivateStableKMeans(n_clusters=2, epsilon=1.0, random_state=2), n_features=2,
+        accountant=BudgetAccountant(10, 1e-3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        pipe.fit(X)
+    assert np.all(np.isfinite(pipe[-1].cluster_centers_))
 
 
 @pytest.mark.parametrize("params, match", [

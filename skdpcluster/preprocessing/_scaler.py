@@ -9,7 +9,6 @@ from sklearn.pipeline import make_pipeline
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from skdpcluster.accountant import BudgetAccountant
-from skdpcluster.averaging import _project_onto_ball
 from skdpcluster.averaging._common import project_into_ball
 from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _PrivateFitMixin, _random_state_constraint
 from skdpcluster.mechanisms import gaussian_mechanism
@@ -212,11 +211,19 @@ class PrivateStandardScaler(_PrivateFitMixin, OneToOneFeatureMixin, TransformerM
         Returns
         -------
         X_new : ndarray of shape (n_samples, n_features)
-            Rows of norm at most ``output_radius_``.
+            Rows of exact norm at most ``output_radius_``: every row is
+            projected by :func:`~skdpcluster.averaging._common.project_into_ball`,
+            the fit's own clipping, so a row whose standardization
+            overflows goes to the sphere along its signs (review RD-1: the
+            radial scaling gave NaN for it, and exceeded the radius by an
+            ulp on half of the projected rows).
         """
         check_is_fitted(self, "mean_")
         X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
-        return _project_onto_ball((X - self.mean_) / self.scale_, 0.0, self.output_radius_)
+        with np.errstate(over="ignore"):
+            standardized = (X - self.mean_) / self.scale_
+        project_into_ball(standardized, self.output_radius_)
+        return standardized
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
