@@ -241,3 +241,31 @@ def test_same_seed_gives_the_release_recorded_before_the_speed_work(data, params
     with np.load(RECORDED_ARRAYS) as recorded:
         expected = recorded[f"centers_{data}_{params}_{seed}"]
     np.testing.assert_allclose(est.cluster_centers_, expected, rtol=1e-9, atol=0)
+
+@pytest.mark.parametrize("params", [
+    pytest.param({"n_clusters": 1, "r_min": 1e-15}, id="one-cluster-fine-grid"),
+    pytest.param({"n_clusters": 1, "r_min": 1e3}, id="one-cluster-r_min-above-radius"),
+    pytest.param({"n_clusters": 2, "method": "averages", "r_min": 1e-15}, id="averages-fine-grid"),
+])
+def test_an_r_min_the_averages_cannot_use_is_refused_before_any_randomness(params):
+    """Review RD-2: the grid check (2 data_radius / r_min <= 2**52, r_min <= data_radius) ran
+    inside the private step: a charged status_='failure' instead of a ValueError."""
+    X = make_separated_mixture(60_000, n_clusters=2, n_features=2, separation=20.0,
+                               random_state=0)[0]
+    accountant = BudgetAccountant()
+    rng = np.random.default_rng(0)
+    state = rng.bit_generator.state
+    with pytest.raises(ValueError, match=r"r_min=.* must be in \[2 \* data_radius / 2\*\*52"):
+        KTupleClusterer(data_radius=100.0, accountant=accountant, random_state=rng,
+                        **params).fit(X)
+    assert accountant.ledger == [] and rng.bit_generator.state == state
+
+
+def test_an_r_min_outside_the_released_bound_is_moved_into_its_range():
+    """With data_radius=None the bound is released: r_min is fitted to it, with a warning."""
+    X = np.random.default_rng(0).normal(size=(5000, 2)) * 10.0
+    with pytest.warns(UserWarning, match=r"r_min=1e-15 is outside .* the private averages use"):
+        est = KTupleClusterer(n_clusters=1, r_min=1e-15, accountant=BudgetAccountant(),
+                              random_state=0).fit(X)
+    assert est.status_ == "success" and est.privacy_spent_["proven"]
+    assert np.linalg.norm(est.cluster_centers_[0]) < 1.0

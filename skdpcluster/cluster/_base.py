@@ -462,6 +462,10 @@ class _PrivateFitMixin:
         """Whether ``data_radius`` is a number given by the user (not ``None`` or ``"data"``)."""
         return self.data_radius is not None and not isinstance(self.data_radius, str)
 
+    def _radius_is_users(self):
+        """Whether ``data_radius`` is the user's number (not the released bound of an inner fit)."""
+        return self._public_radius_given() and not getattr(self, "_radius_released", False)
+
     #: Above this bound on the data the squared distances and sums of the private steps
     #: can overflow float64 (``(2 Lambda)^2 n`` must stay finite).
     _MAX_DATA_RADIUS = 1e100
@@ -517,6 +521,7 @@ class _PrivateFitMixin:
                                      center=self.data_center, neighbouring=self._neighbouring())
         inner = clone(self).set_params(epsilon=self.epsilon - budget.cost[0],
                                        delta=self.delta - budget.cost[1])
+        inner._radius_released = True  # its data_radius will be the released bound
         costs = [self._plan_inner(inner, data, RADIUS_SAFETY * radius, center, quiet=True).cost
                  for radius in GRID_RANGE]
         cost = (budget.cost[0] + max(c[0] for c in costs), budget.cost[1] + max(c[1] for c in costs))

@@ -19,8 +19,7 @@ from skdpcluster.ktuple._tuples import (
 from skdpcluster.accountant import BudgetAccountant
 from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _BasePrivateClusterer, _fit_scope
 from skdpcluster.cluster._cost_estimate import COST_KEYS, CostEstimateMixin
-from skdpcluster.cluster._one_cluster import R_MIN_FRACTION as DEFAULT_R_MIN_FRACTION
-from skdpcluster.cluster._one_cluster import fit_one_cluster, plan_one_cluster
+from skdpcluster.cluster._one_cluster import fit_one_cluster, plan_one_cluster, resolved_r_min
 from skdpcluster.exceptions import InsufficientDataError
 from skdpcluster.mechanisms import PrivacyEvent
 from skdpcluster.utils._warnings import warn_user
@@ -142,7 +141,11 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
     data_center : array-like of shape (n_features,), default=None
         Public centre of the data ball; ``None`` means the origin.
     r_min : float, default=None
-        Resolution of ``"averages"``; ``None`` means ``1e-4 * data_radius``.
+        Resolution of ``"averages"`` (and of the one-cluster average);
+        ``None`` means ``1e-4 * data_radius``. It must be in
+        ``[2 * data_radius / 2**52, data_radius]``: outside, a public
+        ``data_radius`` is refused before anything is spent, and a released
+        bound (``data_radius=None``) moves it into the range with a warning.
     accounting : {"corrected", "paper"}, default="corrected"
         ``"corrected"`` uses the ell for which Claim 4.5 is proven;
         ``"paper"`` reproduces Definition 4.4 and then charges the larger
@@ -595,7 +598,7 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
         center = plan.values["center"]
         if self._method() in ("averages", "located"):
             radius, unproven = self._resolve_radius(X, center)
-            r_min = self.r_min if self.r_min is not None else DEFAULT_R_MIN_FRACTION * radius
+            r_min = resolved_r_min(self, self.r_min, radius)
             plan.unproven.update(unproven)
         else:
             radius, r_min = np.nan, np.nan

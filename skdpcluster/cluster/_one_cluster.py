@@ -29,11 +29,15 @@ the ball is a per-row map, so neighbours stay neighbours. The charge is the
 planned :math:`(\varepsilon, \delta)` whatever the data.
 """
 
+import math
+
 import numpy as np
 
 from skdpcluster.averaging import private_average, private_count, private_one_medians
 from skdpcluster.averaging.one_median import private_one_medians_of_rows
+from skdpcluster.averaging._common import _MAX_GRID_INTERVALS
 from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan
+from skdpcluster.utils._warnings import warn_user
 
 __all__ = ["fit_one_cluster", "plan_one_cluster"]
 
@@ -75,11 +79,43 @@ def plan_one_cluster(estimator, X, statistic, attributes=None):
             f"{statistic} (skdpcluster.averaging), which spends delta; pass delta > 0.")
     center = estimator._resolve_center(X.shape[1])
     radius, unproven = estimator._resolve_radius(X, center)
-    r_min = getattr(estimator, "r_min", None) or R_MIN_FRACTION * radius
+    r_min = resolved_r_min(estimator, getattr(estimator, "r_min", None), radius)
     values = {"one_cluster": statistic, "center": center, "data_radius": radius, "r_min": r_min}
     attributes = {**(attributes or {}), "data_radius_": radius}
     return PrivateFitPlan((float(estimator.epsilon), float(estimator.delta)), values, attributes,
                           unproven)
+
+
+def resolved_r_min(estimator, r_min, radius):
+    r"""The grid step of the private averages, checked against the bound before any randomness.
+
+    The averages (:func:`~skdpcluster.averaging.private_average`,
+    :func:`~skdpcluster.ktuple.averages.private_k_averages`) need
+    :math:`0 < r_{min} \le \Lambda` and :math:`2\Lambda/r_{min} \le 2^{52}`
+    (a grid that float64 resolves). With a public ``data_radius`` a
+    ``r_min`` outside that range is refused here, naming ``r_min``; with a
+    released bound (``data_radius=None``, or ``"data"``) it is moved into
+    the range, a function of the released value, with a warning. Before,
+    both ended the fit inside the private step after the randomness was
+    drawn (a charged ``status_="failure"``; review RD-2). ``None`` gives
+    ``R_MIN_FRACTION`` times the bound.
+    """
+    if r_min is None:
+        return R_MIN_FRACTION * radius
+    finest = math.nextafter(2.0 * radius / _MAX_GRID_INTERVALS, math.inf)
+    if finest <= r_min <= radius:
+        return r_min
+    name = type(estimator).__name__
+    if estimator._radius_is_users():
+        raise ValueError(
+            f"{name}: r_min={r_min!r} must be in [2 * data_radius / 2**52, data_radius] = "
+            f"[{finest:.4g}, {radius!r}] (the grid of the private averages, which float64 must "
+            "resolve); pass an r_min in that range.")
+    moved = min(max(r_min, finest), radius)
+    warn_user(f"{name}: r_min={r_min!r} is outside [2 * data_radius_ / 2**52, data_radius_] for "
+              f"the released bound data_radius_={radius:.6g}; the private averages use "
+              f"r_min={moved:.6g}.", UserWarning)
+    return moved
 
 
 def fit_one_cluster(estimator, X, plan, rng):
