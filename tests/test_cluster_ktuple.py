@@ -269,3 +269,20 @@ def test_an_r_min_outside_the_released_bound_is_moved_into_its_range():
                               random_state=0).fit(X)
     assert est.status_ == "success" and est.privacy_spent_["proven"]
     assert np.linalg.norm(est.cluster_centers_[0]) < 1.0
+
+
+@pytest.mark.filterwarnings("ignore::skdpcluster.exceptions.PrivacyLeakWarning")
+def test_the_located_width_of_an_exact_bound_is_hidden_with_it():
+    """Review RA-7: with data_radius="data" the located grid width (a fixed multiple of the
+    bound, R / 128 in the auditor's case) gave the exact data bound back although
+    data_radius_ is hidden as nan."""
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.normal(c, 0.3, size=(5000, 2)) for c in ([-40, 0], [40, 0], [0, 60])])
+    exact = KTupleClusterer(n_clusters=3, data_radius="data", epsilon=2.0, random_state=0,
+                            accountant=BudgetAccountant()).fit(X)
+    assert exact.method_ == "located" and np.isnan(exact.data_radius_)
+    assert np.isnan(exact.located_info_["width"]) and np.isnan(exact.quality_["located_width"])
+    public = KTupleClusterer(n_clusters=3, data_radius=100.0, epsilon=2.0, random_state=0,
+                             accountant=BudgetAccountant()).fit(X)
+    width = public.located_info_["width"]
+    assert width == public.quality_["located_width"] and 0 < width < 100.0

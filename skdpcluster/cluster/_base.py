@@ -354,10 +354,21 @@ class _PrivateFitMixin:
         """Fitted attributes of a fit whose private step failed (a hook): no labels by default."""
         return {"labels_": None}
 
+    #: Entries of fitted dict attributes computed from the bound (``{attribute: keys}``):
+    #: hidden with it when the bound is data-derived (a hook; review RA-7).
+    _BOUND_DERIVED_ENTRIES = {}
+
     def _commit(self, plan, result, spent):
-        # A data-derived public value is used by the private step, but never stored exactly.
+        # A data-derived public value is used by the private step, but never stored exactly,
+        # nor any value computed from it (e.g. the located grid width, data_radius / 128).
         hidden = {name: np.nan for name in plan.unproven if name.endswith("_")}
-        for name, value in {**plan.attributes, **result.attributes, **hidden}.items():
+        attributes = {**plan.attributes, **result.attributes, **hidden}
+        if plan.unproven:
+            for name, keys in self._BOUND_DERIVED_ENTRIES.items():
+                if isinstance(attributes.get(name), dict):
+                    attributes[name] = {**attributes[name],
+                                        **{key: np.nan for key in keys if key in attributes[name]}}
+        for name, value in attributes.items():
             setattr(self, name, value)
         self.status_ = result.status or ("success" if result.success else "failure")
         self.privacy_spent_ = {"epsilon": spent[0], "delta": spent[1], "proven": result.proven}
