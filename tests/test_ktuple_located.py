@@ -633,3 +633,17 @@ def test_located_core_counts_change_by_the_added_or_removed_rows_own_membership(
                                     own)
     assert 10 <= inside <= n_added - 10  # added rows on both sides of the radii
     assert (wrong == 0) is (variant == "real")
+
+
+@pytest.mark.parametrize("epsilon, delta", [(1e-3, 0.5), (0.01, 0.9), (1.0, 1e-6)])
+def test_every_valid_budget_splits_into_positive_shares(epsilon, delta):
+    """Review RA-13: epsilon = 1e-3 with delta = 0.5 was refused ("epsilon must be > 0, got
+    -0.13"): the threshold's delta / 4 cost log(1/(1 - delta/4)) = 0.13, more than epsilon."""
+    from skdpcluster.ktuple.located import plan_located_budget
+
+    budget = plan_located_budget(epsilon, delta)
+    assert budget.rho_histogram > 0 and budget.rho_average > 0
+    assert budget.delta_threshold <= delta / 4
+    assert -math.log1p(-budget.delta_threshold) <= 0.05 * epsilon * (1 + 1e-12)
+    if delta <= 1e-3:  # ordinary budgets keep delta / 4 (the releases are unchanged)
+        assert budget.delta_threshold == delta / 4

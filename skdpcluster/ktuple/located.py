@@ -86,6 +86,8 @@ __all__ = [
 WIDTH_EPSILON_SHARE = 0.15
 #: Share of delta spent on the threshold of the sparse histogram.
 THRESHOLD_DELTA_SHARE = 0.25
+#: Largest share of epsilon that the threshold's delta may cost, :math:`\log(1/(1 - \delta_\tau))`.
+THRESHOLD_EPSILON_CAP = 0.05
 #: Share of the zCDP budget spent by the histogram; the rest averages the tuples, or, when
 #: the caller refines on the raw rows, is left to the rows (see :func:`plan_located_budget`).
 HISTOGRAM_RHO_SHARE = 0.5
@@ -171,8 +173,13 @@ class LocatedBudget:
 def plan_located_budget(epsilon, delta, *, on_rows=False):
     r"""Split ``(epsilon, delta)`` between the steps (public values only).
 
-    :math:`\varepsilon_w = 0.15\varepsilon`, :math:`\delta_\tau = \delta/4`,
-    :math:`\delta_z = 3\delta/4` and :math:`\rho` the largest zCDP with
+    :math:`\varepsilon_w = 0.15\varepsilon`, :math:`\delta_\tau =
+    \min(\delta/4, 1 - e^{-0.05\varepsilon})` (the second term only for a
+    delta so large that the threshold's cost :math:`\log(1/(1-\delta_\tau))`
+    would exceed :math:`0.05\varepsilon`: with :math:`\delta/4`, epsilon
+    = 1e-3 and delta = 0.5 left a negative epsilon for the zCDP steps and
+    were refused with a misleading message; review RA-13),
+    :math:`\delta_z = \delta - \delta_\tau` and :math:`\rho` the largest zCDP with
     :math:`\varepsilon_w + \log(1/(1-\delta_\tau)) + \rho + 2\sqrt{\rho\log(1/\delta_z)}
     \le \varepsilon`. On tuples only, :math:`\rho` is split evenly between the
     histogram and the averages; with ``on_rows=True`` the histogram gets
@@ -184,7 +191,8 @@ def plan_located_budget(epsilon, delta, *, on_rows=False):
     LocatedBudget
     """
     epsilon, delta = check_epsilon_delta(epsilon, delta, allow_zero_delta=False)
-    delta_threshold = THRESHOLD_DELTA_SHARE * delta
+    delta_threshold = min(THRESHOLD_DELTA_SHARE * delta,
+                          -math.expm1(-THRESHOLD_EPSILON_CAP * epsilon))
     epsilon_width = WIDTH_EPSILON_SHARE * epsilon
     epsilon_zcdp = epsilon - epsilon_width + math.log1p(-delta_threshold)
     delta_zcdp = delta - delta_threshold
