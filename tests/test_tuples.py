@@ -1,3 +1,4 @@
+import warnings
 from pathlib import Path
 
 import joblib
@@ -371,3 +372,28 @@ def test_sampling_by_weight_is_the_inverse_cdf_of_searchsorted(block_size):
     expected = [np.searchsorted(c, u * c[-1]) for c, u in zip(cumulative, uniforms)]
     assert np.array_equal(_tuples._sample_by_weight(weights, uniforms),
                           np.minimum(expected, block_size - 1))
+
+
+@pytest.mark.parametrize("backend", [None, "threading"])
+def test_a_base_clusterers_warning_on_one_extreme_row_does_not_escape(backend):
+    """Review RE-F1: GaussianMixture warned ("distinct clusters ... smaller than n_clusters")
+    on the block holding one extreme row, so the neighbour with that row was told apart."""
+    from skdpcluster import BudgetAccountant, KTupleClusterer
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((4000, 2))
+    X[:2000, 0] += 50.0
+    neighbour = X.copy()
+    neighbour[0] = [1e200, 0.0]
+    for data in (X, neighbour):
+        estimator = KTupleClusterer(2, data_radius=100.0, base_estimator=GaussianMixture(2),
+                                    accountant=BudgetAccountant(), random_state=7, n_jobs=2)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if backend is None:
+                estimator.set_params(n_jobs=None).fit(data)
+            else:
+                with joblib.parallel_config(backend=backend):
+                    estimator.fit(data)
+        assert [str(w.message) for w in caught] == []
+        assert estimator.status_ == "success"
