@@ -587,8 +587,9 @@ _RR_TINY_REPLACE_EPSILON = 700.0
 
 
 def _rr_replace_probability(epsilon, n_values):
-    r"""Probability of replacing the true value, rounded up: :math:`r \ge (m - 1)/(e^\varepsilon + m - 1)`.
+    r"""Probability of replacing the true value, rounded up: at least :math:`(m - 1)q`.
 
+    With :math:`q = 1/(e^\varepsilon + m - 1)` (:func:`randomized_response`).
     Computed as :math:`\rho/(1 + \rho)` with :math:`\rho = (m - 1)e^{-\varepsilon}`:
     the exponential (within an ulp), the product, the sum and the
     quotient round by at most :math:`5u` in all (:math:`u = 2^{-53}`),
@@ -613,16 +614,15 @@ def _check_rr_resolution(epsilon, n_values):
     the report is :math:`\varepsilon`-DP when :math:`r \le b = (m -
     1)e^\varepsilon/(1 + (m - 1)e^\varepsilon)` (the other direction of
     the likelihood ratio), and :math:`b - q = (m-1)(e^{2\varepsilon} -
-    1)/((1 + (m-1)e^\varepsilon)(e^\varepsilon + m - 1))`. That gap must
-    hold the draw's excess with room for the rounding of this check (a
-    factor 2).
+    1)/((1 + (m-1)e^\varepsilon)(e^\varepsilon + m - 1))`, computed
+    divided through by :math:`e^{2\varepsilon}` (no overflow at any
+    epsilon). That gap must hold the draw's excess with room for the
+    rounding of this check (a factor 2).
     """
-    if epsilon > _RR_TINY_REPLACE_EPSILON:
-        return
-    growth = math.exp(epsilon)
-    replace = (n_values - 1) / (growth + n_values - 1)
-    gap = (n_values - 1) * math.expm1(2.0 * epsilon) / (
-        (1.0 + (n_values - 1) * growth) * (growth + n_values - 1))
+    decay = math.exp(-epsilon)  # the gap divided through by e^(2 epsilon): nothing overflows
+    replace = (n_values - 1) * decay / (1.0 + (n_values - 1) * decay)
+    gap = (n_values - 1) * -math.expm1(-2.0 * epsilon) / (
+        (decay + n_values - 1) * (1.0 + (n_values - 1) * decay))
     if not gap >= 2.0 * (replace * 2.0**-47 + 2.0**-53):
         raise ValueError(
             f"epsilon={epsilon!r} is too small for randomized response over n_values="

@@ -101,7 +101,7 @@ def _generator_whose_next_uniform_is_zero():
     return np.random.Generator(bit_generator)
 
 
-@pytest.mark.parametrize("epsilon", [1.0, 38.0, 76.0, 800.0])
+@pytest.mark.parametrize("epsilon", [1.0, 38.0, 76.0, 400.0, 800.0])
 def test_randomized_response_never_sends_the_value_in_the_clear(epsilon):
     """Review RB-06: the lowest uniform draw replaces the value, at every epsilon.
 
