@@ -112,9 +112,14 @@ def resolved_r_min(estimator, r_min, radius):
             f"[{finest:.4g}, {radius!r}] (the grid of the private averages, which float64 must "
             "resolve); pass an r_min in that range.")
     moved = min(max(r_min, finest), radius)
-    warn_user(f"{name}: r_min={r_min!r} is outside [2 * data_radius_ / 2**52, data_radius_] for "
-              f"the released bound data_radius_={radius:.6g}; the private averages use "
-              f"r_min={moved:.6g}.", UserWarning)
+    if estimator._public_radius_given():  # the released bound of an inner fit: public
+        warn_user(f"{name}: r_min={r_min!r} is outside [2 * data_radius_ / 2**52, "
+                  f"data_radius_] for the released bound data_radius_={radius:.6g}; the "
+                  f"private averages use r_min={moved:.6g}.", UserWarning)
+    else:  # data_radius="data": neither the exact bound nor the moved r_min is shown
+        warn_user(f"{name}: r_min={r_min!r} is outside [2 * data_radius / 2**52, data_radius] "
+                  "for the data's exact bound; the private averages use the nearest end.",
+                  UserWarning)
     return moved
 
 
