@@ -286,3 +286,15 @@ def test_the_located_width_of_an_exact_bound_is_hidden_with_it():
                              accountant=BudgetAccountant()).fit(X)
     width = public.located_info_["width"]
     assert width == public.quality_["located_width"] and 0 < width < 100.0
+
+
+def test_a_moved_r_min_does_not_show_an_exact_bound():
+    X = np.random.default_rng(0).normal(size=(3000, 2)) * 10.0
+    exact = float(np.max(np.linalg.norm(X, axis=1)))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        KTupleClusterer(n_clusters=1, r_min=1e-15, data_radius="data", random_state=0,
+                        accountant=BudgetAccountant()).fit(X)
+    messages = " ".join(str(w.message) for w in caught)
+    assert "r_min=1e-15 is outside" in messages
+    assert f"{exact:.6g}" not in messages and f"{2 * exact / 2**52:.6g}" not in messages
