@@ -3,6 +3,7 @@
 import math
 import sys
 import warnings
+from fractions import Fraction
 
 import joblib
 import numpy as np
@@ -214,6 +215,76 @@ def test_client_level_sensitivity_is_the_per_client_contribution_bound():
         without = _aggregates(rows[keep], clients[keep], components, server_points, centers, clip)
         for step, change in _changes(without, full).items():
             assert change <= clip[step] * (1 + 1e-9), (client, step)
+
+
+#: Powers of two near 1e-100 and 1e90 (exact scalings of the data, so the test compares like
+#: with like); at 1e-100 the unscaled Frobenius norms underflowed to 0 (review RC-08).
+SCALES = (2.0**-332, 1.0, 2.0**299)
+#: Power of the scale of each aggregate (the second moment is quadratic in the rows).
+_DEGREE = {"projection": 2, "weights": 0, "sums": 1, "counts": 0, "lloyd_sums": 1,
+           "lloyd_counts": 0}
+
+
+def _client_changes(scale):
+    """Per client of 1000 rows, its clipped contribution to every aggregate, in units of scale."""
+    X, _, clients, _, _ = mixture(n_clients=3, per_client=1000, n_features=6)
+    rows = fi.clip_rows(X * scale, 0.0, RADIUS * scale)
+    components, server_points, centers = _probe()
+    clip = {"projection": 3 * RADIUS**2, "weights": 4.0, "sums": 2 * RADIUS, "counts": 5.0,
+            "lloyd_sums": 2 * RADIUS, "lloyd_counts": 5.0}
+    scaled_clip = {step: bound * scale**_DEGREE[step] for step, bound in clip.items()}
+    probe = (components, server_points * scale, centers * scale)
+    full = _aggregates(rows, clients, *probe, scaled_clip)
+    changes = []
+    for client in range(3):
+        keep = clients != client
+        without = _aggregates(rows[keep], clients[keep], *probe, scaled_clip)
+        changes.append({step: np.linalg.norm(np.ldexp(full[step] - without[step],
+                                                      -_DEGREE[step] * int(math.log2(scale))
+                                                      ).ravel(), ord=_NORMS[step])
+                        for step in full})
+    return changes, clip
+
+
+@pytest.mark.parametrize("scale", SCALES)
+def test_client_level_sensitivity_holds_at_every_scale(scale):
+    """A 1000-row client's clipped contribution never exceeds its bound, at 1e-100, 1 and 1e90,
+    and is the same at every scale (the clip factors are scale-free)."""
+    changes, clip = _client_changes(scale)
+    reference, _ = _client_changes(1.0)
+    for client, (change, expected) in enumerate(zip(changes, reference)):
+        for step, value in change.items():
+            assert value <= clip[step] * (1 + 1e-9), (client, step)
+            assert value == pytest.approx(expected[step], rel=1e-9), (client, step)
+
+
+def _exact_frobenius_squared(matrix):
+    return sum(Fraction(float(v)) ** 2 for v in np.ravel(matrix))
+
+
+@pytest.mark.parametrize("scale", (2.0**-490, 1.0, 2.0**490))
+def test_client_clip_factors_are_proven_in_exact_arithmetic(scale):
+    """factor * ||A_j||_F, factor * ||M_j||_F and factor * n_j are at most their bounds, exactly."""
+    rng = np.random.default_rng(5)
+    direction = rng.normal(size=4)
+    rows = np.vstack([np.tile(direction / np.linalg.norm(direction), (300, 1)),
+                      rng.normal(size=(200, 4)) * 0.3]) * scale
+    shard = fi.ClientShard(rows, np.array([500]))
+    exact = [[sum(Fraction(float(x)) * Fraction(float(y)) for x, y in zip(a, b))
+              for b in rows.T] for a in rows.T]
+    for bound in (1.0 * scale**2, 1e-3 * scale**2):
+        (factor,) = fi._proven_clip_factors(bound, *fi._second_moment_norms(shard))
+        norm_squared = sum(v * v for line in exact for v in line)
+        assert Fraction(factor) ** 2 * norm_squared <= Fraction(bound) ** 2
+        assert factor * 500 * scale**2 > 0.999 * bound  # and clipped no more than needed
+    labels = (rows[:, 0] > 0).astype(np.intp)
+    sums = [[sum((Fraction(float(x)) for x in rows[labels == c, a]), Fraction(0))
+             for a in range(4)] for c in range(2)]
+    for sum_bound, count_bound in ((1.0 * scale, 1e9), (1e9 * scale, 7.0)):
+        (factor,) = fi._joint_clip_factors(shard, labels, 2, sum_bound, count_bound)
+        norm_squared = sum(v * v for line in sums for v in line)
+        assert Fraction(factor) ** 2 * norm_squared <= Fraction(sum_bound) ** 2
+        assert Fraction(factor) * 500 <= Fraction(count_bound)
 
 
 def test_client_level_noise_is_calibrated_to_the_clip_bounds():
