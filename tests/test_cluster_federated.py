@@ -327,6 +327,40 @@ def test_dask_run_equals_in_process_run(data):
     assert expected.privacy_spent_ == got.privacy_spent_
 
 
+def test_an_empty_dask_chunk_is_a_client_that_contributes_nothing():
+    """client_ids="chunks" at client level with k < d: an empty chunk changes nothing (RC-03)."""
+    da = pytest.importorskip("dask.array")
+    X, _, _, server, _ = mixture(n_clients=4, per_client=100, n_features=4, n_clusters=2)
+    fits = []
+    for chunks in ((100, 100, 100, 100), (100, 0, 100, 100, 100)):
+        est = _fresh(n_clusters=2, privacy_unit="client", n_lloyd_iter=1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            fits.append(est.fit(da.from_array(X, chunks=(chunks, 4)), client_ids="chunks",
+                                X_server=server))
+    without, with_empty = fits
+    assert with_empty.status_ == "success" and with_empty.privacy_spent_["proven"]
+    for name in ("cluster_centers_", "initial_centers_", "components_", "server_weights_"):
+        np.testing.assert_allclose(getattr(with_empty, name), getattr(without, name), rtol=0,
+                                   atol=1e-12 * RADIUS**2, err_msg=name)
+    assert [e.cost() for e in with_empty.privacy_ledger_] == [
+        e.cost() for e in without.privacy_ledger_]
+
+
+def test_clients_without_rows_contribute_nothing_to_any_statistic():
+    rows = np.random.default_rng(0).normal(size=(5, 3))
+    empty = fi.ClientShard(rows, np.array([2, 0, 3, 0]))
+    plain = fi.ClientShard(rows, np.array([2, 3]))
+    for statistic, kwargs in ((fi.second_moment_statistic, {"bound": 0.5}),
+                              (fi.cluster_sums_statistic,
+                               {"centers": rows[:2], "bounds": (0.5, 0.7)})):
+        for got, expected in zip(statistic(empty, **kwargs), statistic(plain, **kwargs)):
+            np.testing.assert_array_equal(got, expected)
+    (moment,) = fi.second_moment_statistic(fi.ClientShard(np.empty((0, 3)), np.array([0])),
+                                           bound=1.0)
+    np.testing.assert_array_equal(moment, np.zeros((3, 3)))
+
+
 def test_dask_executor_without_a_client_spends_nothing(data):
     pytest.importorskip("distributed")
     X, _, clients, server, _ = data
