@@ -642,3 +642,20 @@ def test_a_server_radius_below_the_minimum_is_refused_naming_x_server():
         FederatedPrivateKMeans(2, epsilon=2.0, random_state=0, accountant=accountant,
                                data_center=np.zeros(2)).fit(X, X_server=X[:30])
     assert accountant.total() == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("privacy_unit", ["sample", "client"])
+def test_a_server_without_spread_is_refused_before_any_spend(data, privacy_unit):
+    """Server rows all at data_center: refused naming X_server, never the data's exact radius."""
+    X, _, clients, _, _ = data
+    center = np.full(X.shape[1], 0.5)
+    accountant = BudgetAccountant()
+    est = FederatedPrivateKMeans(3, privacy_unit=privacy_unit, data_center=center,
+                                 random_state=0, accountant=accountant)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyLeakWarning)
+        with pytest.raises(ValueError, match="X_server has no spread about data_center.*public "
+                                             "data_radius"):
+            est.fit(X, client_ids=clients, X_server=np.tile(center, (5, 1)))
+    assert accountant.total() == (0.0, 0.0)
+    assert not hasattr(est, "cluster_centers_")

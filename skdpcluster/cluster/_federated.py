@@ -202,7 +202,8 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
     data_radius : float, "data" or None, default=None
         Public bound :math:`\Delta` on :math:`\|x - c\|`; rows outside are
         projected onto the ball. ``None``: the radius of ``X_server`` around
-        c (public; the paper's choice, §5.1), or, without ``X_server``, a
+        c (public; the paper's choice, §5.1; a ValueError before any spend
+        when every server row is at c), or, without ``X_server``, a
         centre and a radius released privately on 10% of (epsilon, delta)
         (:mod:`skdpcluster.bounds`; ``privacy_unit="sample"`` only), stored in
         ``data_center_`` and ``data_radius_``. ``"data"``: the radius of
@@ -508,6 +509,10 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
     def _resolve_federated_radius(self, data, center):
         """Delta: the parameter, else the public server radius, else the data's (leak warning).
 
+        A server with no spread about ``data_center`` (radius 0) is refused
+        before any randomness: the exact radius of the private rows is never
+        used unless ``data_radius="data"`` asks for it (review RC-02).
+
         Returns the radius and the plan's ``unproven`` dict (see ``_resolve_radius``).
         """
         if self.data_radius is None and data.server is not None:
@@ -519,14 +524,18 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
                     f"{self._max_data_radius():.3g}, where the distances of "
                     f"{type(self).__name__} overflow; rescale X and X_server (and data_center), "
                     "or pass a public data_radius.")
-            if 0 < radius < self._MIN_DATA_RADIUS:
+            if radius == 0:
+                raise ValueError(
+                    "X_server has no spread about data_center (every server row is at the "
+                    "centre), so it gives no bound on the clients' rows; pass a public "
+                    "data_radius, or server rows with spread as X_server.")
+            if radius < self._MIN_DATA_RADIUS:
                 raise ValueError(
                     f"X_server's largest norm about data_center, {radius:.3g}, is below 2**-500 "
                     f"(about {self._MIN_DATA_RADIUS:.3g}), where the rounding bounds of "
                     f"{type(self).__name__}'s private steps underflow; rescale X and X_server "
                     "(and data_center), or pass a public data_radius.")
-            if radius > 0:
-                return self._checked_radius(radius), {}
+            return self._checked_radius(radius), {}
         return self._resolve_radius(data.X, center)
 
     def _resolved_lloyd_iter(self, init):
