@@ -659,3 +659,30 @@ def test_a_server_without_spread_is_refused_before_any_spend(data, privacy_unit)
             est.fit(X, client_ids=clients, X_server=np.tile(center, (5, 1)))
     assert accountant.total() == (0.0, 0.0)
     assert not hasattr(est, "cluster_centers_")
+
+
+@pytest.mark.parametrize("init, base_estimator", [("feddp", "DBSCAN"), ("server_lloyds",
+                                                                       "MeanShift")])
+def test_a_base_estimator_without_centres_is_refused_before_any_spend(data, init,
+                                                                      base_estimator):
+    """DBSCAN / MeanShift have no cluster_centers_ for k clusters: refused in the plan."""
+    import sklearn.cluster
+
+    X, _, clients, server, _ = data
+    est = _fresh(init=init, base_estimator=getattr(sklearn.cluster, base_estimator)())
+    with pytest.raises(ValueError, match="base_estimator .* cannot cluster the server points"):
+        est.fit(X, client_ids=clients, X_server=server)
+    assert est.accountant.total() == (0.0, 0.0)
+    assert not hasattr(est, "cluster_centers_")
+
+
+def test_a_serving_base_estimator_gives_the_fit_of_the_default():
+    """The trial fit on X_server is a clone: a user KMeans fits as the default one does."""
+    from sklearn.cluster import KMeans
+
+    X, _, clients, server, _ = mixture(n_clients=5, per_client=200, n_features=4)
+    for init in ("feddp", "server_lloyds"):
+        default = _fresh(init=init).fit(X, client_ids=clients, X_server=server)
+        user = _fresh(init=init, base_estimator=KMeans(n_init=10)).fit(X, client_ids=clients,
+                                                                     X_server=server)
+        np.testing.assert_array_equal(user.cluster_centers_, default.cluster_centers_)

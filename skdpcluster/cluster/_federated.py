@@ -1,6 +1,7 @@
 r"""FederatedPrivateKMeans: FedDP-KMeans (Scott, Lampert & Saulpic, ICML 2025) for scikit-learn."""
 
 import math
+import warnings
 from dataclasses import dataclass
 from numbers import Integral, Real
 
@@ -27,6 +28,7 @@ from skdpcluster.cluster._federated_init import (
     STEPS,
     ChunkedFederatedExecutor,
     FederatedExecutor,
+    _fit_centers,
     baseline_init,
     build_shards,
     clip_rows,
@@ -448,7 +450,7 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         active = self._active_steps(init, n_lloyd, min(self.n_clusters, n_features) < n_features)
         unit_bounds = self._unit_bounds(radius)
         budget = self._budget(active, n_lloyd, unit_bounds)
-        estimator = self._server_estimator(init)
+        estimator = self._server_estimator(init, data.server, center)
         if self.executor == "dask" and not hasattr(data.X, "map_reduce"):
             dask_client()
         values = {"center": center, "radius": radius, "init": init, "public": public_centers,
@@ -601,12 +603,41 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
             budget = plan_budget(*arguments, calibration=self.calibration, accounting="basic")
         return budget
 
-    def _server_estimator(self, init):
-        estimator = KMeans(n_init=10) if self.base_estimator is None else self.base_estimator
-        if init == "feddp" and not has_fit_parameter(estimator, "sample_weight"):
+    def _server_estimator(self, init, server, center):
+        """The server's clusterer, checked before any randomness on the public ``X_server``.
+
+        For the inits that use it (``"feddp"``, ``"server_lloyds"``), a clone
+        is fit on the public server rows, in the shape FedDP-Init gives it
+        (their first ``min(k, d)`` centred coordinates, weighted, for
+        ``"feddp"``): an estimator that cannot return k centres (no
+        ``cluster_centers_``, as DBSCAN or MeanShift) is refused here, not
+        after the budget is spent (review RC-07). The default ``KMeans``
+        needs no trial.
+        """
+        if self.base_estimator is None:
+            return KMeans(n_init=10)
+        estimator = self.base_estimator
+        if init not in ("feddp", "server_lloyds"):
+            return estimator
+        weighted = init == "feddp"
+        if weighted and not has_fit_parameter(estimator, "sample_weight"):
             raise ValueError(f"base_estimator {estimator!r} must accept sample_weight in fit: "
                              "FedDP-Init clusters the server points weighted by their noisy "
                              "counts.")
+        points = server - center
+        if weighted:
+            points = points[:, :min(self.n_clusters, points.shape[1])]
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                _fit_centers(estimator, self.n_clusters, points, 0,
+                             np.ones(len(points)) if weighted else None)
+        except Exception as error:  # public data, before any randomness: refuse, naming it
+            raise ValueError(
+                f"base_estimator {estimator!r} cannot cluster the server points: it must take "
+                "n_clusters and expose cluster_centers_ of shape (n_clusters, n_features) after "
+                f"fit (a trial fit on X_server raised {type(error).__name__}: {error}); use a "
+                "k-means-like estimator such as sklearn.cluster.KMeans.") from error
         return estimator
 
     # -- private part -----------------------------------------------------------------
