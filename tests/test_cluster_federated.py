@@ -560,6 +560,11 @@ def test_one_cluster_is_a_private_mean(data):
     assert est.init_ == "mean" and est.n_lloyd_iter_ == 1 and est.status_ == "success"
     sums, counts = est.privacy_ledger_
     assert (sums.label, counts.label) == ("federated/mean/sums", "federated/mean/counts")
+    # a Gaussian sum and a Laplace count on half of epsilon each, as the docs say (RC-04)
+    assert (sums.mechanism, counts.mechanism) == ("gaussian", "laplace")
+    assert (sums.epsilon, sums.delta, counts.epsilon, counts.delta) == (2.0, 1e-6, 2.0, 0.0)
+    doc = " ".join(FederatedPrivateKMeans.__doc__.split())
+    assert "released once by the Gaussian mechanism, and count, released once by the Laplace" in doc
     # noisy sum / noisy count: 5 sd of the sum's Gaussian per coordinate over n - 5 sd of the count
     band = 5 * sums.scale * math.sqrt(X.shape[1]) / (len(X) - 5 * counts.scale)
     assert band < 0.05

@@ -83,20 +83,24 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
     **FedDP-Init** (``init="feddp"``, three rounds; spec §2):
 
     1. *Projection.* :math:`\widehat{PP^\top} = \sum_j X_j^\top X_j + E`,
-       E symmetric Gaussian with L2 sensitivity :math:`\Delta^2` (the
-       corrected sensitivity of spec §8.4-1); :math:`V_k` holds its top
+       E symmetric Gaussian with L2 sensitivity :math:`\Delta^2` under
+       add/remove, :math:`\sqrt2\Delta^2` under replace-one (the corrected
+       sensitivity of spec §8.4-1); :math:`V_k` holds its top
        :math:`p = \min(k, d)` eigenvectors (skipped, and its budget given to
        the other steps, when :math:`k \ge d`).
     2. *Server weights.* :math:`\hat w_q = \sum_j |\{x \in X_j : q =
        \arg\min_{q'}\|V_k^\top(x - q')\|\}| + \mathrm{Lap}(1/\varepsilon_2)`
-       for every :math:`q \in Q`. Points with :math:`\hat w_q <`
+       for every :math:`q \in Q` (L1 sensitivity 1 under add/remove,
+       :math:`\mathrm{Lap}(2/\varepsilon_2)` under replace-one). Points with :math:`\hat w_q <`
        ``min_server_weight`` are dropped (if fewer than k remain, the k
        heaviest are kept with weights floored at 1e-9), and
        ``base_estimator`` runs weighted k-means on :math:`QV_k`, giving
        projected centres :math:`\xi_r`.
     3. *Lift.* Rows are assigned by projected distance to :math:`\xi_r`;
        :math:`\hat m_r = \sum x + N(0, \sigma_3^2 I_d)` (sensitivity
-       :math:`\Delta`), :math:`\hat n_r = |S_r| + \mathrm{Lap}(1/\varepsilon_{3L})`
+       :math:`\Delta` under add/remove, :math:`2\Delta` under replace-one),
+       :math:`\hat n_r = |S_r| + \mathrm{Lap}(1/\varepsilon_{3L})` (twice the
+       scale under replace-one)
        and :math:`\nu_r = \hat m_r / \max(\hat n_r, 1)`, projected onto the
        data ball; where :math:`\hat n_r < \max(1, 3 b_{3L})` the lifted
        :math:`V_k\xi_r` is used instead (free post-processing).
@@ -105,7 +109,9 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
     assigned by full distance and each centre moves to its noisy mean, with
     :math:`(\varepsilon_{4G}/T, \delta_4/T)` Gaussian sums and
     :math:`\mathrm{Lap}(T/\varepsilon_{4L})` counts per round (the paper's
-    §3.2 text; its Algorithm 2 box has an extra factor T, spec §8.4-3).
+    §3.2 text; its Algorithm 2 box has an extra factor T, spec §8.4-3), at
+    the add/remove sensitivities :math:`\Delta` and 1; under replace-one
+    (the default ``neighbouring``) both are doubled.
 
     **Guarantee** (Theorem 1 with the deltas added, spec §1.4): the fit is
     :math:`(\varepsilon, \delta)`-DP with
@@ -123,9 +129,11 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
     n_clusters : int, default=8
         Number of clusters k. ``n_clusters=1`` is the private mean: one
         FedDP-Lloyd round from the public ``data_center`` (one Voronoi cell:
-        every row), i.e. the clients' clipped sum and count, each released
-        once by the round's Gaussian mechanism on the whole budget, and their
-        ratio (``init_="mean"``, ``n_lloyd_iter_=1``; ``init``,
+        every row), i.e. the clients' clipped sum, released once by the
+        Gaussian mechanism, and count, released once by the Laplace mechanism
+        (by default half of epsilon each, all of delta to the sum;
+        ``budget_split``'s ``"lloyd_sums"`` and ``"lloyd_counts"`` set the
+        shares), and their ratio (``init_="mean"``, ``n_lloyd_iter_=1``; ``init``,
         ``n_lloyd_iter`` and ``X_server`` are not used). At
         ``privacy_unit="client"`` it is the mean of the clients' clipped
         contributions: a client's sum and count are scaled by one factor so
@@ -430,11 +438,12 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
 
         With one cluster the Voronoi cell of any centre is every row, so one
         FedDP-Lloyd round from the public centre :math:`\mu` is the private
-        mean: the clients' clipped sum and count, each released once by the
-        round's Gaussian mechanism at the privacy unit's sensitivity (one row,
-        or one client's clipped contribution, ``client_clip``), on the whole
-        budget; the mean is their ratio (post-processing). No server data and
-        no initialisation are used.
+        mean: the clients' clipped sum and count, released once each by the
+        round's mechanisms (Gaussian sum, Laplace count; by default half of
+        epsilon each and all of delta to the sum) at the privacy unit's
+        sensitivity (one row, or one client's clipped contribution,
+        ``client_clip``); the mean is their ratio (post-processing). No
+        server data and no initialisation are used.
         """
         if self.n_clusters == 1:
             return "public", np.zeros((1, data.X.shape[1])), 1
