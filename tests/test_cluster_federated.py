@@ -631,10 +631,11 @@ def test_a_server_radius_beyond_the_float_range_is_refused_naming_x_server(extra
     X = np.vstack([rng.normal(size=(300, 2)) + m for m in ([5, 5], [-5, -5])])
     server = np.vstack([X[:30], [extra]])
     accountant = BudgetAccountant()
-    with pytest.raises(ValueError, match="X_server's largest norm"):
+    with pytest.raises(ValueError, match="X_server's largest norm") as refused:
         FederatedPrivateKMeans(2, epsilon=2.0, random_state=0, accountant=accountant).fit(
             X, X_server=server)
     assert accountant.total() == (0.0, 0.0)
+    assert "inf" not in str(refused.value)  # the overflowed norm read "inf" (RC-04, cosmetic)
 
 
 def test_a_server_radius_below_the_minimum_is_refused_naming_x_server():

@@ -527,11 +527,11 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         Returns the radius and the plan's ``unproven`` dict (see ``_resolve_radius``).
         """
         if self.data_radius is None and data.server is not None:
-            with np.errstate(over="ignore"):
-                radius = float(np.max(np.linalg.norm(data.server - center, axis=1)))
+            radius = _largest_norm(data.server - center)
             if radius > self._max_data_radius():
+                shown = f"{radius:.3g}" if math.isfinite(radius) else "beyond the float64 range"
                 raise ValueError(
-                    f"X_server's largest norm about data_center, {radius:.3g}, is above "
+                    f"X_server's largest norm about data_center, {shown}, is above "
                     f"{self._max_data_radius():.3g}, where the distances of "
                     f"{type(self).__name__} overflow; rescale X and X_server (and data_center), "
                     "or pass a public data_radius.")
@@ -695,6 +695,20 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         centers = baseline_init(init, server, n_clusters=self.n_clusters, n_features=n_features,
                                 radius=values["radius"], estimator=values["estimator"], rng=rng)
         return centers, [], {}
+
+
+def _largest_norm(rows):
+    """max_i ||rows_i|| without under- or overflow of the squares (scaled by a power of two).
+
+    ``inf`` only when a row's norm, or an entry, is beyond the float64 range.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        peak = float(np.max(np.abs(rows)))
+        if peak == 0.0 or not math.isfinite(peak):
+            return peak
+        exponent = math.frexp(peak)[1]
+        return float(np.ldexp(np.max(np.linalg.norm(np.ldexp(rows, -exponent), axis=1)),
+                              exponent))
 
 
 def _nearest_labels(X, centers):
