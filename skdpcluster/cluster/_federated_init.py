@@ -525,7 +525,8 @@ def second_moment_statistic(shard, *, bound=None):
     r"""Step 1 of Algorithm 1: :math:`\sum_j A_j`, :math:`A_j = X_j^\top X_j` (uncentred).
 
     With ``bound`` (client level, spec §4), each :math:`A_j` is first scaled
-    to Frobenius norm at most ``bound``.
+    to Frobenius norm at most ``bound``, exactly and at any scale of the data
+    (:func:`_second_moment_norms`, :func:`_proven_clip_factors`).
     """
     X = shard.X
     if bound is None:
@@ -570,7 +571,8 @@ def _joint_clip_factors(shard, labels, n_clusters, sum_bound, count_bound):
     :math:`k` clusters, a square root) adds :math:`(d + k + 3)u` relative.
     :math:`U_j = N_j(1 + 2u(d + k + 4)) + 2u\,n_j^2\sqrt d` (twice the
     margins: the other half covers this formula's rounding) bounds
-    :math:`\|M_j\|_F/2^{e_j}`; a client of zero rows only has :math:`U_j = 0`.
+    :math:`\|M_j\|_F/2^{e_j}`; a client with no rows or only zero rows (sums
+    exactly 0) gets :math:`U_j = 0`.
     Both factors are those of :func:`_proven_clip_factors`.
     """
     sizes, n_features = shard.sizes, shard.X.shape[1]
