@@ -3,6 +3,7 @@
 import math
 import sys
 import warnings
+from fractions import Fraction
 
 import joblib
 import numpy as np
@@ -216,6 +217,76 @@ def test_client_level_sensitivity_is_the_per_client_contribution_bound():
             assert change <= clip[step] * (1 + 1e-9), (client, step)
 
 
+#: Powers of two near 1e-100 and 1e90 (exact scalings of the data, so the test compares like
+#: with like); at 1e-100 the unscaled Frobenius norms underflowed to 0 (review RC-08).
+SCALES = (2.0**-332, 1.0, 2.0**299)
+#: Power of the scale of each aggregate (the second moment is quadratic in the rows).
+_DEGREE = {"projection": 2, "weights": 0, "sums": 1, "counts": 0, "lloyd_sums": 1,
+           "lloyd_counts": 0}
+
+
+def _client_changes(scale):
+    """Per client of 1000 rows, its clipped contribution to every aggregate, in units of scale."""
+    X, _, clients, _, _ = mixture(n_clients=3, per_client=1000, n_features=6)
+    rows = fi.clip_rows(X * scale, 0.0, RADIUS * scale)
+    components, server_points, centers = _probe()
+    clip = {"projection": 3 * RADIUS**2, "weights": 4.0, "sums": 2 * RADIUS, "counts": 5.0,
+            "lloyd_sums": 2 * RADIUS, "lloyd_counts": 5.0}
+    scaled_clip = {step: bound * scale**_DEGREE[step] for step, bound in clip.items()}
+    probe = (components, server_points * scale, centers * scale)
+    full = _aggregates(rows, clients, *probe, scaled_clip)
+    changes = []
+    for client in range(3):
+        keep = clients != client
+        without = _aggregates(rows[keep], clients[keep], *probe, scaled_clip)
+        changes.append({step: np.linalg.norm(np.ldexp(full[step] - without[step],
+                                                      -_DEGREE[step] * int(math.log2(scale))
+                                                      ).ravel(), ord=_NORMS[step])
+                        for step in full})
+    return changes, clip
+
+
+@pytest.mark.parametrize("scale", SCALES)
+def test_client_level_sensitivity_holds_at_every_scale(scale):
+    """A 1000-row client's clipped contribution never exceeds its bound, at 1e-100, 1 and 1e90,
+    and is the same at every scale (the clip factors are scale-free)."""
+    changes, clip = _client_changes(scale)
+    reference, _ = _client_changes(1.0)
+    for client, (change, expected) in enumerate(zip(changes, reference)):
+        for step, value in change.items():
+            assert value <= clip[step] * (1 + 1e-9), (client, step)
+            assert value == pytest.approx(expected[step], rel=1e-9), (client, step)
+
+
+def _exact_frobenius_squared(matrix):
+    return sum(Fraction(float(v)) ** 2 for v in np.ravel(matrix))
+
+
+@pytest.mark.parametrize("scale", (2.0**-490, 1.0, 2.0**490))
+def test_client_clip_factors_are_proven_in_exact_arithmetic(scale):
+    """factor * ||A_j||_F, factor * ||M_j||_F and factor * n_j are at most their bounds, exactly."""
+    rng = np.random.default_rng(5)
+    direction = rng.normal(size=4)
+    rows = np.vstack([np.tile(direction / np.linalg.norm(direction), (300, 1)),
+                      rng.normal(size=(200, 4)) * 0.3]) * scale
+    shard = fi.ClientShard(rows, np.array([500]))
+    exact = [[sum(Fraction(float(x)) * Fraction(float(y)) for x, y in zip(a, b))
+              for b in rows.T] for a in rows.T]
+    for bound in (1.0 * scale**2, 1e-3 * scale**2):
+        (factor,) = fi._proven_clip_factors(bound, *fi._second_moment_norms(shard))
+        norm_squared = sum(v * v for line in exact for v in line)
+        assert Fraction(factor) ** 2 * norm_squared <= Fraction(bound) ** 2
+        assert factor * 500 * scale**2 > 0.999 * bound  # and clipped no more than needed
+    labels = (rows[:, 0] > 0).astype(np.intp)
+    sums = [[sum((Fraction(float(x)) for x in rows[labels == c, a]), Fraction(0))
+             for a in range(4)] for c in range(2)]
+    for sum_bound, count_bound in ((1.0 * scale, 1e9), (1e9 * scale, 7.0)):
+        (factor,) = fi._joint_clip_factors(shard, labels, 2, sum_bound, count_bound)
+        norm_squared = sum(v * v for line in sums for v in line)
+        assert Fraction(factor) ** 2 * norm_squared <= Fraction(sum_bound) ** 2
+        assert Fraction(factor) * 500 <= Fraction(count_bound)
+
+
 def test_client_level_noise_is_calibrated_to_the_clip_bounds():
     X, _, clients, server, _ = mixture()
     clip = {"projection": 500.0, "weights": 2.0, "sums": 30.0, "counts": 3.0}
@@ -254,6 +325,40 @@ def test_dask_run_equals_in_process_run(data):
     for name in ("cluster_centers_", "initial_centers_", "server_weights_", "components_"):
         assert np.array_equal(getattr(expected, name), getattr(got, name)), name
     assert expected.privacy_spent_ == got.privacy_spent_
+
+
+def test_an_empty_dask_chunk_is_a_client_that_contributes_nothing():
+    """client_ids="chunks" at client level with k < d: an empty chunk changes nothing (RC-03)."""
+    da = pytest.importorskip("dask.array")
+    X, _, _, server, _ = mixture(n_clients=4, per_client=100, n_features=4, n_clusters=2)
+    fits = []
+    for chunks in ((100, 100, 100, 100), (100, 0, 100, 100, 100)):
+        est = _fresh(n_clusters=2, privacy_unit="client", n_lloyd_iter=1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            fits.append(est.fit(da.from_array(X, chunks=(chunks, 4)), client_ids="chunks",
+                                X_server=server))
+    without, with_empty = fits
+    assert with_empty.status_ == "success" and with_empty.privacy_spent_["proven"]
+    for name in ("cluster_centers_", "initial_centers_", "components_", "server_weights_"):
+        np.testing.assert_allclose(getattr(with_empty, name), getattr(without, name), rtol=0,
+                                   atol=1e-12 * RADIUS**2, err_msg=name)
+    assert [e.cost() for e in with_empty.privacy_ledger_] == [
+        e.cost() for e in without.privacy_ledger_]
+
+
+def test_clients_without_rows_contribute_nothing_to_any_statistic():
+    rows = np.random.default_rng(0).normal(size=(5, 3))
+    empty = fi.ClientShard(rows, np.array([2, 0, 3, 0]))
+    plain = fi.ClientShard(rows, np.array([2, 3]))
+    for statistic, kwargs in ((fi.second_moment_statistic, {"bound": 0.5}),
+                              (fi.cluster_sums_statistic,
+                               {"centers": rows[:2], "bounds": (0.5, 0.7)})):
+        for got, expected in zip(statistic(empty, **kwargs), statistic(plain, **kwargs)):
+            np.testing.assert_array_equal(got, expected)
+    (moment,) = fi.second_moment_statistic(fi.ClientShard(np.empty((0, 3)), np.array([0])),
+                                           bound=1.0)
+    np.testing.assert_array_equal(moment, np.zeros((3, 3)))
 
 
 def test_dask_executor_without_a_client_spends_nothing(data):
@@ -455,6 +560,11 @@ def test_one_cluster_is_a_private_mean(data):
     assert est.init_ == "mean" and est.n_lloyd_iter_ == 1 and est.status_ == "success"
     sums, counts = est.privacy_ledger_
     assert (sums.label, counts.label) == ("federated/mean/sums", "federated/mean/counts")
+    # a Gaussian sum and a Laplace count on half of epsilon each, as the docs say (RC-04)
+    assert (sums.mechanism, counts.mechanism) == ("gaussian", "laplace")
+    assert (sums.epsilon, sums.delta, counts.epsilon, counts.delta) == (2.0, 1e-6, 2.0, 0.0)
+    doc = " ".join(FederatedPrivateKMeans.__doc__.split())
+    assert "released once by the Gaussian mechanism, and count, released once by the Laplace" in doc
     # noisy sum / noisy count: 5 sd of the sum's Gaussian per coordinate over n - 5 sd of the count
     band = 5 * sums.scale * math.sqrt(X.shape[1]) / (len(X) - 5 * counts.scale)
     assert band < 0.05
@@ -521,10 +631,11 @@ def test_a_server_radius_beyond_the_float_range_is_refused_naming_x_server(extra
     X = np.vstack([rng.normal(size=(300, 2)) + m for m in ([5, 5], [-5, -5])])
     server = np.vstack([X[:30], [extra]])
     accountant = BudgetAccountant()
-    with pytest.raises(ValueError, match="X_server's largest norm"):
+    with pytest.raises(ValueError, match="X_server's largest norm") as refused:
         FederatedPrivateKMeans(2, epsilon=2.0, random_state=0, accountant=accountant).fit(
             X, X_server=server)
     assert accountant.total() == (0.0, 0.0)
+    assert "inf" not in str(refused.value)  # the overflowed norm read "inf" (RC-04, cosmetic)
 
 
 def test_a_server_radius_below_the_minimum_is_refused_naming_x_server():
@@ -537,3 +648,47 @@ def test_a_server_radius_below_the_minimum_is_refused_naming_x_server():
         FederatedPrivateKMeans(2, epsilon=2.0, random_state=0, accountant=accountant,
                                data_center=np.zeros(2)).fit(X, X_server=X[:30])
     assert accountant.total() == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("privacy_unit", ["sample", "client"])
+def test_a_server_without_spread_is_refused_before_any_spend(data, privacy_unit):
+    """Server rows all at data_center: refused naming X_server, never the data's exact radius."""
+    X, _, clients, _, _ = data
+    center = np.full(X.shape[1], 0.5)
+    accountant = BudgetAccountant()
+    est = FederatedPrivateKMeans(3, privacy_unit=privacy_unit, data_center=center,
+                                 random_state=0, accountant=accountant)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyLeakWarning)
+        with pytest.raises(ValueError, match="X_server has no spread about data_center.*public "
+                                             "data_radius"):
+            est.fit(X, client_ids=clients, X_server=np.tile(center, (5, 1)))
+    assert accountant.total() == (0.0, 0.0)
+    assert not hasattr(est, "cluster_centers_")
+
+
+@pytest.mark.parametrize("init, base_estimator", [("feddp", "DBSCAN"), ("server_lloyds",
+                                                                       "MeanShift")])
+def test_a_base_estimator_without_centres_is_refused_before_any_spend(data, init,
+                                                                      base_estimator):
+    """DBSCAN / MeanShift have no cluster_centers_ for k clusters: refused in the plan."""
+    import sklearn.cluster
+
+    X, _, clients, server, _ = data
+    est = _fresh(init=init, base_estimator=getattr(sklearn.cluster, base_estimator)())
+    with pytest.raises(ValueError, match="base_estimator .* cannot cluster the server points"):
+        est.fit(X, client_ids=clients, X_server=server)
+    assert est.accountant.total() == (0.0, 0.0)
+    assert not hasattr(est, "cluster_centers_")
+
+
+def test_a_serving_base_estimator_gives_the_fit_of_the_default():
+    """The trial fit on X_server is a clone: a user KMeans fits as the default one does."""
+    from sklearn.cluster import KMeans
+
+    X, _, clients, server, _ = mixture(n_clients=5, per_client=200, n_features=4)
+    for init in ("feddp", "server_lloyds"):
+        default = _fresh(init=init).fit(X, client_ids=clients, X_server=server)
+        user = _fresh(init=init, base_estimator=KMeans(n_init=10)).fit(X, client_ids=clients,
+                                                                     X_server=server)
+        np.testing.assert_array_equal(user.cluster_centers_, default.cluster_centers_)

@@ -175,3 +175,20 @@ def test_the_advice_for_a_fixed_number_of_chunks_is_more_chunks_not_more_rows():
     with pytest.warns(UtilityWarning, match=rf"About {chunks} chunks would help.*"
                                             rf"n_chunks='auto' with about {rows} rows"):
         fixed._warn_if_noise_dominates(rows, 2)
+
+
+def test_default_radius_is_released_privately_as_documented():
+    """data_radius=None: a private centre and radius, proven, no leak (the docstring said leak)."""
+    from skdpcluster import PrivacyLeakWarning
+
+    rng = np.random.default_rng(0)
+    X = np.vstack([rng.normal(-8, 1, (2000, 2)), rng.normal(8, 1, (2000, 2))])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyLeakWarning)
+        est = SampleAggregateStableKMeans(n_clusters=2, random_state=0,
+                                          accountant=BudgetAccountant()).fit(X)
+    assert est.privacy_spent_["proven"] and np.isfinite(est.data_radius_)
+    assert [e.label for e in est.privacy_ledger_[:2]] == ["bounds/center", "bounds/radius"]
+    doc = " ".join(SampleAggregateStableKMeans.__doc__.split())
+    assert "releases a centre and a radius privately" in doc
+    assert "computed from the data with a" not in doc

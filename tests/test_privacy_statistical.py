@@ -39,7 +39,13 @@ from skdpcluster.averaging import (
 )
 from skdpcluster.averaging import one_median
 from skdpcluster.cluster import _federated_init, _stable_init
-from skdpcluster.cluster._federated_init import build_shards, cluster_sums_statistic
+from skdpcluster.cluster._federated_init import (
+    build_shards,
+    clip_rows,
+    cluster_sums_statistic,
+    second_moment_statistic,
+    server_histogram_statistic,
+)
 from skdpcluster.cluster._highdim_candidates import private_candidates
 from skdpcluster.cluster._highdim_recovery import CELL_FACTOR
 from skdpcluster.cluster._stable import _ClippedData, core_statistics
@@ -658,7 +664,8 @@ def test_highdim_candidate_histogram_wide(monkeypatch, factor, should_pass, neig
 
 FED_RADIUS = 10.0
 FED_CENTRES = np.array([[0.0, 0.0], [8.0, 0.0]])  # (0, +-10) are nearest to centre 0
-FED_CLIENT_CLIP = {"sums": 5.0, "counts": 10.0, "lloyd_sums": 5.0, "lloyd_counts": 10.0}
+FED_CLIENT_CLIP = {"projection": 30.0, "weights": 4.0, "sums": 5.0, "counts": 10.0,
+                   "lloyd_sums": 5.0, "lloyd_counts": 10.0}
 
 
 def _federated_rows(step, privacy_unit, neighbouring):
@@ -759,6 +766,124 @@ def test_federated_releases_wide(monkeypatch, factor, should_pass, step, privacy
     """FedDP-Init's sums and counts (step 3) and both Lloyd releases, both units and relations."""
     _scale_entry(monkeypatch, _federated_init.SENSITIVITY_FACTOR, step, factor)
     bound, claim = _federated_bound(step, privacy_unit, neighbouring, 1_000_000, seed=15)
+    assert (bound <= claim) is should_pass
+
+
+def _fed_pair(base, extra_a, extra_b, privacy_unit):
+    """Two neighbouring (rows, client ids): ``base`` plus ``extra_a`` or ``extra_b`` (or none).
+
+    ``extra_*`` is ``None`` (add/remove: the unit is absent) or rows forming one unit: one row at
+    sample level, one client at client level (``base`` is then in clients of two rows).
+    """
+    ids = np.arange(len(base)) // 2 if privacy_unit == "client" else None
+    pair = []
+    for extra in (extra_a, extra_b):
+        if extra is None:
+            pair.append((base, ids))
+        else:
+            unit = None if ids is None else np.concatenate([ids, np.full(len(extra), ids[-1] + 1)])
+            pair.append((np.vstack([base, extra]), unit))
+    return pair
+
+
+def _moment_rows(privacy_unit, neighbouring):
+    """Step 1's worst case: the unit's rows all on one axis, e_1 (or absent) vs e_2.
+
+    Sample level, one row of norm Lambda: ||x x^T||_F = Lambda^2, and
+    replace-one moves the upper triangle by sqrt2 Lambda^2. Client level,
+    thirty rows at Lambda e_1 (norm 30 Lambda^2, clipped to C_1) vs e_2: the
+    shift is C_1, resp. sqrt2 C_1, the planned sensitivity.
+    """
+    base = clip_rows(np.random.default_rng(1).normal(scale=4.0, size=(40, 3)), 0.0, FED_RADIUS)
+    n_rows = 30 if privacy_unit == "client" else 1
+    first, second = (np.tile(FED_RADIUS * np.eye(3)[axis], (n_rows, 1)) for axis in (0, 1))
+    return _fed_pair(base, None if neighbouring == "add_remove" else second, first, privacy_unit)
+
+
+FED_SERVER_POINTS = np.array([[-5.0, 0.0], [5.0, 0.0], [0.0, 9.0]])
+
+
+def _histogram_rows(privacy_unit, neighbouring):
+    """Step 2's worst case: the unit's rows in server point 0's bin (or absent) vs point 1's.
+
+    Sample level: one row (L1 shift 1, resp. 2 under replace-one). Client
+    level: twenty rows, a histogram of L1 norm 20 clipped to C_2 (shift C_2,
+    resp. 2 C_2).
+    """
+    base = np.concatenate([np.tile(point, (10, 1)) for point in FED_SERVER_POINTS[:2]])
+    n_rows = 20 if privacy_unit == "client" else 1
+    left, right = np.tile([-4.5, 0.0], (n_rows, 1)), np.tile([4.5, 0.0], (n_rows, 1))
+    return _fed_pair(base, None if neighbouring == "add_remove" else right, left, privacy_unit)
+
+
+def _federated_init_bound(step, privacy_unit, neighbouring, n_draws, seed):
+    """Real step-1 second moments or step-2 histograms of both data sets, noised n_draws times.
+
+    Projection: the noisy upper triangle on the unit direction of the shift
+    (Gaussian: mu bound). Weights: ``tail_statistic`` of the noisy histogram
+    (Laplace: epsilon bound).
+    """
+    release = _federated_release(step, privacy_unit, neighbouring)
+    bound = FED_CLIENT_CLIP[step] if privacy_unit == "client" else None
+    statistics = []
+    if step == "projection":
+        for X, ids in _moment_rows(privacy_unit, neighbouring):
+            (shard,) = build_shards(X, ids)
+            (moment,) = second_moment_statistic(shard, bound=bound)
+            statistics.append(moment[np.triu_indices(3)])
+    else:
+        for X, ids in _histogram_rows(privacy_unit, neighbouring):
+            (shard,) = build_shards(X, ids)
+            (histogram,) = server_histogram_statistic(shard, components=np.eye(2),
+                                                      server_points=FED_SERVER_POINTS, bound=bound)
+            statistics.append(histogram)
+    rng = np.random.default_rng(seed)
+    samples = []
+    for value in statistics:
+        noisy, event = _federated_init._release(np.tile(value, (n_draws, 1)), release, rng, step,
+                                                neighbouring)
+        samples.append(noisy)
+    if event.mechanism == "laplace":
+        samples = [tail_statistic(noisy, *statistics) for noisy in samples]
+        return _epsilon_bound(samples, event.scale * np.linspace(0.0, 3.0, 16)), event.epsilon
+    direction = (statistics[1] - statistics[0]) / np.linalg.norm(statistics[1] - statistics[0])
+    means = [float(value @ direction) for value in statistics]
+    return (_mu_bound([noisy @ direction for noisy in samples],
+                      _gaussian_edges(means, event.scale)), _claimed_mu(event))
+
+
+@pytest.mark.parametrize("factor, should_pass", VERDICTS)
+@pytest.mark.parametrize("step, privacy_unit", [("projection", "client"), ("weights", "sample")])
+def test_federated_init_projection_and_weights_within_their_share(
+        monkeypatch, factor, should_pass, step, privacy_unit):
+    """FedDP-Init step 1 (second moment, client level) and step 2 (server histogram, sample
+    level), replace-one (the default), at the worst case; the mutant halves SENSITIVITY_FACTOR.
+
+    Shares under test: the ``federated/projection`` and ``federated/weights``
+    releases of a fit at (16, 1e-3); sensitivities sqrt2 C_1 and 2.
+    """
+    _scale_entry(monkeypatch, _federated_init.SENSITIVITY_FACTOR, step, factor)
+    bound, claim = _federated_init_bound(step, privacy_unit, "replace_one", 200_000, seed=21)
+    assert (bound <= claim) is should_pass
+    if should_pass:
+        assert bound > 0.8 * claim
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("factor, should_pass", VERDICTS)
+@pytest.mark.parametrize("step, privacy_unit, neighbouring", [
+    ("projection", "sample", "add_remove"),
+    ("projection", "sample", "replace_one"),
+    ("projection", "client", "add_remove"),
+    ("weights", "sample", "add_remove"),
+    ("weights", "client", "add_remove"),
+    ("weights", "client", "replace_one"),
+])
+def test_federated_init_projection_and_weights_wide(monkeypatch, factor, should_pass, step,
+                                                    privacy_unit, neighbouring):
+    """Steps 1 and 2 of FedDP-Init in both units and relations."""
+    _scale_entry(monkeypatch, _federated_init.SENSITIVITY_FACTOR, step, factor)
+    bound, claim = _federated_init_bound(step, privacy_unit, neighbouring, 1_000_000, seed=22)
     assert (bound <= claim) is should_pass
 
 

@@ -1,6 +1,7 @@
 r"""FederatedPrivateKMeans: FedDP-KMeans (Scott, Lampert & Saulpic, ICML 2025) for scikit-learn."""
 
 import math
+import warnings
 from dataclasses import dataclass
 from numbers import Integral, Real
 
@@ -27,6 +28,7 @@ from skdpcluster.cluster._federated_init import (
     STEPS,
     ChunkedFederatedExecutor,
     FederatedExecutor,
+    _fit_centers,
     baseline_init,
     build_shards,
     clip_rows,
@@ -81,20 +83,24 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
     **FedDP-Init** (``init="feddp"``, three rounds; spec §2):
 
     1. *Projection.* :math:`\widehat{PP^\top} = \sum_j X_j^\top X_j + E`,
-       E symmetric Gaussian with L2 sensitivity :math:`\Delta^2` (the
-       corrected sensitivity of spec §8.4-1); :math:`V_k` holds its top
+       E symmetric Gaussian with L2 sensitivity :math:`\Delta^2` under
+       add/remove, :math:`\sqrt2\Delta^2` under replace-one (the corrected
+       sensitivity of spec §8.4-1); :math:`V_k` holds its top
        :math:`p = \min(k, d)` eigenvectors (skipped, and its budget given to
        the other steps, when :math:`k \ge d`).
     2. *Server weights.* :math:`\hat w_q = \sum_j |\{x \in X_j : q =
        \arg\min_{q'}\|V_k^\top(x - q')\|\}| + \mathrm{Lap}(1/\varepsilon_2)`
-       for every :math:`q \in Q`. Points with :math:`\hat w_q <`
+       for every :math:`q \in Q` (L1 sensitivity 1 under add/remove,
+       :math:`\mathrm{Lap}(2/\varepsilon_2)` under replace-one). Points with :math:`\hat w_q <`
        ``min_server_weight`` are dropped (if fewer than k remain, the k
        heaviest are kept with weights floored at 1e-9), and
        ``base_estimator`` runs weighted k-means on :math:`QV_k`, giving
        projected centres :math:`\xi_r`.
     3. *Lift.* Rows are assigned by projected distance to :math:`\xi_r`;
        :math:`\hat m_r = \sum x + N(0, \sigma_3^2 I_d)` (sensitivity
-       :math:`\Delta`), :math:`\hat n_r = |S_r| + \mathrm{Lap}(1/\varepsilon_{3L})`
+       :math:`\Delta` under add/remove, :math:`2\Delta` under replace-one),
+       :math:`\hat n_r = |S_r| + \mathrm{Lap}(1/\varepsilon_{3L})` (twice the
+       scale under replace-one)
        and :math:`\nu_r = \hat m_r / \max(\hat n_r, 1)`, projected onto the
        data ball; where :math:`\hat n_r < \max(1, 3 b_{3L})` the lifted
        :math:`V_k\xi_r` is used instead (free post-processing).
@@ -103,7 +109,9 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
     assigned by full distance and each centre moves to its noisy mean, with
     :math:`(\varepsilon_{4G}/T, \delta_4/T)` Gaussian sums and
     :math:`\mathrm{Lap}(T/\varepsilon_{4L})` counts per round (the paper's
-    §3.2 text; its Algorithm 2 box has an extra factor T, spec §8.4-3).
+    §3.2 text; its Algorithm 2 box has an extra factor T, spec §8.4-3), at
+    the add/remove sensitivities :math:`\Delta` and 1; under replace-one
+    (the default ``neighbouring``) both are doubled.
 
     **Guarantee** (Theorem 1 with the deltas added, spec §1.4): the fit is
     :math:`(\varepsilon, \delta)`-DP with
@@ -121,9 +129,11 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
     n_clusters : int, default=8
         Number of clusters k. ``n_clusters=1`` is the private mean: one
         FedDP-Lloyd round from the public ``data_center`` (one Voronoi cell:
-        every row), i.e. the clients' clipped sum and count, each released
-        once by the round's Gaussian mechanism on the whole budget, and their
-        ratio (``init_="mean"``, ``n_lloyd_iter_=1``; ``init``,
+        every row), i.e. the clients' clipped sum, released once by the
+        Gaussian mechanism, and count, released once by the Laplace mechanism
+        (by default half of epsilon each, all of delta to the sum;
+        ``budget_split``'s ``"lloyd_sums"`` and ``"lloyd_counts"`` set the
+        shares), and their ratio (``init_="mean"``, ``n_lloyd_iter_=1``; ``init``,
         ``n_lloyd_iter`` and ``X_server`` are not used). At
         ``privacy_unit="client"`` it is the mean of the clients' clipped
         contributions: a client's sum and count are scaled by one factor so
@@ -202,7 +212,8 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
     data_radius : float, "data" or None, default=None
         Public bound :math:`\Delta` on :math:`\|x - c\|`; rows outside are
         projected onto the ball. ``None``: the radius of ``X_server`` around
-        c (public; the paper's choice, §5.1), or, without ``X_server``, a
+        c (public; the paper's choice, §5.1; a ValueError before any spend
+        when every server row is at c), or, without ``X_server``, a
         centre and a radius released privately on 10% of (epsilon, delta)
         (:mod:`skdpcluster.bounds`; ``privacy_unit="sample"`` only), stored in
         ``data_center_`` and ``data_radius_``. ``"data"``: the radius of
@@ -427,11 +438,12 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
 
         With one cluster the Voronoi cell of any centre is every row, so one
         FedDP-Lloyd round from the public centre :math:`\mu` is the private
-        mean: the clients' clipped sum and count, each released once by the
-        round's Gaussian mechanism at the privacy unit's sensitivity (one row,
-        or one client's clipped contribution, ``client_clip``), on the whole
-        budget; the mean is their ratio (post-processing). No server data and
-        no initialisation are used.
+        mean: the clients' clipped sum and count, released once each by the
+        round's mechanisms (Gaussian sum, Laplace count; by default half of
+        epsilon each and all of delta to the sum) at the privacy unit's
+        sensitivity (one row, or one client's clipped contribution,
+        ``client_clip``); the mean is their ratio (post-processing). No
+        server data and no initialisation are used.
         """
         if self.n_clusters == 1:
             return "public", np.zeros((1, data.X.shape[1])), 1
@@ -447,7 +459,7 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         active = self._active_steps(init, n_lloyd, min(self.n_clusters, n_features) < n_features)
         unit_bounds = self._unit_bounds(radius)
         budget = self._budget(active, n_lloyd, unit_bounds)
-        estimator = self._server_estimator(init)
+        estimator = self._server_estimator(init, data.server, center)
         if self.executor == "dask" and not hasattr(data.X, "map_reduce"):
             dask_client()
         values = {"center": center, "radius": radius, "init": init, "public": public_centers,
@@ -516,25 +528,33 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
     def _resolve_federated_radius(self, data, center):
         """Delta: the parameter, else the public server radius, else the data's (leak warning).
 
+        A server with no spread about ``data_center`` (radius 0) is refused
+        before any randomness: the exact radius of the private rows is never
+        used unless ``data_radius="data"`` asks for it (review RC-02).
+
         Returns the radius and the plan's ``unproven`` dict (see ``_resolve_radius``).
         """
         if self.data_radius is None and data.server is not None:
-            with np.errstate(over="ignore"):
-                radius = float(np.max(np.linalg.norm(data.server - center, axis=1)))
+            radius = _largest_norm(data.server - center)
             if radius > self._max_data_radius():
+                shown = f"{radius:.3g}" if math.isfinite(radius) else "beyond the float64 range"
                 raise ValueError(
-                    f"X_server's largest norm about data_center, {radius:.3g}, is above "
+                    f"X_server's largest norm about data_center, {shown}, is above "
                     f"{self._max_data_radius():.3g}, where the distances of "
                     f"{type(self).__name__} overflow; rescale X and X_server (and data_center), "
                     "or pass a public data_radius.")
-            if 0 < radius < self._MIN_DATA_RADIUS:
+            if radius == 0:
+                raise ValueError(
+                    "X_server has no spread about data_center (every server row is at the "
+                    "centre), so it gives no bound on the clients' rows; pass a public "
+                    "data_radius, or server rows with spread as X_server.")
+            if radius < self._MIN_DATA_RADIUS:
                 raise ValueError(
                     f"X_server's largest norm about data_center, {radius:.3g}, is below 2**-500 "
                     f"(about {self._MIN_DATA_RADIUS:.3g}), where the rounding bounds of "
                     f"{type(self).__name__}'s private steps underflow; rescale X and X_server "
                     "(and data_center), or pass a public data_radius.")
-            if radius > 0:
-                return self._checked_radius(radius), {}
+            return self._checked_radius(radius), {}
         return self._resolve_radius(data.X, center)
 
     def _resolved_lloyd_iter(self, init):
@@ -600,12 +620,41 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
             budget = plan_budget(*arguments, calibration=self.calibration, accounting="basic")
         return budget
 
-    def _server_estimator(self, init):
-        estimator = KMeans(n_init=10) if self.base_estimator is None else self.base_estimator
-        if init == "feddp" and not has_fit_parameter(estimator, "sample_weight"):
+    def _server_estimator(self, init, server, center):
+        """The server's clusterer, checked before any randomness on the public ``X_server``.
+
+        For the inits that use it (``"feddp"``, ``"server_lloyds"``), a clone
+        is fit on the public server rows, in the shape FedDP-Init gives it
+        (their first ``min(k, d)`` centred coordinates, weighted, for
+        ``"feddp"``): an estimator that cannot return k centres (no
+        ``cluster_centers_``, as DBSCAN or MeanShift) is refused here, not
+        after the budget is spent (review RC-07). The default ``KMeans``
+        needs no trial.
+        """
+        if self.base_estimator is None:
+            return KMeans(n_init=10)
+        estimator = self.base_estimator
+        if init not in ("feddp", "server_lloyds"):
+            return estimator
+        weighted = init == "feddp"
+        if weighted and not has_fit_parameter(estimator, "sample_weight"):
             raise ValueError(f"base_estimator {estimator!r} must accept sample_weight in fit: "
                              "FedDP-Init clusters the server points weighted by their noisy "
                              "counts.")
+        points = server - center
+        if weighted:
+            points = points[:, :min(self.n_clusters, points.shape[1])]
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                _fit_centers(estimator, self.n_clusters, points, 0,
+                             np.ones(len(points)) if weighted else None)
+        except Exception as error:  # public data, before any randomness: refuse, naming it
+            raise ValueError(
+                f"base_estimator {estimator!r} cannot cluster the server points: it must take "
+                "n_clusters and expose cluster_centers_ of shape (n_clusters, n_features) after "
+                f"fit (a trial fit on X_server raised {type(error).__name__}: {error}); use a "
+                "k-means-like estimator such as sklearn.cluster.KMeans.") from error
         return estimator
 
     # -- private part -----------------------------------------------------------------
@@ -654,6 +703,20 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         centers = baseline_init(init, server, n_clusters=self.n_clusters, n_features=n_features,
                                 radius=values["radius"], estimator=values["estimator"], rng=rng)
         return centers, [], {}
+
+
+def _largest_norm(rows):
+    """max_i ||rows_i|| without under- or overflow of the squares (scaled by a power of two).
+
+    ``inf`` only when a row's norm, or an entry, is beyond the float64 range.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        peak = float(np.max(np.abs(rows)))
+        if peak == 0.0 or not math.isfinite(peak):
+            return peak
+        exponent = math.frexp(peak)[1]
+        return float(np.ldexp(np.max(np.linalg.norm(np.ldexp(rows, -exponent), axis=1)),
+                              exponent))
 
 
 def _nearest_labels(X, centers):

@@ -34,7 +34,7 @@ from sklearn.base import clone
 from sklearn.cluster import kmeans_plusplus
 
 from skdpcluster.averaging import _project_onto_ball
-from skdpcluster.averaging._common import project_into_ball
+from skdpcluster.averaging._common import _UNIT_ROUNDOFF, project_into_ball
 from skdpcluster.cluster._stable_init import nearest_centers, nearest_projected_centers
 from skdpcluster.mechanisms import (
     PrivacyEvent,
@@ -438,33 +438,100 @@ def _single_threaded(shard, *, statistic, **broadcast):
 # ---------------------------------------------------------------------------
 
 
-def _clip_factors(norms, bound):
-    """min(1, bound / norm) per client (1 for a zero contribution)."""
-    return np.minimum(1.0, bound / np.maximum(norms, np.finfo(float).tiny))
+def _scaled_clients(shard):
+    r"""Every client's rows scaled by a power of two: ``(W, e, nonzero)``.
+
+    :math:`e_j` is the binary exponent of the largest :math:`|x_{ia}|` over
+    client j's rows, so the largest coordinate of :math:`W_j = 2^{-e_j}X_j` is
+    in :math:`[1/2, 1)` and no square or product of it over- or underflows at
+    any scale of the data. The scaling is exact except for coordinates that
+    become subnormal (absolute error at most :math:`2^{-1075}` each, beside a
+    largest coordinate :math:`\ge 1/2`). ``nonzero`` is False for a client
+    with no rows or only zero rows (``e_j = 0`` then).
+    """
+    X, sizes = shard.X, shard.sizes
+    peaks = np.zeros(len(sizes))
+    filled = sizes > 0
+    if np.any(filled):
+        starts = np.cumsum(sizes) - sizes
+        peaks[filled] = np.maximum.reduceat(np.max(np.abs(X), axis=1), starts[filled])
+    exponents = np.frexp(peaks)[1].astype(np.int64)
+    return np.ldexp(X, -np.repeat(exponents, sizes)[:, None]), exponents, peaks > 0
+
+
+def _proven_clip_factors(bound, upper, exponents):
+    r"""Per client :math:`\min(1, a_j)` with :math:`a_j\,2^{e_j}U_j \le` ``bound`` exactly.
+
+    ``upper`` holds :math:`U_j`, an upper bound on the exact norm of client
+    j's contribution in units of :math:`2^{e_j}` (``exponents``); a client
+    with :math:`U_j = 0` contributes nothing and gets 1. With ``bound`` =
+    :math:`m\,2^{b}` (:func:`math.frexp`, exact), :math:`a_j` is
+    :math:`m/U_j` and then its product by :math:`2^{b - e_j}`, each rounded
+    to nearest and then moved one float toward zero (as in
+    :func:`~skdpcluster.averaging._common.scale_into_ball`): a result rounded
+    up by at most half a unit in the last place, or an underflow, ends below
+    the exact value; an overflow gives :math:`+\infty`, and then the exact
+    ratio is above 1. So the client's scaled contribution has an exact norm
+    at most ``bound`` at any scale (the sensitivity the noise is sized for);
+    in the range of normal floats :math:`a_j` is the plain ratio within
+    2 ulps.
+    """
+    mantissa, bound_exponent = math.frexp(bound)
+    factors = np.ones(len(upper))
+    positive = upper > 0
+    with np.errstate(over="ignore", under="ignore", divide="ignore"):
+        quotient = np.nextafter(mantissa / upper[positive], 0.0)
+        ratio = np.nextafter(np.ldexp(quotient, bound_exponent - exponents[positive]), 0.0)
+    factors[positive] = np.minimum(1.0, ratio)
+    return factors
 
 
 def _second_moment_norms(shard):
-    r""":math:`\|X_j^\top X_j\|_F` of every client (:math:`\|x\|^2` for a one-row client)."""
-    X, sizes = shard.X, shard.sizes
-    starts = np.concatenate([[0], np.cumsum(sizes)])
-    norms = np.einsum("ij,ij->i", X[starts[:-1]], X[starts[:-1]])
+    r"""Per client :math:`U_j \ge \|X_j^\top X_j\|_F / 4^{e_j}` and the exponents :math:`2e_j`.
+
+    The Gram matrix is that of :math:`W_j` (:func:`_scaled_clients`, so the
+    norm neither under- nor overflows: the norm at radius :math:`10^{-100}`
+    was 0 and the clip was skipped, review RC-08), of side :math:`q =
+    \min(n_j, d)` and inner dimension :math:`m = \max(n_j, d)`
+    (:math:`\|w\|^2` for a one-row client; nothing for an empty one). Its
+    computed entries err by at most :math:`\gamma_m \sum_i |w_{ia}||w_{ib}|
+    \le \gamma_m \sqrt{G_{aa}G_{bb}}` (any order of summation, Cauchy-Schwarz),
+    so by at most :math:`\gamma_m \mathrm{tr}\,G \le \gamma_m\sqrt q\,\|G\|_F`
+    in Frobenius norm; the norm of a sum of :math:`q^2` non-negative squares
+    and its square root add :math:`(q^2/2 + 2)u` (:math:`u = 2^{-53}`); the
+    subnormal roundings and underflows add less than :math:`u` relative to
+    :math:`\|G\|_F \ge 1/4` (the largest coordinate's diagonal entry). So
+    :math:`U_j = N_j(1 + 2u(m\sqrt q + q^2 + 8))`, the computed norm
+    :math:`N_j` times a margin twice what is needed (the other half covers
+    the rounding of this product), bounds the exact norm. At ordinary scales
+    :math:`4^{e_j}N_j` is the unscaled norm bit for bit.
+    """
+    W, exponents, _ = _scaled_clients(shard)
+    sizes, n_features = shard.sizes, shard.X.shape[1]
+    starts = np.cumsum(sizes) - sizes
+    norms = np.zeros(len(sizes))
+    single = starts[sizes == 1]
+    norms[sizes == 1] = np.einsum("ij,ij->i", W[single], W[single])
     for j in np.flatnonzero(sizes > 1):
-        rows = X[starts[j]:starts[j + 1]]
-        gram = rows.T @ rows if len(rows) > X.shape[1] else rows @ rows.T
+        rows = W[starts[j]:starts[j] + sizes[j]]
+        gram = rows.T @ rows if len(rows) > n_features else rows @ rows.T
         norms[j] = np.linalg.norm(gram)
-    return norms
+    side, inner = np.minimum(sizes, n_features), np.maximum(sizes, n_features)
+    margin = 2.0 * _UNIT_ROUNDOFF * (inner * np.sqrt(side) + side**2 + 8.0)
+    return norms * (1.0 + margin), 2 * exponents
 
 
 def second_moment_statistic(shard, *, bound=None):
     r"""Step 1 of Algorithm 1: :math:`\sum_j A_j`, :math:`A_j = X_j^\top X_j` (uncentred).
 
     With ``bound`` (client level, spec §4), each :math:`A_j` is first scaled
-    to Frobenius norm at most ``bound``.
+    to Frobenius norm at most ``bound``, exactly and at any scale of the data
+    (:func:`_second_moment_norms`, :func:`_proven_clip_factors`).
     """
     X = shard.X
     if bound is None:
         return (X.T @ X,)
-    weights = np.repeat(_clip_factors(_second_moment_norms(shard), bound), shard.sizes)
+    weights = np.repeat(_proven_clip_factors(bound, *_second_moment_norms(shard)), shard.sizes)
     return ((X * weights[:, None]).T @ X,)
 
 
@@ -479,8 +546,13 @@ def server_histogram_statistic(shard, *, components, server_points, bound=None):
     labels = nearest_projected_centers(shard.X, components, server_points)
     weights = None
     if bound is not None:
-        weights = np.repeat(_clip_factors(shard.sizes.astype(float), bound), shard.sizes)
+        weights = np.repeat(_count_clip_factors(shard.sizes, bound), shard.sizes)
     return (np.bincount(labels, weights=weights, minlength=len(server_points)).astype(float),)
+
+
+def _count_clip_factors(sizes, bound):
+    r""":math:`\min(1, C/n_j)` per client, with :math:`n_j \cdot` factor :math:`\le C` exactly."""
+    return _proven_clip_factors(bound, sizes.astype(float), np.zeros(len(sizes), dtype=np.int64))
 
 
 def _joint_clip_factors(shard, labels, n_clusters, sum_bound, count_bound):
@@ -489,17 +561,35 @@ def _joint_clip_factors(shard, labels, n_clusters, sum_bound, count_bound):
     :math:`M_j` is the k x d matrix of client j's per-cluster sums and
     :math:`\|n_j\|_1 = n_j`. Scaling the sums and the counts of a client by
     the same factor keeps its ratio (no clipping bias in the means).
+
+    The sums are those of :math:`W_j = 2^{-e_j}X_j` (:func:`_scaled_clients`:
+    no square under- or overflows, review RC-08). A computed sum errs by at
+    most :math:`\gamma_{n_j}\sum_i |w_{ia}|` (cancellation allowed), so
+    :math:`M_j/2^{e_j}` by at most :math:`\gamma_{n_j}\sum_i\|w_i\| \le
+    1.01\,n_j^2\sqrt d\,u` in Frobenius norm (the subnormal roundings add
+    less); the norm of the computed sums (:math:`d` squares per cluster,
+    :math:`k` clusters, a square root) adds :math:`(d + k + 3)u` relative.
+    :math:`U_j = N_j(1 + 2u(d + k + 4)) + 2u\,n_j^2\sqrt d` (twice the
+    margins: the other half covers this formula's rounding) bounds
+    :math:`\|M_j\|_F/2^{e_j}`; a client with no rows or only zero rows (sums
+    exactly 0) gets :math:`U_j = 0`.
+    Both factors are those of :func:`_proven_clip_factors`.
     """
-    X, sizes = shard.X, shard.sizes
+    sizes, n_features = shard.sizes, shard.X.shape[1]
+    W, exponents, nonzero = _scaled_clients(shard)
     keys = shard.row_client * n_clusters + labels
     groups, inverse = np.unique(keys, return_inverse=True)
-    indicator = sparse.csr_matrix((np.ones(len(X)), (inverse, np.arange(len(X)))),
-                                  shape=(len(groups), len(X)))
-    group_sums = indicator @ X
+    indicator = sparse.csr_matrix((np.ones(len(W)), (inverse, np.arange(len(W)))),
+                                  shape=(len(groups), len(W)))
+    group_sums = indicator @ W
     squares = np.einsum("ij,ij->i", group_sums, group_sums)
-    sum_norms = np.sqrt(np.bincount(groups // n_clusters, weights=squares, minlength=len(sizes)))
-    return np.minimum(_clip_factors(sum_norms, sum_bound), _clip_factors(sizes.astype(float),
-                                                                         count_bound))
+    norms = np.sqrt(np.bincount(groups // n_clusters, weights=squares, minlength=len(sizes)))
+    rows = sizes.astype(float)
+    upper = (norms * (1.0 + 2.0 * _UNIT_ROUNDOFF * (n_features + n_clusters + 4))
+             + 2.0 * _UNIT_ROUNDOFF * rows * rows * math.sqrt(n_features))
+    upper[~nonzero] = 0.0
+    return np.minimum(_proven_clip_factors(sum_bound, upper, exponents),
+                      _count_clip_factors(sizes, count_bound))
 
 
 def cluster_sums_statistic(shard, *, centers, components=None, bounds=None):

@@ -197,11 +197,15 @@ class SampleAggregateStableKMeans(PrivateStableKMeans):
     selection : {"none", "truncated", "full"}, default="none"
         ``"none"`` releases Ĉ (the thesis); the others add the exponential
         mechanism between B and Ĉ of :class:`PrivateStableKMeans`.
-    data_radius : float, default=None
-        Public bound :math:`\Lambda` (``None``: computed from the data with a
-        :class:`~skdpcluster.exceptions.PrivacyLeakWarning`, not proven
-        private).
+    data_radius : float, "data" or None, default=None
+        Public bound :math:`\Lambda` on :math:`\|x - c\|`; rows are projected
+        onto the ball.
+        {private_bound}
+        With ``"data"`` ``data_radius_`` is ``nan`` and
+        ``privacy_spent_["proven"]`` is False.
     data_center : array-like of shape (n_features,), default=None
+        Public centre c of the data ball; ``None`` means the origin when
+        ``data_radius`` is given, and a private centre when ``data_radius=None``.
     accountant : BudgetAccountant, default=None
     random_state : None, int or numpy.random.Generator, default=None
     n_jobs : int, default=None
@@ -241,6 +245,7 @@ class SampleAggregateStableKMeans(PrivateStableKMeans):
         :class:`PrivateStableKMeans` (no ``"rho"`` with ``n_clusters=1``).
     privacy_ledger_ : list of PrivacyEvent
     data_radius_ : float
+        The bound :math:`\Lambda` used (the private one when ``data_radius=None``).
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (`n_features_in_`,)
 
