@@ -87,6 +87,24 @@ def test_bad_parameters_raise_before_spending(easy, params, match):
     assert accountant.ledger == []
 
 
+@pytest.mark.filterwarnings("ignore::skdpcluster.UtilityWarning")  # 100 rows: public estimate
+@pytest.mark.parametrize("params, n_features, match", [
+    ({"grid_size": 200}, 3, r"grid_size=200: .*cap of 262144 floats per report; use grid_size <= 44"),
+    ({"grid_size": 2}, 40_000, r"grid_size=2: .*no grid fits 40000 features"),
+    ({"n_clusters": 300, "grid_size": 2}, 1000, r"n_clusters=300: .*use n_clusters <= 262"),
+], ids=["grid-d3", "grid-too-many-features", "core-balls"])
+def test_oversized_reports_are_refused_before_any_randomness(params, n_features, match):
+    # Audit RB-03: grid_size=200 in d = 3 (24e6 floats per init report, batches of 64) ended in
+    # a MemoryError inside the private step, a charged and unproven failure.
+    rng = np.random.default_rng(0)
+    state = rng.bit_generator.state
+    accountant = BudgetAccountant()
+    X = np.random.default_rng(1).normal(size=(100, n_features))
+    with pytest.raises(ValueError, match=match):
+        _fit(X, accountant=accountant, random_state=rng, data_radius=5.0, **params)
+    assert accountant.ledger == [] and rng.bit_generator.state == state
+
+
 def test_a_round_without_users_does_not_crash():
     X = np.array([[0.0, 0.0], [1.0, 1.0]])  # floor(0.45 * 2) = 0 users in init and core
     with pytest.warns(UserWarning, match="heavy grid cells"):

@@ -62,6 +62,12 @@ COST_SENSITIVITY_FACTOR = 2.0
 #: Share of a user's epsilon spent on the Gaussian block vector in LDP-AVG; the rest
 #: goes to the frequency-oracle report of the region index (thesis protocol LDP-AVG).
 AVERAGE_GAUSSIAN_SHARE = 0.5
+#: Fewest reports :func:`simulate_round` randomizes in one batch.
+MIN_BATCH_REPORTS = 64
+#: Public cap on the floats of one LDP-AVG report (``n_regions * n_features + 1``): a batch of
+#: :data:`MIN_BATCH_REPORTS` such reports is then at most 2**24 floats (128 MiB per copy).
+#: A larger round is refused before any randomness (audit RB-03).
+MAX_REPORT_FLOATS = 2**18
 
 
 # ---------------------------------------------------------------------------
@@ -458,7 +464,8 @@ def simulate_round(X, public_round, rng):
     reports of all rows, without holding all reports in memory. A round
     with no users still yields its (empty) estimate.
     """
-    chunk = max(64, min(CHUNK_ROWS, 2**22 // _report_size(public_round, X.shape[1])))
+    chunk = max(MIN_BATCH_REPORTS,
+                min(CHUNK_ROWS, 2**22 // _report_size(public_round, X.shape[1])))
     totals = []
     for start in range(0, max(len(X), 1), chunk):
         reports, events = _randomize_rows(X[start:start + chunk], public_round, rng)
@@ -469,4 +476,9 @@ def simulate_round(X, public_round, rng):
 def _report_size(public_round, n_features):
     if isinstance(public_round, CostRound):
         return 1
-    return public_round.regions.n_regions * n_features + 1
+    return average_report_size(public_round.regions.n_regions, n_features)
+
+
+def average_report_size(n_regions, n_features):
+    """Floats of one LDP-AVG report: the block vector and the region index (public)."""
+    return n_regions * n_features + 1

@@ -20,7 +20,15 @@ from skdpcluster.cluster._stable_init import (
     center_gaps,
     nearest_centers,
 )
-from skdpcluster.local._ldp import AverageRound, BallRegions, CostRound, GridRegions, simulate_round
+from skdpcluster.local._ldp import (
+    MAX_REPORT_FLOATS,
+    AverageRound,
+    BallRegions,
+    CostRound,
+    GridRegions,
+    average_report_size,
+    simulate_round,
+)
 from skdpcluster.mechanisms import PrivacyEvent
 from skdpcluster.utils._compat import Interval
 from skdpcluster.utils._docstrings import shared_params
@@ -54,6 +62,16 @@ def random_projection(n_features, dim, rng):
         return np.eye(n_features)
     basis, _ = np.linalg.qr(rng.standard_normal((n_features, dim)))
     return basis
+
+
+def _largest_grid_size(n_features, dim):
+    """Largest g whose init report, ``g**dim * n_features + 1`` floats, is within the cap."""
+    g = int(((MAX_REPORT_FLOATS - 1) // n_features) ** (1.0 / dim))
+    while average_report_size((g + 1) ** dim, n_features) <= MAX_REPORT_FLOATS:
+        g += 1
+    while g > 0 and average_report_size(g**dim, n_features) > MAX_REPORT_FLOATS:
+        g -= 1
+    return g
 
 
 def _per_user_guarantee(round_events):
@@ -145,7 +163,11 @@ class LocalPrivateStableKMeans(_BasePrivateClusterer):
         ``"select"`` summing to 1; ``None`` means ``{"init": 0.45, "core":
         0.45, "select": 0.10}`` (spec §9.8).
     grid_size : int, default=4
-        Cells per axis of the init round's grid.
+        Cells per axis of the init round's grid. An init report has
+        ``grid_size**min(d, 3) * d + 1`` floats; above
+        :data:`~skdpcluster.local._ldp.MAX_REPORT_FLOATS` (2**18) the fit is
+        refused before any randomness, naming the largest allowed value (in
+        d = 3, 44). The same cap bounds a core report, ``n_clusters * d + 1``.
     core_radius_factor : float, default=1/3
         f in (0, 1/2) of the core balls (the thesis' 1/3).
     accountant : BudgetAccountant, default=None
@@ -267,6 +289,8 @@ class LocalPrivateStableKMeans(_BasePrivateClusterer):
                 "data to compute a bound. Pass data_radius=<a public bound on ||x - center||>.")
         center = self._resolve_center(X.shape[1])
         radius = self._checked_radius(float(self.data_radius))
+        if self.n_clusters > 1:
+            self._check_report_sizes(X.shape[1])
         groups = {"mean": 1.0} if self.n_clusters == 1 else self._groups()
         plan = PrivateFitPlan(
             (float(self.epsilon), float(self.delta)),
@@ -276,6 +300,30 @@ class LocalPrivateStableKMeans(_BasePrivateClusterer):
         if self.verbose:
             print(f"[{type(self).__name__}] plan: {plan.values['groups']}")
         return plan
+
+    def _check_report_sizes(self, n_features):
+        """Refuse, before any randomness, reports above :data:`~skdpcluster.local._ldp.MAX_REPORT_FLOATS`.
+
+        An init report has ``grid_size**min(d, 3) * d + 1`` floats and a core
+        report ``n_clusters * d + 1``, all public; the simulation holds a
+        batch of at least 64 of them (audit RB-03: ``grid_size=200`` in
+        d = 3 asked for 12 GB and failed inside the private step).
+        """
+        dim = min(n_features, 3)
+        if average_report_size(self.grid_size**dim, n_features) > MAX_REPORT_FLOATS:
+            largest = _largest_grid_size(n_features, dim)
+            fix = (f"use grid_size <= {largest}" if largest >= 2 else
+                   f"no grid fits {n_features} features: reduce the dimension first (a public "
+                   "projection)")
+            raise ValueError(
+                f"grid_size={self.grid_size}: each init-round user would send "
+                f"grid_size**{dim} * {n_features} + 1 floats, above the cap of "
+                f"{MAX_REPORT_FLOATS} floats per report; {fix}.")
+        if average_report_size(self.n_clusters, n_features) > MAX_REPORT_FLOATS:
+            raise ValueError(
+                f"n_clusters={self.n_clusters}: each core-round user would send n_clusters * "
+                f"{n_features} + 1 floats, above the cap of {MAX_REPORT_FLOATS} floats per "
+                f"report; use n_clusters <= {(MAX_REPORT_FLOATS - 1) // n_features}.")
 
     # -- the protocol ---------------------------------------------------------------
     def _fit_private(self, X, plan, rng):
