@@ -305,9 +305,58 @@ def test_user_randomizer_refuses_a_bad_row():
         user_randomizer([np.nan], public_round, np.random.default_rng(0))
 
 
+@pytest.mark.parametrize("caps, match", [
+    ({"max_epsilon": 1.0}, r"asks epsilon=60.0, above this device's max_epsilon=1.0"),
+    ({"max_delta": 1e-7}, r"asks delta=1e-06, above this device's max_delta=1e-07"),
+    ({"max_epsilon": float("nan")}, r"max_epsilon must be a number > 0"),
+    ({"max_delta": 1.0}, r"max_delta must be a number in \[0, 1\)"),
+])
+def test_user_randomizer_refuses_a_round_above_the_devices_cap(caps, match):
+    # Audit RB-07: a server that sends epsilon=60 got a truthful region index from every user.
+    hostile = _ball_round(epsilon=60.0, delta=1e-6)
+    rng = np.random.default_rng(0)
+    state = rng.bit_generator.state
+    with pytest.raises(ValueError, match=match):
+        user_randomizer([-3.0], hostile, rng, **caps)
+    assert rng.bit_generator.state == state
+
+
+def test_user_randomizer_answers_a_round_within_the_devices_cap():
+    public_round = _ball_round(epsilon=2.0, delta=1e-5)
+    capped = user_randomizer([-3.0], public_round, np.random.default_rng(0), max_epsilon=2.0,
+                             max_delta=1e-5)
+    assert np.array_equal(capped, user_randomizer([-3.0], public_round, np.random.default_rng(0)))
+
+
 def test_server_refuses_malformed_reports():
     with pytest.raises(ValueError, match="finite 2-d array"):
         server_aggregate(np.array([1.0, np.nan]), _ball_round())
+
+
+@pytest.mark.parametrize("index, match", [
+    (-1.0, r"an integer in \[0, 2\], but 1 reports hold another value \(the first, row 3: -1.0\)"),
+    (7.0, r"\(the first, row 3: 7.0\)"),
+    (1.7, r"\(the first, row 3: 1.7\)"),
+])
+def test_server_refuses_a_region_index_outside_the_rounds_regions(index, match):
+    # Audit RB-07: -1 raised NumPy's bincount error, T + 5 was counted nowhere, 1.7 counted as 1.
+    public_round = _ball_round()
+    reports = _reports([-3.0], public_round, 10, seed=0)
+    server_aggregate(reports, public_round)  # well formed
+    reports[3, -1] = index
+    with pytest.raises(ValueError, match=match):
+        server_aggregate(reports, public_round)
+
+
+def test_server_refuses_reports_of_another_width():
+    public_round = _ball_round()
+    reports = _reports([-3.0], public_round, 10, seed=0)
+    with pytest.raises(ValueError, match=r"reports must have shape \(n_reports, 3\) for the round 'core'"):
+        server_aggregate(reports[:, 1:], public_round)
+    cost_round = CostRound("select", np.array([[0.0]]), np.array([[1.0]]), 0.25, 2.0, 1e-5,
+                           np.zeros(1), 10.0)
+    with pytest.raises(ValueError, match=r"reports must have shape \(n_reports, 1\) for the round 'select'"):
+        server_aggregate(reports, cost_round)
 
 
 def test_randomized_response_refuses_values_outside_the_domain():

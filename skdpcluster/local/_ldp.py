@@ -23,6 +23,7 @@ Every random draw of a report goes through :mod:`skdpcluster.mechanisms`.
 
 import math
 from dataclasses import dataclass
+from numbers import Real
 
 import numpy as np
 
@@ -371,8 +372,15 @@ def _randomize_rows(X, public_round, rng):
                                                                           index_event]
 
 
-def user_randomizer(x, public_round, rng):
+def user_randomizer(x, public_round, rng, *, max_epsilon=None, max_delta=None):
     r"""The device half: one user's report for one round.
+
+    The guarantee is **per report**: one report is (``epsilon``,
+    ``delta``)-DP in ``x``, with the values the server put in
+    ``public_round``. In the local model the server is the adversary
+    (thesis Definition 6.1), so a device should pin its own budget with
+    ``max_epsilon``/``max_delta`` and answer **one round only**: two reports
+    of one row compose (basic composition, 2 epsilon).
 
     Parameters
     ----------
@@ -383,6 +391,11 @@ def user_randomizer(x, public_round, rng):
         The public round description sent by the server.
     rng : numpy.random.Generator
         The user's own randomness.
+    max_epsilon, max_delta : float, default=None
+        The device's own cap on the round's ``epsilon`` (> 0) and ``delta``
+        (in [0, 1)); a round asking more is refused with a ValueError before
+        any randomness (audit RB-07). ``None``: no cap (the simulation's
+        use, where the rounds are built by the estimator itself).
 
     Returns
     -------
@@ -392,12 +405,31 @@ def user_randomizer(x, public_round, rng):
         :class:`CostRound`: one float. The report alone is
         (``epsilon``, ``delta``)-DP in ``x``.
     """
+    _check_device_caps(public_round, max_epsilon, max_delta)
     x = np.asarray(x, dtype=float)
     if x.ndim != 1 or x.shape != np.shape(public_round.data_center) or not np.all(np.isfinite(x)):
         raise ValueError(
             f"x must be one finite row of {np.size(public_round.data_center)} features, got "
             f"shape {x.shape}.")
     return _randomize_rows(x[None, :], public_round, rng)[0][0]
+
+
+def _check_device_caps(public_round, max_epsilon, max_delta):
+    """Refuse a round whose epsilon or delta exceeds the device's own cap (before any randomness)."""
+    for name, cap, asked, low in (("max_epsilon", max_epsilon, public_round.epsilon, 0.0),
+                                  ("max_delta", max_delta, public_round.delta, None)):
+        if cap is None:
+            continue
+        if isinstance(cap, bool) or not isinstance(cap, Real) or not (
+                cap > 0 if low is not None else 0 <= cap < 1):
+            limits = "a number > 0" if low is not None else "a number in [0, 1)"
+            raise ValueError(f"{name} must be {limits} (or None), got {name}={cap!r}.")
+        if isinstance(asked, bool) or not isinstance(asked, Real) or not asked <= cap:
+            parameter = name.removeprefix("max_")
+            raise ValueError(
+                f"the round {public_round.name!r} asks {parameter}={asked!r}, above this "
+                f"device's {name}={cap!r}: the device refuses to answer it (the server sets a "
+                f"round's {parameter}, the device caps it).")
 
 
 def _report_totals(reports, public_round):
@@ -450,11 +482,43 @@ def server_aggregate(reports, public_round):
     Returns
     -------
     AverageEstimate or CostEstimate
+
+    Raises
+    ------
+    ValueError
+        When a report is not one :func:`user_randomizer` output of this
+        round: wrong number of columns, a non-finite value, or a region index
+        that is not an integer in [0, ``n_regions``].
+    """
+    reports = _checked_reports(reports, public_round)
+    return _estimate(_report_totals(reports, public_round), public_round)
+
+
+def _checked_reports(reports, public_round):
+    """The reports as a float array, refused with a ValueError unless well formed (audit RB-07).
+
+    One row of :func:`_report_size` finite floats per report; for an
+    :class:`AverageRound`, the last column is a region index, an integer in
+    [0, n_regions] (NumPy's ``bincount`` would reject a negative one with its
+    own message, drop one above n_regions and truncate a fraction).
     """
     reports = np.asarray(reports, dtype=float)
     if reports.ndim != 2 or not np.all(np.isfinite(reports)):
         raise ValueError("reports must be a finite 2-d array, one report per row.")
-    return _estimate(_report_totals(reports, public_round), public_round)
+    size = _report_size(public_round, np.size(public_round.data_center))
+    if reports.shape[1] != size:
+        raise ValueError(
+            f"reports must have shape (n_reports, {size}) for the round {public_round.name!r} (one "
+            f"user_randomizer output per row), got shape {reports.shape}.")
+    if isinstance(public_round, AverageRound):
+        index, n_regions = reports[:, -1], public_round.regions.n_regions
+        bad = np.flatnonzero((index != np.floor(index)) | (index < 0) | (index > n_regions))
+        if bad.size:
+            raise ValueError(
+                f"reports: the last column is a region index, an integer in [0, {n_regions}], "
+                f"but {bad.size} reports hold another value (the first, row {bad[0]}: "
+                f"{float(index[bad[0]])!r}).")
+    return reports
 
 
 def simulate_round(X, public_round, rng):
