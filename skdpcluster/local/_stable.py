@@ -184,7 +184,7 @@ class LocalPrivateStableKMeans(_BasePrivateClusterer):
     grid_size : int, default=4
         Cells per axis of the init round's grid. An init report has
         ``grid_size**min(d, 3) * d + 1`` floats; above
-        :data:`~skdpcluster.local._ldp.MAX_REPORT_FLOATS` (2**18) the fit is
+        ``skdpcluster.local._ldp.MAX_REPORT_FLOATS`` (2**18) the fit is
         refused before any randomness, naming the largest allowed value (in
         d = 3, 44). The same cap bounds a core report, ``n_clusters * d + 1``.
     core_radius_factor : float, default=1/3
