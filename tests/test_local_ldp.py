@@ -351,11 +351,11 @@ def test_server_refuses_a_region_index_outside_the_rounds_regions(index, match):
 def test_server_refuses_reports_of_another_width():
     public_round = _ball_round()
     reports = _reports([-3.0], public_round, 10, seed=0)
-    with pytest.raises(ValueError, match=r"reports must have shape \(n_reports, 3\) for the round 'core'"):
+    with pytest.raises(ValueError, match=r"must have shape \(n_reports, 3\) for the round 'core'"):
         server_aggregate(reports[:, 1:], public_round)
     cost_round = CostRound("select", np.array([[0.0]]), np.array([[1.0]]), 0.25, 2.0, 1e-5,
                            np.zeros(1), 10.0)
-    with pytest.raises(ValueError, match=r"reports must have shape \(n_reports, 1\) for the round 'select'"):
+    with pytest.raises(ValueError, match=r"shape \(n_reports, 1\) for the round 'select'"):
         server_aggregate(reports, cost_round)
 
 

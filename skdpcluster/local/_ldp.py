@@ -415,21 +415,24 @@ def user_randomizer(x, public_round, rng, *, max_epsilon=None, max_delta=None):
 
 
 def _check_device_caps(public_round, max_epsilon, max_delta):
-    """Refuse a round whose epsilon or delta exceeds the device's own cap (before any randomness)."""
-    for name, cap, asked, low in (("max_epsilon", max_epsilon, public_round.epsilon, 0.0),
-                                  ("max_delta", max_delta, public_round.delta, None)):
-        if cap is None:
-            continue
-        if isinstance(cap, bool) or not isinstance(cap, Real) or not (
-                cap > 0 if low is not None else 0 <= cap < 1):
-            limits = "a number > 0" if low is not None else "a number in [0, 1)"
-            raise ValueError(f"{name} must be {limits} (or None), got {name}={cap!r}.")
-        if isinstance(asked, bool) or not isinstance(asked, Real) or not asked <= cap:
-            parameter = name.removeprefix("max_")
+    """Refuse a round whose epsilon or delta is above the device's own cap, before any randomness."""
+    if max_epsilon is not None and not (_is_number(max_epsilon) and max_epsilon > 0):
+        raise ValueError(f"max_epsilon must be a number > 0 (or None), got max_epsilon="
+                         f"{max_epsilon!r}.")
+    if max_delta is not None and not (_is_number(max_delta) and 0 <= max_delta < 1):
+        raise ValueError(f"max_delta must be a number in [0, 1) (or None), got max_delta="
+                         f"{max_delta!r}.")
+    for parameter, cap in (("epsilon", max_epsilon), ("delta", max_delta)):
+        asked = getattr(public_round, parameter)
+        if cap is not None and not (_is_number(asked) and asked <= cap):
             raise ValueError(
                 f"the round {public_round.name!r} asks {parameter}={asked!r}, above this "
-                f"device's {name}={cap!r}: the device refuses to answer it (the server sets a "
-                f"round's {parameter}, the device caps it).")
+                f"device's max_{parameter}={cap!r}: the device refuses to answer it (the server "
+                f"sets a round's {parameter}, the device caps it).")
+
+
+def _is_number(value):
+    return isinstance(value, Real) and not isinstance(value, bool)
 
 
 def _report_totals(reports, public_round):
@@ -508,8 +511,8 @@ def _checked_reports(reports, public_round):
     size = _report_size(public_round, np.size(public_round.data_center))
     if reports.shape[1] != size:
         raise ValueError(
-            f"reports must have shape (n_reports, {size}) for the round {public_round.name!r} (one "
-            f"user_randomizer output per row), got shape {reports.shape}.")
+            f"reports must have shape (n_reports, {size}) for the round {public_round.name!r} "
+            f"(one user_randomizer output per row), got shape {reports.shape}.")
     if isinstance(public_round, AverageRound):
         index, n_regions = reports[:, -1], public_round.regions.n_regions
         bad = np.flatnonzero((index != np.floor(index)) | (index < 0) | (index > n_regions))

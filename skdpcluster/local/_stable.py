@@ -373,7 +373,7 @@ class LocalPrivateStableKMeans(_BasePrivateClusterer):
         return plan
 
     def _check_report_sizes(self, n_features):
-        """Refuse, before any randomness, reports above :data:`~skdpcluster.local._ldp.MAX_REPORT_FLOATS`.
+        """Refuse, before any randomness, reports above ``_ldp.MAX_REPORT_FLOATS`` floats.
 
         An init report has ``grid_size**min(d, 3) * d + 1`` floats and a core
         report ``n_clusters * d + 1``, all public; the simulation holds a
