@@ -92,7 +92,7 @@ def test_bad_parameters_raise_before_spending(easy, params, match):
 
 @pytest.mark.filterwarnings("ignore::skdpcluster.UtilityWarning")  # 100 rows: public estimate
 @pytest.mark.parametrize("params, n_features, match", [
-    ({"grid_size": 200}, 3, r"grid_size=200: .*cap of 262144 floats use grid_size <= 44"),
+    ({"grid_size": 200}, 3, r"grid_size=200: .*cap of 262144 floats.*; use grid_size <= 44"),
     ({"grid_size": 2}, 40_000, r"grid_size=2: .*no grid fits 40000 features"),
     ({"n_clusters": 300, "grid_size": 2}, 1000, r"n_clusters=300: .*use n_clusters <= 262"),
 ], ids=["grid-d3", "grid-too-many-features", "core-balls"])

@@ -415,7 +415,7 @@ def user_randomizer(x, public_round, rng, *, max_epsilon=None, max_delta=None):
 
 
 def _check_device_caps(public_round, max_epsilon, max_delta):
-    """Refuse a round whose epsilon or delta is above the device's own cap, before any randomness."""
+    """Refuse a round whose epsilon or delta is above the device's cap, before any randomness."""
     if max_epsilon is not None and not (_is_number(max_epsilon) and max_epsilon > 0):
         raise ValueError(f"max_epsilon must be a number > 0 (or None), got max_epsilon="
                          f"{max_epsilon!r}.")
