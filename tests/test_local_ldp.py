@@ -165,24 +165,61 @@ def test_frequency_bound_beats_theorem_6_2_for_two_values():
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("factor, should_pass", [REAL, HALF])
-def test_block_vector_report_is_ldp(monkeypatch, factor, should_pass):
-    """A user's block vector is (epsilon/2, delta)-DP: mu of GDP on the worst-case pair.
+def _own_block_noise_only(real):
+    """Mutant of ``_ldp._randomize_rows``: the other blocks are sent as exact zeros (RB-08).
 
-    The two inputs are at opposite ends of ball 0 (z = +1 and z = -1): the
-    noise-free reports differ by 2 in one coordinate, the largest possible
-    change. Claim: mu = 2 / sigma(2, epsilon/2, delta) (Balle & Wang 2018,
-    exact for the Gaussian mechanism).
+    The user's own block carries the calibrated noise, so every coordinate of
+    that block is distributed as in the real report; the noise-free zeros of
+    the other blocks reveal the region.
     """
-    monkeypatch.setattr(_ldp, "BLOCK_SENSITIVITY", factor * _ldp.BLOCK_SENSITIVITY)
-    public_round = _ball_round()
+    def randomize(X, public_round, rng):
+        reports, events = real(X, public_round, rng)
+        regions = public_round.regions
+        index, _ = regions.locate(_ldp._clip_rows(X, public_round))
+        own = np.zeros((len(X), regions.n_regions + 1, X.shape[1]), dtype=bool)
+        own[np.arange(len(X)), index] = True
+        own = own[:, :regions.n_regions].reshape(len(X), -1)
+        reports[:, :-1] = np.where(own, reports[:, :-1], 0.0)
+        return reports, events
+    return randomize
+
+
+def _block_entry_mu_bound(public_round, rows, column, seeds):
+    """mu lower bound on one entry of the block vector, over half-lines and the event {= 0}."""
     n_users = 200_000
-    a = _reports([-2.0], public_round, n_users, seed=3)[:, 0]
-    b = _reports([-6.0], public_round, n_users, seed=4)[:, 0]
     edges = np.linspace(-3.0, 3.0, 61) * public_round.sigma
-    bound = mu_lower_bound(event_counts(a, edges), n_users, event_counts(b, edges), n_users)
+    a, b = (_reports(row, public_round, n_users, seed)[:, column]
+            for row, seed in zip(rows, seeds))
+    counts_a = np.r_[event_counts(a, edges), np.count_nonzero(a == 0.0)]
+    counts_b = np.r_[event_counts(b, edges), np.count_nonzero(b == 0.0)]
+    return mu_lower_bound(counts_a, n_users, counts_b, n_users)
+
+
+@pytest.mark.parametrize("variant", ["real", "mutant-half-sensitivity",
+                                     "mutant-own-block-noise"])
+def test_block_vector_report_is_ldp(monkeypatch, variant):
+    """A user's block vector is (epsilon/2, delta)-DP: mu of GDP on the worst-case pairs.
+
+    Two pairs, each watched on one entry: at opposite ends of ball 0
+    (z = +1 and z = -1, the noise-free reports differ by 2 in coordinate 0,
+    the largest possible change), and in different blocks (z = -1 in ball 0
+    and z = +1 in ball 1, watched on ball 1's entry, with the event "exactly
+    0": a report that leaves another block noise-free reveals the region;
+    audit RB-08). Claim for both: mu = 2 / sigma(2, epsilon/2, delta)
+    (Balle & Wang 2018, exact for the Gaussian mechanism; the pairs are
+    2 and sqrt(2) apart). The mutants halve the sensitivity, or noise only
+    the user's own block; each is caught by one of the pairs.
+    """
+    if variant == "mutant-half-sensitivity":
+        monkeypatch.setattr(_ldp, "BLOCK_SENSITIVITY", 0.5 * _ldp.BLOCK_SENSITIVITY)
+    if variant == "mutant-own-block-noise":
+        monkeypatch.setattr(_ldp, "_randomize_rows", _own_block_noise_only(_ldp._randomize_rows))
+    public_round = _ball_round()
     claim = 2.0 / analytic_gaussian_sigma(2.0, 0.5 * public_round.epsilon, public_round.delta)
-    assert (bound <= claim) is should_pass, (bound, claim)
+    same_block = _block_entry_mu_bound(public_round, ([-2.0], [-6.0]), 0, (3, 4))
+    cross_block = _block_entry_mu_bound(public_round, ([-6.0], [6.0]), 1, (5, 6))
+    assert (same_block <= claim) is (variant != "mutant-half-sensitivity"), (same_block, claim)
+    assert (cross_block <= claim) is (variant != "mutant-own-block-noise"), (cross_block, claim)
 
 
 @pytest.mark.parametrize("factor, should_pass", [REAL, HALF])
@@ -318,9 +355,58 @@ def test_user_randomizer_refuses_a_bad_row():
         user_randomizer([np.nan], public_round, np.random.default_rng(0))
 
 
+@pytest.mark.parametrize("caps, match", [
+    ({"max_epsilon": 1.0}, r"asks epsilon=60.0, above this device's max_epsilon=1.0"),
+    ({"max_delta": 1e-7}, r"asks delta=1e-06, above this device's max_delta=1e-07"),
+    ({"max_epsilon": float("nan")}, r"max_epsilon must be a number > 0"),
+    ({"max_delta": 1.0}, r"max_delta must be a number in \[0, 1\)"),
+])
+def test_user_randomizer_refuses_a_round_above_the_devices_cap(caps, match):
+    # Audit RB-07: a server that sends epsilon=60 got a truthful region index from every user.
+    hostile = _ball_round(epsilon=60.0, delta=1e-6)
+    rng = np.random.default_rng(0)
+    state = rng.bit_generator.state
+    with pytest.raises(ValueError, match=match):
+        user_randomizer([-3.0], hostile, rng, **caps)
+    assert rng.bit_generator.state == state
+
+
+def test_user_randomizer_answers_a_round_within_the_devices_cap():
+    public_round = _ball_round(epsilon=2.0, delta=1e-5)
+    capped = user_randomizer([-3.0], public_round, np.random.default_rng(0), max_epsilon=2.0,
+                             max_delta=1e-5)
+    assert np.array_equal(capped, user_randomizer([-3.0], public_round, np.random.default_rng(0)))
+
+
 def test_server_refuses_malformed_reports():
     with pytest.raises(ValueError, match="finite 2-d array"):
         server_aggregate(np.array([1.0, np.nan]), _ball_round())
+
+
+@pytest.mark.parametrize("index, match", [
+    (-1.0, r"an integer in \[0, 2\], but 1 reports hold another value \(the first, row 3: -1.0\)"),
+    (7.0, r"\(the first, row 3: 7.0\)"),
+    (1.7, r"\(the first, row 3: 1.7\)"),
+])
+def test_server_refuses_a_region_index_outside_the_rounds_regions(index, match):
+    # Audit RB-07: -1 raised NumPy's bincount error, T + 5 was counted nowhere, 1.7 counted as 1.
+    public_round = _ball_round()
+    reports = _reports([-3.0], public_round, 10, seed=0)
+    server_aggregate(reports, public_round)  # well formed
+    reports[3, -1] = index
+    with pytest.raises(ValueError, match=match):
+        server_aggregate(reports, public_round)
+
+
+def test_server_refuses_reports_of_another_width():
+    public_round = _ball_round()
+    reports = _reports([-3.0], public_round, 10, seed=0)
+    with pytest.raises(ValueError, match=r"must have shape \(n_reports, 3\) for the round 'core'"):
+        server_aggregate(reports[:, 1:], public_round)
+    cost_round = CostRound("select", np.array([[0.0]]), np.array([[1.0]]), 0.25, 2.0, 1e-5,
+                           np.zeros(1), 10.0)
+    with pytest.raises(ValueError, match=r"shape \(n_reports, 1\) for the round 'select'"):
+        server_aggregate(reports, cost_round)
 
 
 def test_randomized_response_refuses_values_outside_the_domain():

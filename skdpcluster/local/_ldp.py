@@ -23,6 +23,7 @@ Every random draw of a report goes through :mod:`skdpcluster.mechanisms`.
 
 import math
 from dataclasses import dataclass
+from numbers import Real
 
 import numpy as np
 
@@ -62,6 +63,12 @@ COST_SENSITIVITY_FACTOR = 2.0
 #: Share of a user's epsilon spent on the Gaussian block vector in LDP-AVG; the rest
 #: goes to the frequency-oracle report of the region index (thesis protocol LDP-AVG).
 AVERAGE_GAUSSIAN_SHARE = 0.5
+#: Fewest reports :func:`simulate_round` randomizes in one batch.
+MIN_BATCH_REPORTS = 64
+#: Public cap on the floats of one LDP-AVG report (``n_regions * n_features + 1``): a batch of
+#: :data:`MIN_BATCH_REPORTS` such reports is then at most 2**24 floats (128 MiB per copy).
+#: A larger round is refused before any randomness (audit RB-03).
+MAX_REPORT_FLOATS = 2**18
 
 
 # ---------------------------------------------------------------------------
@@ -365,8 +372,15 @@ def _randomize_rows(X, public_round, rng):
                                                                           index_event]
 
 
-def user_randomizer(x, public_round, rng):
+def user_randomizer(x, public_round, rng, *, max_epsilon=None, max_delta=None):
     r"""The device half: one user's report for one round.
+
+    The guarantee is **per report**: one report is (``epsilon``,
+    ``delta``)-DP in ``x``, with the values the server put in
+    ``public_round``. In the local model the server is the adversary
+    (thesis Definition 6.1), so a device should pin its own budget with
+    ``max_epsilon``/``max_delta`` and answer **one round only**: two reports
+    of one row compose (basic composition, 2 epsilon).
 
     Parameters
     ----------
@@ -377,6 +391,11 @@ def user_randomizer(x, public_round, rng):
         The public round description sent by the server.
     rng : numpy.random.Generator
         The user's own randomness.
+    max_epsilon, max_delta : float, default=None
+        The device's own cap on the round's ``epsilon`` (> 0) and ``delta``
+        (in [0, 1)); a round asking more is refused with a ValueError before
+        any randomness (audit RB-07). ``None``: no cap (the simulation's
+        use, where the rounds are built by the estimator itself).
 
     Returns
     -------
@@ -386,12 +405,34 @@ def user_randomizer(x, public_round, rng):
         :class:`CostRound`: one float. The report alone is
         (``epsilon``, ``delta``)-DP in ``x``.
     """
+    _check_device_caps(public_round, max_epsilon, max_delta)
     x = np.asarray(x, dtype=float)
     if x.ndim != 1 or x.shape != np.shape(public_round.data_center) or not np.all(np.isfinite(x)):
         raise ValueError(
             f"x must be one finite row of {np.size(public_round.data_center)} features, got "
             f"shape {x.shape}.")
     return _randomize_rows(x[None, :], public_round, rng)[0][0]
+
+
+def _check_device_caps(public_round, max_epsilon, max_delta):
+    """Refuse a round whose epsilon or delta is above the device's cap, before any randomness."""
+    if max_epsilon is not None and not (_is_number(max_epsilon) and max_epsilon > 0):
+        raise ValueError(f"max_epsilon must be a number > 0 (or None), got max_epsilon="
+                         f"{max_epsilon!r}.")
+    if max_delta is not None and not (_is_number(max_delta) and 0 <= max_delta < 1):
+        raise ValueError(f"max_delta must be a number in [0, 1) (or None), got max_delta="
+                         f"{max_delta!r}.")
+    for parameter, cap in (("epsilon", max_epsilon), ("delta", max_delta)):
+        asked = getattr(public_round, parameter)
+        if cap is not None and not (_is_number(asked) and asked <= cap):
+            raise ValueError(
+                f"the round {public_round.name!r} asks {parameter}={asked!r}, above this "
+                f"device's max_{parameter}={cap!r}: the device refuses to answer it (the server "
+                f"sets a round's {parameter}, the device caps it).")
+
+
+def _is_number(value):
+    return isinstance(value, Real) and not isinstance(value, bool)
 
 
 def _report_totals(reports, public_round):
@@ -444,11 +485,43 @@ def server_aggregate(reports, public_round):
     Returns
     -------
     AverageEstimate or CostEstimate
+
+    Raises
+    ------
+    ValueError
+        When a report is not one :func:`user_randomizer` output of this
+        round: wrong number of columns, a non-finite value, or a region index
+        that is not an integer in [0, ``n_regions``].
+    """
+    reports = _checked_reports(reports, public_round)
+    return _estimate(_report_totals(reports, public_round), public_round)
+
+
+def _checked_reports(reports, public_round):
+    """The reports as a float array, refused with a ValueError unless well formed (audit RB-07).
+
+    One row of :func:`_report_size` finite floats per report; for an
+    :class:`AverageRound`, the last column is a region index, an integer in
+    [0, n_regions] (NumPy's ``bincount`` would reject a negative one with its
+    own message, drop one above n_regions and truncate a fraction).
     """
     reports = np.asarray(reports, dtype=float)
     if reports.ndim != 2 or not np.all(np.isfinite(reports)):
         raise ValueError("reports must be a finite 2-d array, one report per row.")
-    return _estimate(_report_totals(reports, public_round), public_round)
+    size = _report_size(public_round, np.size(public_round.data_center))
+    if reports.shape[1] != size:
+        raise ValueError(
+            f"reports must have shape (n_reports, {size}) for the round {public_round.name!r} "
+            f"(one user_randomizer output per row), got shape {reports.shape}.")
+    if isinstance(public_round, AverageRound):
+        index, n_regions = reports[:, -1], public_round.regions.n_regions
+        bad = np.flatnonzero((index != np.floor(index)) | (index < 0) | (index > n_regions))
+        if bad.size:
+            raise ValueError(
+                f"reports: the last column is a region index, an integer in [0, {n_regions}], "
+                f"but {bad.size} reports hold another value (the first, row {bad[0]}: "
+                f"{float(index[bad[0]])!r}).")
+    return reports
 
 
 def simulate_round(X, public_round, rng):
@@ -458,7 +531,8 @@ def simulate_round(X, public_round, rng):
     reports of all rows, without holding all reports in memory. A round
     with no users still yields its (empty) estimate.
     """
-    chunk = max(64, min(CHUNK_ROWS, 2**22 // _report_size(public_round, X.shape[1])))
+    chunk = max(MIN_BATCH_REPORTS,
+                min(CHUNK_ROWS, 2**22 // _report_size(public_round, X.shape[1])))
     totals = []
     for start in range(0, max(len(X), 1), chunk):
         reports, events = _randomize_rows(X[start:start + chunk], public_round, rng)
@@ -469,4 +543,9 @@ def simulate_round(X, public_round, rng):
 def _report_size(public_round, n_features):
     if isinstance(public_round, CostRound):
         return 1
-    return public_round.regions.n_regions * n_features + 1
+    return average_report_size(public_round.regions.n_regions, n_features)
+
+
+def average_report_size(n_regions, n_features):
+    """Floats of one LDP-AVG report: the block vector and the region index (public)."""
+    return n_regions * n_features + 1

@@ -20,11 +20,22 @@ from skdpcluster.cluster._stable_init import (
     center_gaps,
     nearest_centers,
 )
-from skdpcluster.local._ldp import AverageRound, BallRegions, CostRound, GridRegions, simulate_round
+from skdpcluster.exceptions import NotSeparatedWarning
+from skdpcluster.local._ldp import (
+    MAX_REPORT_FLOATS,
+    AverageRound,
+    BallRegions,
+    CostRound,
+    GridRegions,
+    _frequency_noise_scale,
+    average_report_size,
+    simulate_round,
+)
 from skdpcluster.mechanisms import PrivacyEvent
 from skdpcluster.utils._compat import Interval
 from skdpcluster.utils._docstrings import shared_params
 from skdpcluster.utils._progress import phase
+from skdpcluster.utils._warnings import warn_user
 
 __all__ = ["LocalPrivateStableKMeans"]
 
@@ -54,6 +65,32 @@ def random_projection(n_features, dim, rng):
         return np.eye(n_features)
     basis, _ = np.linalg.qr(rng.standard_normal((n_features, dim)))
     return basis
+
+
+def heavy_cell_threshold(sigma_sum, sigma_count, n_cells, n_features):
+    """Noisy count a grid cell of the init round must exceed to be kept (public).
+
+    Above the count's noise over ``n_cells`` cells, and above the count at
+    which the cell's coreset point has noise ``GRID_CORESET_ERROR`` of the
+    bound, ``sigma_sum * sqrt(d) / count``; at least 1.
+    """
+    return max(sigma_count * (math.sqrt(2.0 * math.log(n_cells)) + 2.0),
+               sigma_sum * math.sqrt(n_features) / GRID_CORESET_ERROR, 1.0)
+
+
+def _largest_grid_size(n_features, dim):
+    """Largest g whose init report, ``g**dim * n_features + 1`` floats, is within the cap."""
+    g = int(((MAX_REPORT_FLOATS - 1) // n_features) ** (1.0 / dim))
+    while average_report_size((g + 1) ** dim, n_features) <= MAX_REPORT_FLOATS:
+        g += 1
+    while g > 0 and average_report_size(g**dim, n_features) > MAX_REPORT_FLOATS:
+        g -= 1
+    return g
+
+
+def _status(core_fallback):
+    """``"fallback"`` when the core round accepted no region (released values decide it)."""
+    return "fallback" if np.all(core_fallback) else "success"
 
 
 def _per_user_guarantee(round_events):
@@ -145,7 +182,11 @@ class LocalPrivateStableKMeans(_BasePrivateClusterer):
         ``"select"`` summing to 1; ``None`` means ``{"init": 0.45, "core":
         0.45, "select": 0.10}`` (spec §9.8).
     grid_size : int, default=4
-        Cells per axis of the init round's grid.
+        Cells per axis of the init round's grid. An init report has
+        ``grid_size**min(d, 3) * d + 1`` floats; above
+        ``skdpcluster.local._ldp.MAX_REPORT_FLOATS`` (2**18) the fit is
+        refused before any randomness, naming the largest allowed value (in
+        d = 3, 44). The same cap bounds a core report, ``n_clusters * d + 1``.
     core_radius_factor : float, default=1/3
         f in (0, 1/2) of the core balls (the thesis' 1/3).
     accountant : BudgetAccountant, default=None
@@ -171,7 +212,21 @@ class LocalPrivateStableKMeans(_BasePrivateClusterer):
     rounds_ : list of dict
         Per round: name, number of users (public) and one user's
         (epsilon, delta).
-    status_ : {"success", "failure"}
+    status_ : {"success", "fallback", "failure"}
+        ``"fallback"`` when the core round accepted none of its regions
+        (every ``core_fallback_`` True; k = 1: the mean's noisy count failed
+        its acceptance rule): the released centres are then B, unmoved (with
+        fewer heavy grid cells than k, filler points near ``data_center``),
+        or ``data_center`` for k = 1, and a
+        :class:`~skdpcluster.NotSeparatedWarning` says so. A function of
+        released noisy values, so free to report. ``"failure"`` only when a
+        private step raised.
+    quality_ : dict
+        Released facts of the fit: ``"selected"`` (as ``selected_``),
+        ``"n_heavy_cells"`` (heavy grid cells of the init round, a function
+        of its noisy counts; ``None`` for k = 1), ``"heavy_cells_short"``
+        (fewer than k: some initial centres are filler points) and
+        ``"n_core_accepted"`` (core regions whose noisy mean was accepted).
     labels_ : ndarray of shape (n_samples,)
         Nearest released centre of every training row. **Not private**, and
         not something a real server could compute.
@@ -235,10 +290,48 @@ class LocalPrivateStableKMeans(_BasePrivateClusterer):
     _NOISE_RATE = 0.5
 
     def _noise_fraction(self, n_samples, n_features):
-        r"""Public estimate of a centre's noise over the bound: every one of the :math:`n/k`
-        rows of a cluster carries noise of scale :math:`2\Lambda/\varepsilon` per coordinate,
-        so the mean is off by about :math:`2\Lambda\sqrt{kd/n}/\varepsilon`."""
-        return 2.0 * math.sqrt(self.n_clusters * n_features / n_samples) / self.epsilon
+        r"""Public estimate of a released centre's noise, as a fraction of :math:`\Lambda`.
+
+        From the public values only (n, d, k, epsilon, delta, the group
+        shares, ``grid_size``, ``core_radius_factor``) and the real per-user
+        noise :math:`\sigma` of a block vector (:attr:`AverageRound.sigma`,
+        16.1 at epsilon = 1, delta = 1e-6; audit RB-05: the estimate used
+        :math:`2/\varepsilon`, 8 times less). A cluster has about
+        :math:`n_r/k` users of a round of :math:`n_r` users, and the
+        largest of
+
+        * *init*: :math:`0.3\,t/(n_{init}/k)`, with t the heavy-cell
+          threshold of :func:`heavy_cell_threshold` for the noise of
+          :math:`n_{init}` reports. When the sums' noise decides t, this is
+          :math:`k\sigma\sqrt{d/n_{init}}`, the noise of the coreset point
+          of a cell holding a whole cluster; above 0.3
+          (``GRID_CORESET_ERROR``) not even that cell is heavy and the
+          initial centres are filler points;
+        * *core*: :math:`2f\,k\sigma\sqrt{d/n_{core}}`, the noise of a core
+          mean of radius at most :math:`2f\Lambda`;
+        * *one cluster*: :math:`\sigma\sqrt{d/n}`, the noise of the mean of
+          all users over the data ball.
+
+        An order of magnitude, not a bound. On the local benchmark
+        (k = d = 4, default groups) it is 0.61 and 0.19 at n = 1e5 and 1e6,
+        epsilon = 1 (cost 9.4 and 7.9 times the optimum), 0.096 at 4e6
+        (1.44), and 0.053 at n = 1e6, epsilon = 4 (1.06).
+        """
+        public_round = AverageRound("estimate", None, float(self.epsilon), float(self.delta),
+                                    None, None)
+        sigma, k = public_round.sigma, self.n_clusters
+        if k == 1:
+            return sigma * math.sqrt(n_features / n_samples)
+        groups = self._groups()
+        n_init, n_core = (max(math.floor(groups[name] * n_samples), 1) for name in ("init", "core"))
+        n_cells = self.grid_size ** min(n_features, 3)
+        threshold = heavy_cell_threshold(
+            sigma * math.sqrt(n_init),
+            _frequency_noise_scale(n_init, n_cells + 1, public_round.oracle_epsilon), n_cells,
+            n_features)
+        init = GRID_CORESET_ERROR * threshold / (n_init / k)
+        core = 2.0 * self.core_radius_factor * k * sigma * math.sqrt(n_features / n_core)
+        return max(init, core)
 
     def _check_n_clusters(self):
         """k = 1 is allowed: one LDP-AVG round of all users, see :meth:`_fit_one_cluster`."""
@@ -267,6 +360,8 @@ class LocalPrivateStableKMeans(_BasePrivateClusterer):
                 "data to compute a bound. Pass data_radius=<a public bound on ||x - center||>.")
         center = self._resolve_center(X.shape[1])
         radius = self._checked_radius(float(self.data_radius))
+        if self.n_clusters > 1:
+            self._check_report_sizes(X.shape[1])
         groups = {"mean": 1.0} if self.n_clusters == 1 else self._groups()
         plan = PrivateFitPlan(
             (float(self.epsilon), float(self.delta)),
@@ -276,6 +371,30 @@ class LocalPrivateStableKMeans(_BasePrivateClusterer):
         if self.verbose:
             print(f"[{type(self).__name__}] plan: {plan.values['groups']}")
         return plan
+
+    def _check_report_sizes(self, n_features):
+        """Refuse, before any randomness, reports above ``_ldp.MAX_REPORT_FLOATS`` floats.
+
+        An init report has ``grid_size**min(d, 3) * d + 1`` floats and a core
+        report ``n_clusters * d + 1``, all public; the simulation holds a
+        batch of at least 64 of them (audit RB-03: ``grid_size=200`` in
+        d = 3 asked for 12 GB and failed inside the private step).
+        """
+        dim = min(n_features, 3)
+        if average_report_size(self.grid_size**dim, n_features) > MAX_REPORT_FLOATS:
+            largest = _largest_grid_size(n_features, dim)
+            fix = (f"use grid_size <= {largest}" if largest >= 2 else
+                   f"no grid fits {n_features} features: reduce the dimension first (a public "
+                   "projection)")
+            raise ValueError(
+                f"grid_size={self.grid_size}: each init-round user would send "
+                f"grid_size**{dim} * {n_features} + 1 floats, above the cap of "
+                f"{MAX_REPORT_FLOATS} floats per report; {fix}.")
+        if average_report_size(self.n_clusters, n_features) > MAX_REPORT_FLOATS:
+            raise ValueError(
+                f"n_clusters={self.n_clusters}: each core-round user would send n_clusters * "
+                f"{n_features} + 1 floats, above the cap of {MAX_REPORT_FLOATS} floats per "
+                f"report; use n_clusters <= {(MAX_REPORT_FLOATS - 1) // n_features}.")
 
     # -- the protocol ---------------------------------------------------------------
     def _fit_private(self, X, plan, rng):
@@ -287,8 +406,8 @@ class LocalPrivateStableKMeans(_BasePrivateClusterer):
         common = {"epsilon": float(self.epsilon), "delta": float(self.delta),
                   "data_center": values["center"], "data_radius": values["radius"]}
         phase("round 1: init", users=len(users["init"]))
-        initial, init_events = self._init_round(X[users["init"]], common, public_rng,
-                                                round_rngs[0])
+        initial, n_heavy, init_events = self._init_round(X[users["init"]], common, public_rng,
+                                                         round_rngs[0])
         phase("round 2: core", users=len(users["core"]))
         core, fallback, core_events = self._core_round(X[users["core"]], initial, common,
                                                        round_rngs[1])
@@ -309,9 +428,13 @@ class LocalPrivateStableKMeans(_BasePrivateClusterer):
                          "delta": math.fsum(e.delta for e in round_events[name])}
                         for name in ROUNDS],
             "labels_": np.argsort(order)[nearest_centers(X - center, candidates[chosen])[0]],
+            "quality_": {"selected": chosen, "n_heavy_cells": n_heavy,
+                         "heavy_cells_short": n_heavy < self.n_clusters,
+                         "n_core_accepted": int(np.count_nonzero(~fallback))},
         }
         return PrivateFit(candidates[chosen][order] + center, True,
-                          self._ledger(round_events), attributes=attributes)
+                          self._ledger(round_events), attributes=attributes,
+                          status=_status(fallback))
 
     def _fit_one_cluster(self, X, plan, rng):
         r"""k = 1: the local private mean, one LDP-AVG round of all users (thesis Claim 6.4).
@@ -339,9 +462,11 @@ class LocalPrivateStableKMeans(_BasePrivateClusterer):
                          "epsilon": math.fsum(e.epsilon for e in events),
                          "delta": math.fsum(e.delta for e in events)}],
             "labels_": np.zeros(len(X), dtype=np.intp),
+            "quality_": {"selected": "mean", "n_heavy_cells": None, "heavy_cells_short": None,
+                         "n_core_accepted": int(np.count_nonzero(~fallback))},
         }
         return PrivateFit(mean + values["center"], True, self._ledger({"mean": events}),
-                          attributes=attributes)
+                          attributes=attributes, status=_status(fallback))
 
     def _ledger(self, round_events):
         """One report per round at zero cost, then the per-user guarantee (the fit's charge)."""
@@ -361,22 +486,25 @@ class LocalPrivateStableKMeans(_BasePrivateClusterer):
         return events
 
     def _init_round(self, X, common, public_rng, rng):
-        """Round 1: LDP-AVG over a public grid; server-side coreset clustering gives B."""
+        """Round 1: LDP-AVG over a public grid; server-side coreset clustering gives B.
+
+        Returns B, the number of heavy cells (a function of the released noisy
+        counts) and one report's events.
+        """
         n_features, radius = X.shape[1], common["data_radius"]
         projection = random_projection(n_features, min(n_features, 3), public_rng)
         public_round = AverageRound("init", GridRegions(projection, self.grid_size, radius),
                                     **common)
         estimate, events = simulate_round(X, public_round, rng)
-        threshold = max(
-            estimate.sigma_count * (math.sqrt(2.0 * math.log(len(estimate.counts))) + 2.0),
-            estimate.sigma_sum * math.sqrt(n_features) / GRID_CORESET_ERROR, 1.0)
+        threshold = heavy_cell_threshold(estimate.sigma_sum, estimate.sigma_count,
+                                         len(estimate.counts), n_features)
         heavy = estimate.counts > threshold
         weights = estimate.counts[heavy]
         points = _project_onto_ball(radius * estimate.sums[heavy] / weights[:, None], 0.0,
                                     radius)
         centers = GridInitializer()._cluster_coreset(points, weights, self.n_clusters, radius,
                                                      rng)
-        return _canonical(_project_onto_ball(centers, 0.0, radius)), events
+        return _canonical(_project_onto_ball(centers, 0.0, radius)), int(heavy.sum()), events
 
     def _core_round(self, X, initial, common, rng, name="core", radii=None):
         """Round 2: LDP-AVG over the balls B(b_i, f D_i) (or public ``radii``); accepted regions
@@ -406,3 +534,20 @@ class LocalPrivateStableKMeans(_BasePrivateClusterer):
     def _commit(self, plan, result, spent):
         super()._commit(plan, result, spent)
         self.privacy_spent_["model"] = "local, per user"
+
+    def _report_fallback(self):
+        """Say that no core region was accepted: the released centres are B (or mu), unmoved."""
+        quality = self.quality_
+        if self.n_clusters == 1:
+            what = ("the noisy count of the mean round failed its acceptance rule: the released "
+                    "centre is data_center")
+        else:
+            what = (f"the core round accepted none of the {self.n_clusters} regions: the released "
+                    f"centres are the init round's B, from {quality['n_heavy_cells']} heavy grid "
+                    f"cells for n_clusters={self.n_clusters}"
+                    + (" (the others are filler points near data_center)"
+                       if quality["heavy_cells_short"] else ""))
+        warn_user(
+            f"{type(self).__name__}: {what} (status_='fallback', a function of released noisy "
+            "values). The local model needs many more users, or a larger epsilon.",
+            NotSeparatedWarning)
