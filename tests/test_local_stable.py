@@ -187,3 +187,17 @@ def test_one_cluster_is_a_local_mean():
     assert band < 1.2
     assert np.linalg.norm(est.cluster_centers_[0] - X.mean(axis=0)) < band
     assert accountant.total() == pytest.approx((4.0, 1e-6))
+
+
+@pytest.mark.parametrize("n_clusters", [1, 2])
+def test_an_epsilon_below_the_index_reports_resolution_is_refused_before_any_randomness(n_clusters):
+    # randomized_response refuses an epsilon below about m 2^-47 (review RB-06); inside the
+    # fit that came after the block vectors' noise: a charged status_="failure".
+    X = np.random.default_rng(0).normal(size=(2000, 2))
+    accountant = BudgetAccountant()
+    rng = np.random.default_rng(0)
+    state = rng.bit_generator.state
+    with pytest.raises(ValueError, match="epsilon=1e-14 is too small for the region-index"):
+        LocalPrivateStableKMeans(n_clusters, epsilon=1e-14, data_radius=5.0, random_state=rng,
+                                 accountant=accountant).fit(X)
+    assert accountant.ledger == [] and rng.bit_generator.state == state

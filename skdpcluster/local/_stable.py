@@ -22,6 +22,7 @@ from skdpcluster.cluster._stable_init import (
 )
 from skdpcluster.exceptions import NotSeparatedWarning
 from skdpcluster.local._ldp import (
+    AVERAGE_GAUSSIAN_SHARE,
     MAX_REPORT_FLOATS,
     AverageRound,
     BallRegions,
@@ -31,7 +32,7 @@ from skdpcluster.local._ldp import (
     average_report_size,
     simulate_round,
 )
-from skdpcluster.mechanisms import PrivacyEvent
+from skdpcluster.mechanisms import PrivacyEvent, _check_rr_resolution
 from skdpcluster.utils._compat import Interval
 from skdpcluster.utils._docstrings import shared_params
 from skdpcluster.utils._progress import phase
@@ -362,6 +363,7 @@ class LocalPrivateStableKMeans(_BasePrivateClusterer):
         radius = self._checked_radius(float(self.data_radius))
         if self.n_clusters > 1:
             self._check_report_sizes(X.shape[1])
+        self._check_index_resolution(X.shape[1])
         groups = {"mean": 1.0} if self.n_clusters == 1 else self._groups()
         plan = PrivateFitPlan(
             (float(self.epsilon), float(self.delta)),
@@ -371,6 +373,27 @@ class LocalPrivateStableKMeans(_BasePrivateClusterer):
         if self.verbose:
             print(f"[{type(self).__name__}] plan: {plan.values['groups']}")
         return plan
+
+    def _check_index_resolution(self, n_features):
+        """Refuse, before any randomness, an epsilon too small for the region-index reports.
+
+        Each report's region index is randomized response at ``epsilon / 2``
+        over the round's regions and "outside"
+        (:func:`~skdpcluster.mechanisms.randomized_response`), which refuses
+        an epsilon below about ``m * 2**-47``; inside the fit that refusal
+        came after the block vectors' noise (a charged failure).
+        """
+        n_values = [2] if self.n_clusters == 1 else [
+            self.grid_size**min(n_features, 3) + 1, self.n_clusters + 1]
+        oracle_epsilon = (1.0 - AVERAGE_GAUSSIAN_SHARE) * float(self.epsilon)
+        try:
+            for m in n_values:
+                _check_rr_resolution(oracle_epsilon, m)
+        except ValueError:
+            raise ValueError(
+                f"epsilon={self.epsilon!r} is too small for the region-index reports "
+                f"(randomized response at epsilon / 2 over up to {max(n_values)} values, whose "
+                "53-bit draws cannot resolve it); use a larger epsilon.") from None
 
     def _check_report_sizes(self, n_features):
         """Refuse, before any randomness, reports above ``_ldp.MAX_REPORT_FLOATS`` floats.
