@@ -73,7 +73,9 @@ def _clipped_cost_sensitivity(clip):
 
 
 def max_cost_clip(epsilon):
-    r"""The largest clip :func:`private_clipped_cost` uses: :math:`2^{-64}\min(1,\varepsilon)` times the largest float.
+    r"""The largest clip of :func:`private_clipped_cost`: :math:`2^{-64}\min(1, \varepsilon)\,F`.
+
+    :math:`F` is the largest float.
 
     A public function of ``epsilon``: with :math:`\tau` at most this, the sum
     of at most :math:`2^{53}` terms in :math:`[0, \tau]` and the Laplace noise

@@ -62,9 +62,10 @@ LOCATED_ROWS_PER_CLUSTER = 5
 #: Share of (epsilon, delta) that ``fallback_share="auto"`` reserves for the general method with
 #: the paper's methods (``"located"`` on rows reserves nothing: see :class:`_GeneralMethodOnRows`).
 AUTO_FALLBACK_SHARE = 0.1
-#: Above this public noise-to-gap ratio (:func:`~skdpcluster.ktuple.noisy_centers.noise_to_gap_ratio`)
-#: ``"noisy_centers"`` warns before spending: the noise of a released centre is more than half
-#: its distance to the nearest other centre, so the centres may swap or merge.
+#: Above this public noise-to-gap ratio
+#: (:func:`~skdpcluster.ktuple.noisy_centers.noise_to_gap_ratio`) ``"noisy_centers"`` warns
+#: before spending: the noise of a released centre is more than half its distance to the
+#: nearest other centre, so the centres may swap or merge.
 NOISE_TO_GAP_LIMIT = 0.5
 #: Blocks of :data:`~skdpcluster.cluster._stable_init.CHUNK_ROWS` rows per part of the
 #: training labels (:func:`_labels_or_none`), the unit of work of one thread.

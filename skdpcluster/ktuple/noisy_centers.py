@@ -201,7 +201,8 @@ def noise_to_gap_ratio(
         log_lambda_ratio = _log_lambda_offset(separation, k, epsilon, delta)
     else:
         a = 4 / (separation - 2)
-        log_lambda_ratio = math.log((2 / separation) * (1 + a * (_lambda_shift(k, epsilon, delta) + 1)))
+        shift = _lambda_shift(k, epsilon, delta)
+        log_lambda_ratio = math.log((2 / separation) * (1 + a * (shift + 1)))
     if gaussian_calibration == "analytic_joint":
         unit_sigma = gaussian_sigma(math.sqrt(k), epsilon / 4, delta / 8, "analytic")
     else:
@@ -213,7 +214,7 @@ def noise_to_gap_ratio(
 def separation_for_noise_to_gap_ratio(
     ratio, k, epsilon, delta, lambda_mechanism="log_laplace", gaussian_calibration="analytic_joint"
 ):
-    r"""The smallest separation :math:`\Delta > 6` at which :func:`noise_to_gap_ratio` is at most ``ratio``.
+    r"""The smallest separation :math:`\Delta > 6` where :func:`noise_to_gap_ratio` <= ``ratio``.
 
     A planning aid from public values: the ratio decreases in
     :math:`\Delta` (both :math:`\log(2/(\Delta-2))` and
@@ -333,7 +334,7 @@ def private_k_noisy_centers(
 
 
 def _warn_if_clamped(centers):
-    """A :class:`UtilityWarning` when :func:`_unwhitened` clamped a centre (released values only)."""
+    """A :class:`UtilityWarning` when :func:`_unwhitened` clamped a centre (released values)."""
     if np.any(np.abs(centers) >= _FLOAT_MAX):
         warn_user(
             "private_k_noisy_centers: the noise of the released centres exceeded the float range "
