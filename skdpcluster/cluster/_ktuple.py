@@ -103,7 +103,10 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
       (about :math:`2\Delta + 2`-far, with :math:`\Delta` in the hundreds).
     * ``method="averages"``: PrivatekAverages (Figure 3) averages each cluster
       of tuple points privately (Proposition 2.9). Needs only 16-far tuples
-      but many of them (about :math:`5\cdot 10^5\,k\,d`).
+      but many of them (about :math:`5\cdot 10^5\,k\,d`; with too few for
+      Proposition 2.9's bound a
+      :class:`~skdpcluster.exceptions.UtilityWarning` says so before
+      anything is spent).
 
     Each row affects one block, so a replace-one change of the data changes
     one tuple, and the guarantee of the tuple algorithm carries over to the
@@ -118,12 +121,15 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
         on the whole budget; ``method_="private_average"``,
         ``status_="success"``).
     method : {"auto", "located", "noisy_centers", "averages"}, default="auto"
-        The private aggregation of the tuples. ``"auto"`` is ``"located"``
-        when ``data_radius`` is given and ``"noisy_centers"`` (which needs no
-        bound) otherwise, so that the default fit never computes a bound from
-        the data. ``benchmarks/bench_ktuple_practical.py``: with the public
-        radius, ``"located"`` passes where ``"noisy_centers"`` fails (k = 4,
-        d = 4, means 10·e_i apart, n = 10^4).
+        The private aggregation of the tuples. ``"auto"`` is always
+        ``"located"``. It needs a bound: with ``data_radius=None`` (the
+        default) the bound is first released privately on 10% of (epsilon,
+        delta) (:mod:`skdpcluster.bounds`; the ledger starts with its
+        events) and the method runs on the rest; ``"noisy_centers"``, which
+        needs no bound, runs only when asked for.
+        ``benchmarks/bench_ktuple_practical.py``: with the public radius,
+        ``"located"`` passes where ``"noisy_centers"`` fails (k = 4, d = 4,
+        means 10·e_i apart, n = 10^4).
     {epsilon}
     {delta}
     beta : float, default=0.05
@@ -138,12 +144,21 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
         ``"noisy_centers"``, ``max(minimum, n_samples // (15 k))`` for
         ``"averages"``, and for ``"located"`` ``n_samples // (5 k)`` (5
         rows per cluster in a block) within ``[min_located_tuples,
-        n_samples // k]``; fewer rows raise :class:`InsufficientDataError`.
+        n_samples // k]``. With fewer rows than the tuple path needs, the
+        whole budget goes to the fallback (``status_="fallback"``,
+        ``fallback_info_`` says how many rows are needed); only with
+        ``fallback_share=0`` does the fit raise
+        :class:`InsufficientDataError` (before anything is spent).
     separation : float, default=None
         Delta of ``"noisy_centers"`` (> 6); ignored by ``"located"``. ``None``
         uses the paper's
         :math:`(10/\varepsilon)\,k\log(k/\delta)\sqrt{\log(k/\beta)}`.
-        ``"averages"`` always uses 7.
+        ``"averages"`` always uses 7. The noise of ``"noisy_centers"`` grows
+        exponentially as Delta decreases: when its public ratio to the gap
+        between centres
+        (:func:`~skdpcluster.ktuple.noisy_centers.noise_to_gap_ratio`)
+        exceeds 1/2, a :class:`~skdpcluster.exceptions.UtilityWarning` names
+        the separation that brings it down, before anything is spent.
     data_radius : float, default=None
         Public bound Lambda on ``||x - data_center||``, used by
         ``"located"`` and ``"averages"`` (rows outside are projected onto the
