@@ -510,13 +510,13 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
         needed = separation_for_noise_to_gap_ratio(NOISE_TO_GAP_LIMIT, self.n_clusters,
                                                    self.epsilon, self.delta, *modes)
         warn_user(
-            f"KTupleClusterer: method='noisy_centers' at separation={separation:.6g}, "
-            f"epsilon={self.epsilon:.6g}, delta={self.delta:.3g} adds noise of about "
+            f"KTupleClusterer: method='noisy_centers' at separation={separation:.6g} (the tuple "
+            f"path's epsilon={self.epsilon:.6g}, delta={self.delta:.3g}) adds noise of about "
             f"{ratio:.3g} times the gap between the released centres (a public estimate, "
             f"noise_to_gap_ratio): the centres will be close to random even when the test "
-            f"passes. separation >= {needed:.6g} brings it below {NOISE_TO_GAP_LIMIT} (the data "
-            f"must then be separated by about 2 * separation + 2 times the cluster radius), or "
-            f"use method='located'.", UtilityWarning)
+            f"passes. separation >= {needed:.6g} brings it to {NOISE_TO_GAP_LIMIT} (the tuples "
+            f"must then be that much better separated for the test to pass), or use "
+            f"method='located'.", UtilityWarning)
 
     def _warn_if_averages_lack_points(self, n_tuples, n_features, radius, r_min):
         """A :class:`UtilityWarning` before spending when the clusters of ``"averages"`` hold
