@@ -298,3 +298,95 @@ def test_a_moved_r_min_does_not_show_an_exact_bound():
     messages = " ".join(str(w.message) for w in caught)
     assert "r_min=1e-15 is outside" in messages
     assert f"{exact:.6g}" not in messages and f"{2 * exact / 2**52:.6g}" not in messages
+
+
+# ---------------------------------------------------------------------------
+# Audit RE: exceptions after randomness (F2) and honest answers (F3)
+# ---------------------------------------------------------------------------
+
+
+def test_cost_estimate_of_centres_near_the_float_range_is_a_finite_release():
+    """RE-F2(a): released centres ~1e300 apart squared the clip to inf (or raised
+    OverflowError), and the Laplace release refused it after the centres were spent. The clip
+    (a function of released centres) is capped at a public finite maximum."""
+    from skdpcluster.cluster._cost_estimate import max_cost_clip, private_clipped_cost
+
+    centres = np.array([[-1e300, 0.0], [1e300, 0.0]])
+    rows = np.vstack([centres, centres + 1.0, [[0.0, 0.0]]])
+    estimate, event = private_clipped_cost(rows, centres, epsilon=0.05,
+                                           rng=np.random.default_rng(0))
+    assert estimate["cost_clip"] == max_cost_clip(0.05) == event.sensitivity
+    assert np.isfinite(estimate["clipped_cost"]) and np.isfinite(event.scale)
+
+
+def test_cost_estimate_keeps_the_release_of_noisy_centres_on_data_near_the_float_range():
+    """RE-F2(a), the auditor's fit (``re_12``): noisy_centers at separation 20 with the cost
+    estimate on data scaled by 1e150 ended status_='failure' with a PrivateStepFailedWarning."""
+    rng = np.random.default_rng(0)
+    truth = np.array([[0.0, 0.0], [1000.0, 0.0]])
+    X = (truth[rng.integers(0, 2, 40000)] + rng.standard_normal((40000, 2))) * 1e150
+    est = KTupleClusterer(2, method="noisy_centers", separation=20.0, fallback_share=0.0,
+                          estimate_cost=True, accountant=BudgetAccountant(), random_state=0)
+    with pytest.warns(UserWarning, match="noise_to_gap_ratio"):
+        est.fit(X)
+    assert est.status_ == "success" and est.privacy_spent_["proven"]
+    assert np.all(np.isfinite(est.cluster_centers_))
+    assert np.isfinite(est.quality_["clipped_cost"])
+
+
+def _first_warning_raises_before_spending(est, fit, data, category):
+    """Turn ``category`` into an error: the fit must raise it with nothing charged."""
+    accountant = est.accountant
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", category)
+        with pytest.raises(category) as caught:
+            fit(data)
+    assert accountant.total() == (0.0, 0.0) and not hasattr(est, "cluster_centers_")
+    return str(caught.value)
+
+
+@pytest.mark.parametrize("separation", [20.0, 100.0])
+def test_noisy_centres_warn_before_spending_when_the_noise_exceeds_the_gaps(separation):
+    """RE-F3: at a user separation the public noise-to-gap ratio is 3.3e11 (20) or 80 (100), and
+    the fit reported success with centres off by up to 6e14; it now warns first, naming the
+    separation that brings the ratio below 1/2."""
+    from skdpcluster.exceptions import UtilityWarning
+    from skdpcluster.ktuple.noisy_centers import separation_for_noise_to_gap_ratio
+
+    tuples = np.array([[0.0], [1000.0]])[None] + np.zeros((N_TUPLES, 2, 1))
+    est = KTupleClusterer(2, method="noisy_centers", separation=separation, fallback_share=0.0,
+                          accountant=BudgetAccountant(), random_state=0)
+    message = _first_warning_raises_before_spending(est, est.fit_tuples, tuples, UtilityWarning)
+    needed = separation_for_noise_to_gap_ratio(0.5, 2, 1.0, 1e-6)
+    assert f"separation >= {needed:.6g}" in message and 376 < needed < 377
+
+
+def test_noisy_centres_at_the_default_separation_do_not_warn_about_utility():
+    from skdpcluster.exceptions import UtilityWarning
+
+    tuples = np.array([[0.0], [1e4]])[None] + np.zeros((N_TUPLES, 2, 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UtilityWarning)
+        est = KTupleClusterer(2, method="noisy_centers", fallback_share=0.0,
+                              accountant=BudgetAccountant(), random_state=0).fit_tuples(tuples)
+    assert est.status_ == "success"
+
+
+def test_averages_with_too_few_tuples_for_their_averages_warn_before_spending():
+    """RE-F3 (``re_13``): 1963 tuples with data_radius=100 gave status_='success' and a centre
+    1186 from the mean: each cluster average (Proposition 2.9, at epsilon / (4k(ell + 1)))
+    needs about 4e6 points for its bound, so the fit now warns before spending."""
+    from skdpcluster.exceptions import UtilityWarning
+    from skdpcluster.ktuple.averages import cluster_points_needed
+
+    rng = np.random.default_rng(0)
+    tuples = np.array([[-40.0, 0.0], [40.0, 0.0]])[None] + 0.5 * rng.standard_normal(
+        (N_TUPLES, 2, 2))
+    est = KTupleClusterer(2, method="averages", data_radius=100.0, fallback_share=0.0,
+                          accountant=BudgetAccountant(), random_state=0)
+    message = _first_warning_raises_before_spending(est, est.fit_tuples, tuples, UtilityWarning)
+    needed = cluster_points_needed(N_TUPLES, 2, 2, 1.0, 1e-6, 0.05, 100.0, 0.01)
+    assert f"at least {needed} points per cluster" in message and needed > 1e6
+    # With enough tuples the bound holds and nothing is said (the planning function only: a fit
+    # at 2e6 tuples is a benchmark).
+    assert cluster_points_needed(2_000_000, 2, 2, 1.0, 1e-6, 0.05, 100.0, 0.01) < 2_000_000

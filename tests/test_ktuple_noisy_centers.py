@@ -5,9 +5,14 @@ import math
 import numpy as np
 import pytest
 
-from skdpcluster.exceptions import InsufficientDataError, UnprovenPrivacyWarning
-from skdpcluster.ktuple import min_tuples
-from skdpcluster.ktuple.noisy_centers import default_separation, noise_to_gap_ratio, private_k_noisy_centers
+from skdpcluster.exceptions import InsufficientDataError, UnprovenPrivacyWarning, UtilityWarning
+from skdpcluster.ktuple import min_tuples, noisy_centers
+from skdpcluster.ktuple.noisy_centers import (
+    default_separation,
+    noise_to_gap_ratio,
+    private_k_noisy_centers,
+    separation_for_noise_to_gap_ratio,
+)
 
 DELTA_28 = math.exp(-28)
 
@@ -138,3 +143,41 @@ def test_nan_and_k1_rejected():
     with pytest.raises(ValueError, match="k >= 2"):
         private_k_noisy_centers(np.zeros((3000, 1, 1)), epsilon=1.0, delta=1e-6, beta=0.05,
                                 rng=np.random.default_rng(0))
+
+
+def test_noise_to_gap_ratio_beyond_the_float_range_is_inf():
+    """Audit RE-F2(c): the public planning aid computed exp of its log offset and raised
+    OverflowError at a tiny epsilon near the smallest separation; it is computed in log space."""
+    assert noise_to_gap_ratio(2, 0.01, 1e-6, 7.5) == math.inf
+    assert noise_to_gap_ratio(2, 0.01, 1e-6, 7.5, "paper") < math.inf  # linear in the shift
+
+
+@pytest.mark.parametrize("lambda_mechanism", ["log_laplace", "paper"])
+def test_separation_for_a_noise_to_gap_ratio_is_the_smallest_that_reaches_it(lambda_mechanism):
+    separation = separation_for_noise_to_gap_ratio(0.5, 2, 1.0, 1e-6, lambda_mechanism)
+    ratio = lambda s: noise_to_gap_ratio(2, 1.0, 1e-6, s, lambda_mechanism)  # noqa: E731
+    assert ratio(separation) <= 0.5 < ratio(separation * (1 - 1e-5))
+
+
+@pytest.mark.parametrize("calibration", ["analytic_joint", "classical"])
+def test_centres_whose_noise_overflows_are_clamped_to_the_float_range(calibration):
+    """Audit RE-F2(b): at epsilon = 0.001 and separation 7.5 the public cap lambda = e^700 times
+    the Gaussian noise overflowed, and the released centres were +-inf. The product of released
+    values is clamped (post-processing): finite, at +-max float."""
+    step = noisy_centers._GAUSSIAN_STEPS[calibration]
+    lambdas = np.full(2, math.exp(700.0))
+    noisy, _ = step(np.array([[0.0], [1.0]]), lambdas, 2, 0.001, 1e-6, np.random.default_rng(3))
+    assert np.all(np.isfinite(noisy))
+    assert np.any(np.abs(noisy) == np.finfo(float).max)  # seed 3 overflows in both calibrations
+
+
+@pytest.mark.slow
+def test_a_clamped_release_warns_that_it_carries_no_information():
+    """``re_14``'s fit (about 2e6 tuples, a few seconds): finite centres and a UtilityWarning."""
+    n = min_tuples(0.001, 1e-6, 0.05)
+    tuples = np.array([[0.0], [1.0]])[None] + 1e-6 * np.random.default_rng(0).standard_normal(
+        (n, 2, 1))
+    with pytest.warns(UtilityWarning, match="clamped"):
+        result = private_k_noisy_centers(tuples, epsilon=0.001, delta=1e-6, beta=0.05,
+                                         separation=7.5, rng=np.random.default_rng(0))
+    assert result.success and np.all(np.isfinite(result.centers))

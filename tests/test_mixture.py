@@ -465,3 +465,67 @@ def test_success_rate_and_error_bound_over_seeds():
 @pytest.mark.parametrize("check", [c for c, _ in dp_checks()], ids=[n for _, n in dp_checks()])
 def test_dp_contract(check, small):
     check(PrivateGaussianMixture(2), small)
+
+
+# ---------------------------------------------------------------------------
+# The refinement pass (not in the paper): its releases on worst-case neighbours (audit RE-F5)
+# ---------------------------------------------------------------------------
+
+REFINE_RELEASES = {
+    "clipped_mean": ("_clipped_mean", "_clipped_mean_sensitivity"),
+    "log_scale": ("_log_scale", "_log_scale_sensitivity"),
+}
+
+
+def _noise_free_refine_release(monkeypatch, release, points, radius=5.0):
+    """The release's noise-free value on ``points`` and the sensitivity it claimed (n = 200)."""
+    from skdpcluster.mixture import _gaussian_mixture
+
+    claimed = []
+
+    def noise_free(value, *, sensitivity, **kwargs):
+        claimed.append(sensitivity)
+        return np.atleast_1d(np.asarray(value, dtype=float)), None
+
+    monkeypatch.setattr(_gaussian_mixture, "zcdp_gaussian_mechanism", noise_free)
+    function = getattr(_gaussian_mixture, REFINE_RELEASES[release][0])
+    value, _ = function(points, 200, np.zeros(3), radius, 1.0, np.random.default_rng(0))
+    return value, claimed[-1]
+
+
+@pytest.mark.parametrize("release", sorted(REFINE_RELEASES))
+@pytest.mark.parametrize("factor, should_pass", [pytest.param(None, True, id="real"),
+                                                 pytest.param(0.5, False, id="mutant-half")])
+def test_refinement_releases_move_by_at_most_their_claimed_sensitivity(monkeypatch, release,
+                                                                        factor, should_pass):
+    """Worst-case neighbours of the refinement pass, noise-free (audit RE-F5, ``re_09``).
+
+    ``_clipped_mean`` claims add/remove sensitivity radius / n (an added row is
+    clipped to norm radius), ``_log_scale`` L / (2n) (an added term lies in
+    [-L/2, L/2]). Adding a row far away (clipped to the radius) or at the
+    centre (log-distance clipped to the low end) moves the release by exactly
+    the claim, and swapping two such rows inside the component by twice the
+    claim, the factor ``_FreshBudget``'s GDP accounting assumes
+    (mu^2 = 8 rho per pass). The mutant halves the claimed sensitivity through
+    its seam: the changes are then twice the claim and the test fails.
+    """
+    from skdpcluster.mixture import _gaussian_mixture
+
+    if factor is not None:
+        name = REFINE_RELEASES[release][1]
+        original = getattr(_gaussian_mixture, name)
+        monkeypatch.setattr(_gaussian_mixture, name, lambda *args: factor * original(*args))
+    base = np.random.default_rng(0).standard_normal((200, 3))
+    far, at_centre, opposite = (np.array([[1e6, 0.0, 0.0]]), np.array([[1e-300, 0.0, 0.0]]),
+                                np.array([[-1e6, 0.0, 0.0]]))
+    value, claim = _noise_free_refine_release(monkeypatch, release, base)
+    added = [_noise_free_refine_release(monkeypatch, release, np.vstack([base, row]))[0]
+             for row in (far, at_centre)]
+    add_remove = max(np.linalg.norm(a - value) for a in added) / claim
+    other = opposite if release == "clipped_mean" else at_centre
+    swapped = _noise_free_refine_release(monkeypatch, release, np.vstack([base, other]))[0]
+    swap = np.linalg.norm(added[0] - swapped) / claim
+    within = bool(add_remove <= 1.0 + 1e-9 and swap <= 2.0 + 1e-9)
+    assert within is should_pass
+    if should_pass:  # the pair is the worst case: the claims are tight
+        assert add_remove == pytest.approx(1.0, rel=1e-9) and swap == pytest.approx(2.0, rel=1e-9)

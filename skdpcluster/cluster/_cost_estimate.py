@@ -15,7 +15,8 @@ from skdpcluster.cluster._base import PrivateFitPlan
 from skdpcluster.mechanisms import PrivacyEvent, laplace_mechanism
 from skdpcluster.utils._data import as_rows
 
-__all__ = ["COST_KEYS", "COST_SHARE", "CostEstimateMixin", "cost_clip", "private_clipped_cost"]
+__all__ = ["COST_KEYS", "COST_SHARE", "CostEstimateMixin", "cost_clip", "max_cost_clip",
+           "private_clipped_cost"]
 
 #: Share of epsilon spent on the private cost estimate when ``estimate_cost=True``.
 COST_SHARE = 0.05
@@ -71,6 +72,21 @@ def _clipped_cost_sensitivity(clip):
     return clip
 
 
+def max_cost_clip(epsilon):
+    r"""The largest clip of :func:`private_clipped_cost`: :math:`2^{-64}\min(1, \varepsilon)\,F`.
+
+    :math:`F` is the largest float.
+
+    A public function of ``epsilon``: with :math:`\tau` at most this, the sum
+    of at most :math:`2^{53}` terms in :math:`[0, \tau]` and the Laplace noise
+    of scale :math:`\tau/\varepsilon` (numpy's draws stay below 40 scales)
+    stay far below the float range, so the release is finite on any input.
+    It is reached only by centres more than about :math:`10^{144}` apart
+    (for the k-means cost); ordinary fits never meet it.
+    """
+    return float(np.finfo(float).max) / 2.0**64 * min(1.0, float(epsilon))
+
+
 def cost_clip(centers, data_radius=None, power=2):
     r"""The public clip :math:`\tau` of :func:`private_clipped_cost`, from released values only.
 
@@ -79,12 +95,16 @@ def cost_clip(centers, data_radius=None, power=2):
     within :math:`g/2` of their centre, so they are rarely clipped) and
     :math:`p` the ``power`` of the cost (2: k-means, 1: k-median); for one
     centre :math:`\tau = \Lambda^p` (``data_radius``, public or released).
+    Computed in floating point without raising: centres near the float range
+    give ``inf`` (:func:`private_clipped_cost` caps it at
+    :func:`max_cost_clip`).
     """
-    if len(centers) == 1:
-        return float(data_radius) ** power
-    gaps = np.linalg.norm(centers[:, None, :] - centers[None, :, :], axis=-1)
-    np.fill_diagonal(gaps, np.inf)
-    return float(np.median(gaps.min(axis=1)) / 2.0) ** power
+    with np.errstate(over="ignore", invalid="ignore"):
+        if len(centers) == 1:
+            return float(np.float64(data_radius) ** power)
+        gaps = np.linalg.norm(centers[:, None, :] - centers[None, :, :], axis=-1)
+        np.fill_diagonal(gaps, np.inf)
+        return float((np.median(gaps.min(axis=1)) / 2.0) ** power)
 
 
 def private_clipped_cost(X, centers, *, epsilon, rng, data_radius=None, power=2,
@@ -95,9 +115,11 @@ def private_clipped_cost(X, centers, *, epsilon, rng, data_radius=None, power=2,
     \mathrm{Lap}(\tau/\varepsilon)` (:math:`p` = ``power``: 2 for the
     k-means cost, 1 for the k-median cost), the *truncated cost* of the selection
     step of Shechner (2021; ``spec/shechner_stable.md`` §9.5), with
-    :math:`\tau` = :func:`cost_clip` of the released centres.
+    :math:`\tau` = :func:`cost_clip` of the released centres, capped at
+    :func:`max_cost_clip` (so that the release is finite whatever the centres).
     **Privacy.** The centres and :math:`\tau` are released (or public)
-    values, so given them each row adds one term in :math:`[0, \tau]`:
+    values (the cap is a function of the public ``epsilon``), so given them
+    each row adds one term in :math:`[0, \tau]`:
     replacing one row moves the sum by at most :math:`\tau`, and the
     Laplace mechanism (Dwork & Roth 2014, Theorem 3.6) is
     :math:`\varepsilon`-DP under replace-one; it composes adaptively with
@@ -134,7 +156,8 @@ def private_clipped_cost(X, centers, *, epsilon, rng, data_radius=None, power=2,
     if centers is None:
         return dict.fromkeys(COST_KEYS), PrivacyEvent(
             "unused_budget", float(epsilon), 0.0, label="cost_estimate_unused")
-    clip = cost_clip(np.asarray(centers, dtype=float), data_radius, power)
+    clip = float(np.fmin(cost_clip(np.asarray(centers, dtype=float), data_radius, power),
+                         max_cost_clip(epsilon)))
     cost = as_rows(X).map_reduce(_clipped_cost_sum, centers, clip, power)
     noisy, event = laplace_mechanism(
         float(cost), sensitivity=_clipped_cost_sensitivity(clip),

@@ -20,13 +20,18 @@ from skdpcluster.accountant import BudgetAccountant
 from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _BasePrivateClusterer, _fit_scope
 from skdpcluster.cluster._cost_estimate import COST_KEYS, CostEstimateMixin
 from skdpcluster.cluster._one_cluster import fit_one_cluster, plan_one_cluster, resolved_r_min
-from skdpcluster.exceptions import InsufficientDataError
+from skdpcluster.exceptions import InsufficientDataError, UtilityWarning
 from skdpcluster.mechanisms import PrivacyEvent
 from skdpcluster.utils._warnings import warn_user
 from skdpcluster.ktuple import min_tuples
 from skdpcluster.averaging import _project_onto_ball
 from skdpcluster.ktuple._framework import canonical_order, check_tuple_parameters, conditioning_event
-from skdpcluster.ktuple.averages import AVERAGES_SEPARATION, per_cluster_budget, private_k_averages
+from skdpcluster.ktuple.averages import (
+    AVERAGES_SEPARATION,
+    cluster_points_needed,
+    per_cluster_budget,
+    private_k_averages,
+)
 from skdpcluster.ktuple.located import (
     locate_and_average,
     min_located_tuples,
@@ -35,7 +40,12 @@ from skdpcluster.ktuple.located import (
     zcdp_composite_event,
 )
 from skdpcluster.ktuple.noisy_centers import _check_modes as check_noisy_centers_modes
-from skdpcluster.ktuple.noisy_centers import default_separation, private_k_noisy_centers
+from skdpcluster.ktuple.noisy_centers import (
+    default_separation,
+    noise_to_gap_ratio,
+    private_k_noisy_centers,
+    separation_for_noise_to_gap_ratio,
+)
 from skdpcluster.ktuple.partition import _outer_ell, compute_m_eps1
 from skdpcluster.utils._compat import HasMethods, Interval, StrOptions, fit_context, single_threaded
 from skdpcluster.utils._docstrings import shared_params
@@ -52,6 +62,11 @@ LOCATED_ROWS_PER_CLUSTER = 5
 #: Share of (epsilon, delta) that ``fallback_share="auto"`` reserves for the general method with
 #: the paper's methods (``"located"`` on rows reserves nothing: see :class:`_GeneralMethodOnRows`).
 AUTO_FALLBACK_SHARE = 0.1
+#: Above this public noise-to-gap ratio
+#: (:func:`~skdpcluster.ktuple.noisy_centers.noise_to_gap_ratio`) ``"noisy_centers"`` warns
+#: before spending: the noise of a released centre is more than half its distance to the
+#: nearest other centre, so the centres may swap or merge.
+NOISE_TO_GAP_LIMIT = 0.5
 #: Blocks of :data:`~skdpcluster.cluster._stable_init.CHUNK_ROWS` rows per part of the
 #: training labels (:func:`_labels_or_none`), the unit of work of one thread.
 _LABEL_BLOCKS = 16
@@ -88,7 +103,10 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
       (about :math:`2\Delta + 2`-far, with :math:`\Delta` in the hundreds).
     * ``method="averages"``: PrivatekAverages (Figure 3) averages each cluster
       of tuple points privately (Proposition 2.9). Needs only 16-far tuples
-      but many of them (about :math:`5\cdot 10^5\,k\,d`).
+      but many of them (about :math:`5\cdot 10^5\,k\,d`; with too few for
+      Proposition 2.9's bound a
+      :class:`~skdpcluster.exceptions.UtilityWarning` says so before
+      anything is spent).
 
     Each row affects one block, so a replace-one change of the data changes
     one tuple, and the guarantee of the tuple algorithm carries over to the
@@ -103,12 +121,15 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
         on the whole budget; ``method_="private_average"``,
         ``status_="success"``).
     method : {"auto", "located", "noisy_centers", "averages"}, default="auto"
-        The private aggregation of the tuples. ``"auto"`` is ``"located"``
-        when ``data_radius`` is given and ``"noisy_centers"`` (which needs no
-        bound) otherwise, so that the default fit never computes a bound from
-        the data. ``benchmarks/bench_ktuple_practical.py``: with the public
-        radius, ``"located"`` passes where ``"noisy_centers"`` fails (k = 4,
-        d = 4, means 10·e_i apart, n = 10^4).
+        The private aggregation of the tuples. ``"auto"`` is always
+        ``"located"``. It needs a bound: with ``data_radius=None`` (the
+        default) the bound is first released privately on 10% of (epsilon,
+        delta) (:mod:`skdpcluster.bounds`; the ledger starts with its
+        events) and the method runs on the rest; ``"noisy_centers"``, which
+        needs no bound, runs only when asked for.
+        ``benchmarks/bench_ktuple_practical.py``: with the public radius,
+        ``"located"`` passes where ``"noisy_centers"`` fails (k = 4, d = 4,
+        means 10·e_i apart, n = 10^4).
     {epsilon}
     {delta}
     beta : float, default=0.05
@@ -123,12 +144,21 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
         ``"noisy_centers"``, ``max(minimum, n_samples // (15 k))`` for
         ``"averages"``, and for ``"located"`` ``n_samples // (5 k)`` (5
         rows per cluster in a block) within ``[min_located_tuples,
-        n_samples // k]``; fewer rows raise :class:`InsufficientDataError`.
+        n_samples // k]``. With fewer rows than the tuple path needs, the
+        whole budget goes to the fallback (``status_="fallback"``,
+        ``fallback_info_`` says how many rows are needed); only with
+        ``fallback_share=0`` does the fit raise
+        :class:`InsufficientDataError` (before anything is spent).
     separation : float, default=None
         Delta of ``"noisy_centers"`` (> 6); ignored by ``"located"``. ``None``
         uses the paper's
         :math:`(10/\varepsilon)\,k\log(k/\delta)\sqrt{\log(k/\beta)}`.
-        ``"averages"`` always uses 7.
+        ``"averages"`` always uses 7. The noise of ``"noisy_centers"`` grows
+        exponentially as Delta decreases: when its public ratio to the gap
+        between centres
+        (:func:`~skdpcluster.ktuple.noisy_centers.noise_to_gap_ratio`)
+        exceeds 1/2, a :class:`~skdpcluster.exceptions.UtilityWarning` names
+        the separation that brings it down, before anything is spent.
     data_radius : float, default=None
         Public bound Lambda on ``||x - data_center||``, used by
         ``"located"`` and ``"averages"`` (rows outside are projected onto the
@@ -447,6 +477,8 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
             shape_probe, self.epsilon, self.delta, self.beta, separation, self.accounting
         )
         self._check_aggregation_parameters(n_tuples)
+        if self._method() == "noisy_centers":
+            self._warn_if_noise_exceeds_gaps(separation)
         center = self._resolve_center(n_features)
         m, _ = compute_m_eps1(n_tuples, self.epsilon / 2, self.delta / 4, self.beta / 2)
         attributes = {
@@ -466,6 +498,42 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
                 "proven values. Use accounting='corrected' (the default) to stay within the "
                 "request.", UserWarning)
         return PrivateFitPlan(cost, {"center": center}, attributes)
+
+    def _warn_if_noise_exceeds_gaps(self, separation):
+        """A :class:`UtilityWarning` before spending when the public noise-to-gap ratio of
+        ``"noisy_centers"`` exceeds :data:`NOISE_TO_GAP_LIMIT`, naming the separation that
+        brings it down (both functions of public values only; audit RE-F3)."""
+        modes = (self.lambda_mechanism, self.gaussian_calibration)
+        ratio = noise_to_gap_ratio(self.n_clusters, self.epsilon, self.delta, separation, *modes)
+        if ratio <= NOISE_TO_GAP_LIMIT:
+            return
+        needed = separation_for_noise_to_gap_ratio(NOISE_TO_GAP_LIMIT, self.n_clusters,
+                                                   self.epsilon, self.delta, *modes)
+        warn_user(
+            f"KTupleClusterer: method='noisy_centers' at separation={separation:.6g} (the tuple "
+            f"path's epsilon={self.epsilon:.6g}, delta={self.delta:.3g}) adds noise of about "
+            f"{ratio:.3g} times the gap between the released centres (a public estimate, "
+            f"noise_to_gap_ratio): the centres will be close to random even when the test "
+            f"passes. separation >= {needed:.6g} brings it to {NOISE_TO_GAP_LIMIT} (the tuples "
+            f"must then be that much better separated for the test to pass), or use "
+            f"method='located'.", UtilityWarning)
+
+    def _warn_if_averages_lack_points(self, n_tuples, n_features, radius, r_min):
+        """A :class:`UtilityWarning` before spending when the clusters of ``"averages"`` hold
+        fewer points than Proposition 2.9's bound needs: the centres can then be anywhere in
+        the data ball (:func:`~skdpcluster.ktuple.averages.cluster_points_needed`; public or
+        released values only; audit RE-F3)."""
+        needed = cluster_points_needed(n_tuples, self.n_clusters, n_features, self.epsilon,
+                                       self.delta, self.beta, radius, r_min, self.accounting)
+        if n_tuples >= needed:
+            return
+        warn_user(
+            f"KTupleClusterer: method='averages' with {n_tuples} tuples: each cluster is averaged "
+            f"at the budget epsilon / (4k(ell + 1)) of Theorem 4.9, at which its private average "
+            f"(Proposition 2.9) needs at least {needed} points per cluster (one per tuple), so "
+            f"the released centres can be as far as the data radius from the cluster means (a "
+            f"public estimate). Use about {needed} tuples, a larger epsilon, or method='located'.",
+            UtilityWarning)
 
     def _plan_located(self, n_tuples, n_features):
         """The public plan of ``method="located"``: enough tuples for its histogram threshold."""
@@ -602,6 +670,9 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
             radius, unproven = self._resolve_radius(X, center)
             r_min = resolved_r_min(self, self.r_min, radius)
             plan.unproven.update(unproven)
+            if self._method() == "averages":
+                self._warn_if_averages_lack_points(plan.attributes["n_tuples_"], X.shape[1],
+                                                   radius, r_min)
         else:
             radius, r_min = np.nan, np.nan
         plan.values.update(data_radius=radius, r_min=r_min)

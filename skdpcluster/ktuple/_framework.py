@@ -4,7 +4,22 @@ Both algorithms run PrivateTestPartition at ``(eps/2, delta/4, beta/2)`` and,
 on success, an algorithm A* that is ``(eps/2, delta/4)``-indistinguishable on
 every pair of neighbours with balls that ell-nearly partition them. Claim 4.6
 then gives ``(eps, delta)`` in total: ``eps/2`` for Status, ``(eps/2, delta/4)``
-for A*, and ``3 delta/4`` for conditioning on the event of Claim 4.5.
+for A*, and ``3 delta/4`` for conditioning on the event E of Claim 4.5 (the
+selected balls ell-nearly partition the tuples; :func:`conditioning_event`).
+
+The conditioning charge needs Claim 4.5 in the *unconditional* form that the
+corrected ell gives (``spec/cohen_ktuple_review.md``, finding 3): for every
+set of tuples, :math:`\Pr[S \wedge \neg E] \le m e^{\varepsilon_1}\,q/(1-q)\,\Pr[S]
+= (\delta_{TP}/2)\Pr[S]` (S: Status is Success, :math:`\delta_{TP} = \delta/4`),
+plus :math:`\delta_{TP}^2/2` for a success with no passing tuple. Then, with
+:math:`\Pr_T[S] \le \min(1, e^{\varepsilon/2}\Pr_{T'}[S])`, conditioning
+costs at most :math:`\delta_{TP}/2` on each side, an additive total of
+:math:`\delta/4 + \delta_{TP} + O(\delta_{TP}^2) \le \delta` at every epsilon.
+The paper's conditional form ("if :math:`\Pr[S] \ge \delta_{TP}` then
+:math:`\Pr[\neg E \mid S] \le \delta_{TP}`") does not suffice: when
+:math:`\Pr_{T'}[S] < \delta_{TP} \le \Pr_T[S]` it leaves an excess up to
+:math:`e^{\varepsilon/2}\delta_{TP}`, above ``3 delta/4`` once
+:math:`\varepsilon > 2\ln 3` (audit RE, ``re_10``).
 """
 
 import math
@@ -129,8 +144,11 @@ def conditioning_event(delta, public, accounting):
     r"""The delta that Claim 4.6 spends on conditioning on the event of Claim 4.5.
 
     With ``accounting="corrected"`` Claim 4.5 holds at the test's
-    :math:`\delta_{TP} = \delta/4`, and the framework spends
-    :math:`3\delta/4`. With the paper's ell it is proven only at
+    :math:`\delta_{TP} = \delta/4` in the unconditional form
+    :math:`\Pr[S \wedge \neg E] \le (\delta_{TP}/2)\Pr[S]` for every set of
+    tuples (the module docstring gives the proof; the conditional form
+    "if :math:`\Pr[S] \ge \delta_{TP}`" would not cover epsilon above
+    :math:`2\ln 3`), and the framework spends :math:`3\delta/4`. With the paper's ell it is proven only at
     :math:`\delta_{TP}' = (1 + m e^{\varepsilon_1})\,\delta_{TP}/2` (review,
     finding 3); the event then charges :math:`3\delta_{TP}'` and, as the
     review's :math:`(\varepsilon + O(\delta'), O(\delta'))` form, adds that

@@ -25,7 +25,9 @@ import math
 import numpy as np
 
 from skdpcluster.averaging import private_average
-from skdpcluster.averaging._common import project_into_ball
+from skdpcluster.averaging._common import _check_grid, project_into_ball
+from skdpcluster.averaging.average import _axis_budget
+from skdpcluster.averaging.average_1d import _average_1d_details
 from skdpcluster.ktuple._framework import (
     KTupleResult,
     canonical_order,
@@ -36,7 +38,13 @@ from skdpcluster.ktuple._framework import (
 from skdpcluster.ktuple.partition import _outer_ell
 from skdpcluster.mechanisms import PrivacyEvent
 
-__all__ = ["AVERAGES_SEPARATION", "per_cluster_budget", "private_k_averages", "project_to_ball"]
+__all__ = [
+    "AVERAGES_SEPARATION",
+    "cluster_points_needed",
+    "per_cluster_budget",
+    "private_k_averages",
+    "project_to_ball",
+]
 
 #: Delta of the partition test in PrivatekAverages (Proposition 3.1.1 needs Delta > 6).
 AVERAGES_SEPARATION = 7.0
@@ -156,6 +164,35 @@ def per_cluster_budget(epsilon, delta, k, ell_value):
             f"Use epsilon <= {limit:.0f}, or method='noisy_centers'."
         )
     return eps_hat, math.exp(log_delta_hat)
+
+
+def cluster_points_needed(n, k, d, epsilon, delta, beta, data_radius, r_min,
+                          accounting="corrected"):
+    r"""Points each cluster average of :func:`private_k_averages` needs for its utility bound.
+
+    On success every tuple gives one point to each cluster, so a cluster holds
+    about ``n`` points. Each axis of its private average
+    (:func:`~skdpcluster.averaging.private_average` at
+    :math:`(\hat\varepsilon, \hat\delta, \beta/(2k))`) bounds its segment with
+    two interior points on the :math:`t` extreme values
+    (:func:`~skdpcluster.averaging.private_bounding_segment`): Proposition
+    2.9's error bound holds only when the cluster holds at least :math:`t`
+    points. Below that the segment (hence the centre) can lie anywhere in
+    :math:`[-\Lambda, \Lambda]` on each axis: an error of the order of the
+    data radius. A function of public values only.
+
+    Returns
+    -------
+    int
+        :math:`t` at ``n`` tuples (it decreases slowly with ``n``, through
+        :math:`\ell`).
+    """
+    ell_value = _outer_ell(n, epsilon, delta, beta, accounting)
+    eps_hat, delta_hat = per_cluster_budget(epsilon, delta, k, ell_value)
+    budget = _axis_budget(eps_hat, delta_hat, d, "auto")
+    details = _average_1d_details(_check_grid(data_radius, r_min), budget.epsilon_axis,
+                                  budget.delta_axis, beta / (2 * k) / d)
+    return details["n_extreme_values"]
 
 
 def _group_privacy_event(epsilon, delta, k, ell_value, eps_hat, delta_hat, inner_events):

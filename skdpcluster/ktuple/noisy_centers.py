@@ -44,7 +44,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from skdpcluster.exceptions import UnprovenPrivacyWarning
+from skdpcluster.exceptions import UnprovenPrivacyWarning, UtilityWarning
 from skdpcluster.utils._validation import check_epsilon_delta, check_probability
 from skdpcluster.utils._warnings import warn_user
 from skdpcluster.ktuple._framework import (
@@ -67,10 +67,13 @@ __all__ = [
     "default_separation",
     "noise_to_gap_ratio",
     "private_k_noisy_centers",
+    "separation_for_noise_to_gap_ratio",
 ]
 
 LAMBDA_MECHANISMS = ("log_laplace", "paper")
 GAUSSIAN_CALIBRATIONS = ("analytic_joint", "classical")
+#: The largest float: released centres beyond it are clamped to it (post-processing).
+_FLOAT_MAX = float(np.finfo(float).max)
 
 
 def default_separation(k, epsilon, delta, beta):
@@ -152,7 +155,7 @@ def _gaussian_analytic_joint(centers, lambdas, k, epsilon, delta, rng):
         whitened, sensitivity=_joint_gaussian_sensitivity(k), epsilon=epsilon / 4, delta=delta / 8,
         rng=rng, calibration="analytic", label="noisy_centers/gaussian_joint",
     )
-    return noisy * lambdas[:, None], event
+    return _unwhitened(noisy, lambdas), event
 
 
 def _gaussian_classical(centers, lambdas, k, epsilon, delta, rng):
@@ -162,7 +165,19 @@ def _gaussian_classical(centers, lambdas, k, epsilon, delta, rng):
         whitened, sensitivity=1.0, epsilon=epsilon / (4 * k), delta=delta / (8 * k), rng=rng,
         calibration="classical", label="noisy_centers/gaussian_per_center",
     )
-    return noisy * lambdas[:, None], replace(event, count=k)
+    return _unwhitened(noisy, lambdas), replace(event, count=k)
+
+
+def _unwhitened(noisy, lambdas):
+    """``noisy_i * lambda_i``, clamped to the float range (post-processing of released values).
+
+    With the public cap ``lambda_i <= e^700`` the product overflows only when
+    the noise is astronomically larger than the data (a tiny epsilon with a
+    separation near 6): the clamp keeps the release finite, and
+    :func:`private_k_noisy_centers` warns when it acted.
+    """
+    with np.errstate(over="ignore"):
+        return np.clip(noisy * lambdas[:, None], -_FLOAT_MAX, _FLOAT_MAX)
 
 
 _GAUSSIAN_STEPS = {"analytic_joint": _gaussian_analytic_joint, "classical": _gaussian_classical}
@@ -177,19 +192,49 @@ def noise_to_gap_ratio(
     :math:`D_i = \min_{j\ne i}\|c_i - c_j\|`. A planning aid: the centre is
     useful when this is well below 1/2. At the experiments' parameters
     (spec §6.3; review, finding 4) it is about 0.164 for k = 2 with the
-    defaults and 0.2147 for the paper's mechanism.
+    defaults and 0.2147 for the paper's mechanism. Computed in log space:
+    ``inf`` when the ratio is beyond the float range (a tiny epsilon or a
+    separation near 6).
     """
     _check_modes(lambda_mechanism, gaussian_calibration, k, epsilon)
     if lambda_mechanism == "log_laplace":
-        lambda_ratio = math.exp(_log_lambda_offset(separation, k, epsilon, delta))
+        log_lambda_ratio = _log_lambda_offset(separation, k, epsilon, delta)
     else:
         a = 4 / (separation - 2)
-        lambda_ratio = (2 / separation) * (1 + a * (_lambda_shift(k, epsilon, delta) + 1))
+        shift = _lambda_shift(k, epsilon, delta)
+        log_lambda_ratio = math.log((2 / separation) * (1 + a * (shift + 1)))
     if gaussian_calibration == "analytic_joint":
         unit_sigma = gaussian_sigma(math.sqrt(k), epsilon / 4, delta / 8, "analytic")
     else:
         unit_sigma = gaussian_sigma(1.0, epsilon / (4 * k), delta / (8 * k), "classical")
-    return lambda_ratio * unit_sigma
+    log_ratio = log_lambda_ratio + math.log(unit_sigma)
+    return math.exp(log_ratio) if log_ratio < math.log(_FLOAT_MAX) else math.inf
+
+
+def separation_for_noise_to_gap_ratio(
+    ratio, k, epsilon, delta, lambda_mechanism="log_laplace", gaussian_calibration="analytic_joint"
+):
+    r"""The smallest separation :math:`\Delta > 6` where :func:`noise_to_gap_ratio` <= ``ratio``.
+
+    A planning aid from public values: the ratio decreases in
+    :math:`\Delta` (both :math:`\log(2/(\Delta-2))` and
+    :math:`\eta = \log((\Delta+2)/(\Delta-2))` do), so bisection finds it
+    (to a relative 1e-6, rounded up).
+    """
+    def ratio_at(separation):
+        return noise_to_gap_ratio(k, epsilon, delta, separation, lambda_mechanism,
+                                  gaussian_calibration)
+
+    low, high = 6.0, 7.0
+    while ratio_at(high) > ratio:
+        low, high = high, 2 * high
+    while high - low > 1e-6 * high:
+        middle = (low + high) / 2
+        if ratio_at(middle) > ratio:
+            low = middle
+        else:
+            high = middle
+    return high
 
 
 def _check_modes(lambda_mechanism, gaussian_calibration, k, epsilon):
@@ -272,6 +317,7 @@ def private_k_noisy_centers(
         noisy, gaussian_event = _GAUSSIAN_STEPS[gaussian_calibration](
             test.centers, lambdas, k, epsilon, delta, rng
         )
+        _warn_if_clamped(noisy)
         centers = canonical_order(noisy)
         events += [lambda_event, gaussian_event]
     else:
@@ -285,6 +331,18 @@ def private_k_noisy_centers(
     if not proven:
         events = [_marked_unproven(event) for event in events]
     return KTupleResult(centers, test.success, events, public, proven=proven)
+
+
+def _warn_if_clamped(centers):
+    """A :class:`UtilityWarning` when :func:`_unwhitened` clamped a centre (released values)."""
+    if np.any(np.abs(centers) >= _FLOAT_MAX):
+        warn_user(
+            "private_k_noisy_centers: the noise of the released centres exceeded the float range "
+            "and they were clamped to +-1.8e308: they carry no information about the data. The "
+            "noise grows like ((separation + 2) / (separation - 2))**(4k log(4k/delta) / epsilon): "
+            "use a larger separation or epsilon (see noise_to_gap_ratio).",
+            UtilityWarning,
+        )
 
 
 def _marked_unproven(event):

@@ -254,6 +254,51 @@ class PartitionTestResult:
     events: list = field(default_factory=list)
 
 
+def _unpartitioned_counts(t1, radii, degenerate, t2):
+    r""":math:`\ell_X` for every X in T1 (Figure 1, step 1b); a degenerate X counts all of T2."""
+    return np.array([
+        count_not_partitioned(t1[i], radii[i], t2) if not degenerate[i] else t2.shape[0]
+        for i in range(t1.shape[0])
+    ])
+
+
+def _unpartitioned_counts_sensitivity(m):
+    """L1 sensitivity m of the m counts: one T2 tuple moves every count by at most 1."""
+    return float(m)
+
+
+def _noisy_unpartitioned_counts(counts, eps2, rng):
+    r"""Figure 1, step 1c: :math:`\hat\ell_X = \ell_X + \mathrm{Lap}(m/\varepsilon_2)`.
+
+    :math:`\varepsilon_2`-DP. ``counts`` has the m counts on its last axis (leading axes:
+    independent releases).
+    """
+    m = np.shape(counts)[-1]
+    return laplace_mechanism(counts, sensitivity=_unpartitioned_counts_sensitivity(m),
+                             epsilon=eps2, rng=rng, label="partition_test/unpartitioned_counts")
+
+
+def _passing_tuples(noisy_counts, eps2, beta, degenerate):
+    """pass_X: the noisy count is at most (m / eps2) log(m / beta) and X is not degenerate."""
+    m = degenerate.shape[0]
+    return (np.atleast_1d(noisy_counts) <= (m / eps2) * math.log(m / beta)) & ~degenerate
+
+
+def _passing_count_sensitivity():
+    """Sensitivity 1 of the number of passing tuples: one T1 tuple changes one pass bit."""
+    return 1.0
+
+
+def _noisy_passing_count(n_passing, eps1, rng):
+    r"""Figure 1, step 2: :math:`\hat s = \sum_X pass_X + \mathrm{Lap}(1/\varepsilon_1)`.
+
+    :math:`\varepsilon_1`-DP before the amplification by subsampling of
+    :func:`private_test_partition`.
+    """
+    return laplace_mechanism(n_passing, sensitivity=_passing_count_sensitivity(), epsilon=eps1,
+                             rng=rng, label="partition_test/passing_count")
+
+
 def private_test_close_tuples(t1, t2, *, eps1, eps2, beta, separation, rng):
     r"""PrivateTestCloseTuples (Cohen et al. 2021, Figure 1).
 
@@ -287,19 +332,10 @@ def private_test_close_tuples(t1, t2, *, eps1, eps2, beta, separation, rng):
     m = t1.shape[0]
     radii = ball_radii(t1, separation)
     degenerate = _is_degenerate(radii)
-    counts = np.array([
-        count_not_partitioned(t1[i], radii[i], t2) if not degenerate[i] else t2.shape[0]
-        for i in range(m)
-    ])
-    # One T2 tuple moves every count by at most 1: L1 sensitivity m over the m counts.
-    noisy_counts, count_event = laplace_mechanism(
-        counts, sensitivity=m, epsilon=eps2, rng=rng, label="partition_test/unpartitioned_counts"
-    )
-    passes = (np.atleast_1d(noisy_counts) <= (m / eps2) * math.log(m / beta)) & ~degenerate
-    noisy_sum, sum_event = laplace_mechanism(
-        float(passes.sum()), sensitivity=1.0, epsilon=eps1, rng=rng,
-        label="partition_test/passing_count",
-    )
+    counts = _unpartitioned_counts(t1, radii, degenerate, t2)
+    noisy_counts, count_event = _noisy_unpartitioned_counts(counts, eps2, rng)
+    passes = _passing_tuples(noisy_counts, eps2, beta, degenerate)
+    noisy_sum, sum_event = _noisy_passing_count(float(passes.sum()), eps1, rng)
     success = noisy_sum >= m - math.log(1 / beta) / eps1 and bool(passes.any())
     chosen = int(np.argmax(passes)) if success else None
     # The tuple is an unordered set: hand it on in canonical row order, so that nothing

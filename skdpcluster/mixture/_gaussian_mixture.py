@@ -250,15 +250,22 @@ def _clipped_offset_sum(chunk, center, radius):
     return offsets.sum(axis=0)
 
 
+def _clipped_mean_sensitivity(radius, n_public):
+    """Add/remove L2 sensitivity of the clipped mean: one offset of norm at most ``radius``."""
+    return radius / n_public
+
+
 def _clipped_mean(points, n_public, center, radius, rho, rng):
     """``center + sum(clip(x - center, radius)) / n_public`` plus Gaussian noise.
 
-    Each clipped offset has norm at most ``radius``: add/remove sensitivity ``radius / n_public``.
-    ``points`` is an array or rows of :mod:`skdpcluster.utils._data` (one pass).
+    Each clipped offset has norm at most ``radius``: add/remove sensitivity ``radius / n_public``
+    (:func:`_clipped_mean_sensitivity`). ``points`` is an array or rows of
+    :mod:`skdpcluster.utils._data` (one pass).
     """
     total = as_rows(points).map_reduce(_clipped_offset_sum, center, radius)
     return zcdp_gaussian_mechanism(center + total / n_public,
-                                   sensitivity=radius / n_public, rho=rho, rng=rng,
+                                   sensitivity=_clipped_mean_sensitivity(radius, n_public),
+                                   rho=rho, rng=rng,
                                    label="gaussian_mixture/refine_mean", neighbouring="add_remove")
 
 
@@ -268,17 +275,23 @@ def _centred_log_distance_sum(chunk, center, low, high, middle):
     return (np.clip(np.log(distances), low, high) - middle).sum()
 
 
+def _log_scale_sensitivity(n_public):
+    """Add/remove sensitivity of the centred log-distance mean: one term in ``[-L/2, L/2]``."""
+    return LOG_SCALE_RANGE / (2.0 * n_public)
+
+
 def _log_scale(points, n_public, center, radius, rho, rng):
     """Private mean of ``log||x - center||``, clipped to ``[log(radius) - L, log(radius)]``.
 
     The clipped values are centred at the middle of the interval and summed, then divided
-    by ``n_public``: add/remove sensitivity ``L / (2 n_public)``. One pass over ``points``.
+    by ``n_public``: add/remove sensitivity ``L / (2 n_public)`` (:func:`_log_scale_sensitivity`).
+    One pass over ``points``.
     """
     high = math.log(radius)
     low, middle = high - LOG_SCALE_RANGE, high - LOG_SCALE_RANGE / 2.0
     total = as_rows(points).map_reduce(_centred_log_distance_sum, center, low, high, middle)
     return zcdp_gaussian_mechanism(middle + total / n_public,
-                                   sensitivity=LOG_SCALE_RANGE / (2.0 * n_public), rho=rho,
+                                   sensitivity=_log_scale_sensitivity(n_public), rho=rho,
                                    rng=rng, label="gaussian_mixture/refine_log_scale",
                                    neighbouring="add_remove")
 
