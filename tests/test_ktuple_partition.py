@@ -279,3 +279,24 @@ def test_passing_count_is_eps1_private_on_worst_case_neighbours(monkeypatch, fac
     assert (bound <= eps1) is should_pass
     if should_pass:
         assert bound > 0.7 * eps1
+
+
+def test_the_function_api_prints_nothing_for_an_extreme_tuple():
+    """Review RE-F1: private_test_partition and private_k_noisy_centers printed 9 overflow
+    warnings for tuples with one extreme tuple, none for their neighbour (an output outside
+    the ledger); the estimators were silent (their fits run under np.errstate)."""
+    import warnings
+
+    from skdpcluster.ktuple import min_tuples, private_test_partition
+    from skdpcluster.ktuple.noisy_centers import private_k_noisy_centers
+
+    n = min_tuples(1.0, 1e-6, 0.05)
+    tuples = (np.array([[0.0, 0.0], [1e4, 0.0]])[None]
+              + np.random.default_rng(0).standard_normal((n, 2, 2)))
+    tuples[5] = [[1e300, 1e300], [-1e300, 0.0]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        private_test_partition(tuples, epsilon=0.5, delta=2.5e-7, beta=0.025, separation=20.0,
+                               rng=np.random.default_rng(1))
+        private_k_noisy_centers(tuples, epsilon=1.0, delta=1e-6, beta=0.05, separation=20.0,
+                                rng=np.random.default_rng(1))

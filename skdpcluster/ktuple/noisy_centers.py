@@ -60,6 +60,7 @@ from skdpcluster.mechanisms import (
     gaussian_sigma,
     laplace_mechanism,
 )
+from skdpcluster.utils._errstate import quiet_floating_point
 
 __all__ = [
     "GAUSSIAN_CALIBRATIONS",
@@ -254,6 +255,7 @@ def _check_modes(lambda_mechanism, gaussian_calibration, k, epsilon):
         )
 
 
+@quiet_floating_point
 def private_k_noisy_centers(
     tuples,
     *,

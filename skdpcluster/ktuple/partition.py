@@ -24,6 +24,7 @@ import numpy as np
 
 from skdpcluster.exceptions import InsufficientDataError
 from skdpcluster.mechanisms import laplace_mechanism, subsampled_event
+from skdpcluster.utils._errstate import quiet_floating_point
 from skdpcluster.utils._validation import check_epsilon_delta, check_probability
 
 __all__ = [
@@ -351,6 +352,7 @@ def private_test_close_tuples(t1, t2, *, eps1, eps2, beta, separation, rng):
     )
 
 
+@quiet_floating_point
 def private_test_partition(tuples, *, epsilon, delta, beta, separation, rng):
     r"""PrivateTestPartition (Cohen et al. 2021, Figure 2).
 

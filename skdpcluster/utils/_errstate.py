@@ -23,7 +23,7 @@ import functools
 
 import numpy as np
 
-__all__ = ["in_caller_errstate"]
+__all__ = ["in_caller_errstate", "quiet_floating_point"]
 
 
 def in_caller_errstate(func):
@@ -38,3 +38,19 @@ def in_caller_errstate(func):
 def _call_in_errstate(state, func, *args, **kwargs):
     with np.errstate(**state):
         return func(*args, **kwargs)
+
+
+def quiet_floating_point(func):
+    """``func`` under ``np.errstate(all="ignore")``, as a fit runs (for the function API).
+
+    The private functions of :mod:`skdpcluster.ktuple` take raw tuples: an
+    extreme finite tuple made NumPy print "overflow encountered in multiply"
+    for some inputs and not for their neighbours (review RE-F1), an output
+    outside the ledger. The functions handle the resulting ``inf`` and
+    ``nan`` themselves, as the estimators' passes do.
+    """
+    @functools.wraps(func)
+    def quiet(*args, **kwargs):
+        with np.errstate(all="ignore"):
+            return func(*args, **kwargs)
+    return quiet
