@@ -151,7 +151,7 @@ def test_interior_point_empirical_privacy_loss(monkeypatch, neighbouring, mutant
     claim = claim_share * event.epsilon
     bound = epsilon_lower_bound(counts[0], n_draws, counts[1], n_draws)
     assert (bound <= claim) is not mutant, (bound, claim)
-    assert bound > 0.5 * claim, (bound, claim)  # the pair is near enough the worst case to see the loss
+    assert bound > 0.5 * claim, (bound, claim)  # the pair is near enough the worst case
 
 
 # ---------------------------------------------------------------------------
@@ -518,7 +518,8 @@ def test_one_median_far_rows_release_as_if_clipped_by_hand(far_row, n_cells):
     # is the one of the rows pre-clipped by hand up to about 1e-12 (the two clipped rows are
     # 1e-9 of the reach apart along one ray, seen from within R of the centre); before the map
     # it was NaN or added 0 for the far rows.
-    centers, radii = np.array([[1.0, -2.0], [40.0, 25.0]])[:n_cells], np.array([1.0, 3.0])[:n_cells]
+    centers = np.array([[1.0, -2.0], [40.0, 25.0]])[:n_cells]
+    radii = np.array([1.0, 3.0])[:n_cells]
     cell = n_cells - 1  # the far rows' cell
     near = np.random.default_rng(30).normal(centers[cell], 0.3, (150, 2))
     far = np.tile(FAR_ROWS[far_row], (50, 1))

@@ -539,7 +539,7 @@ GAUSS_STEPS = {  # one step of each stage, as private_gaussian_estimate runs it 
 
 
 def _gaussian_step_samples(monkeypatch, step, points, factor, n_draws, seed):
-    """The first released coordinate of ``n_draws`` runs of one step, its noise-free value, the event.
+    """First released coordinate of ``n_draws`` runs of one step, its noise-free value, event.
 
     The mutant (``factor``) scales the sensitivity the step hands to its
     Gaussian mechanism; the event then still records the step's rho.
