@@ -292,32 +292,55 @@ _CENTER_MUTANTS = {"real": None, "mutant-halved-sensitivity": _halved_sensitivit
                    "mutant-whole-budget-per-coordinate": _whole_budget_per_coordinate}
 
 
+def _claimed_coordinate_epsilon(budget, n_coordinates, composition):
+    """Epsilon of one coordinate's release, from the centre's (epsilon_c, delta_c) and d only.
+
+    Basic composition: epsilon_c / d. zCDP: each coordinate's epsilon is
+    sqrt(8 rho / d) for the rho that is (epsilon_c, delta_c)-DP (module
+    docstring). Computed here, not read from the event's per-coordinate
+    fields, which a mutant of ``_coordinate_epsilon`` changes.
+    """
+    if composition == "basic":
+        return budget.epsilon_center / n_coordinates
+    rho = M.zcdp_rho_for_dp(budget.epsilon_center, budget.delta_center)
+    return math.sqrt(8.0 * rho / n_coordinates)
+
+
 @pytest.mark.parametrize("case", _CENTER_MUTANTS)
-def test_center_empirical_privacy_loss_per_coordinate(monkeypatch, case):
+@pytest.mark.parametrize("composition, n_features, budget", [
+    ("basic", 2, B.BoundsBudget(2.0, 0.0, 1.0)),  # 1 per coordinate
+    pytest.param("zcdp", 16, B.BoundsBudget(12.5, 1e-6, 1.0),  # 0.999 each (basic: 0.78)
+                 marks=pytest.mark.slow),
+], ids=["basic", "zcdp"])
+def test_center_empirical_privacy_loss_per_coordinate(monkeypatch, case, composition,
+                                                      n_features, budget):
     # Review RD-3: through _private_center, the centre step of every estimator fit with
-    # data_radius=None. Two columns, both the values of _neighbours, so the changed row moves
-    # the scores of both coordinates (the worst case of one row). The centre's budget
-    # (epsilon_c, delta_c) = (2, 0) composes by basic composition, so each coordinate's release
-    # is claimed (epsilon_c / d)-DP, read from the event: 1. The two coordinates are independent
-    # draws of one distribution (separate exponential mechanisms on equal scores): both count.
+    # data_radius=None. Every column holds the values of _neighbours, so the changed row moves
+    # the scores of all coordinates (the worst case of one row). Each coordinate's release is
+    # an exponential mechanism at the epsilon its composition gives it, the claim tested on
+    # one coordinate's loss. The coordinates are independent draws of one distribution
+    # (separate mechanisms on equal scores): all of them count, 10 000 per neighbour.
     monkeypatch.setattr(B, "center_grid", lambda: _TEST_CENTER_GRID)
     if _CENTER_MUTANTS[case] is not None:
         _CENTER_MUTANTS[case](monkeypatch)
-    budget, events = B.BoundsBudget(2.0, 0.0, 1.0), []
+    events = []
 
     def draw(rows, rng):
         center, event = B._private_center(rows, budget, "replace_one", rng)
         events[:] = [event]
         return center
 
-    bound, counts = _loss_lower_bound(lambda values: as_rows(np.c_[values, values]), draw,
-                                      split=2000.0, n_calls=5_000)
+    bound, counts = _loss_lower_bound(lambda values: as_rows(np.tile(values[:, None], n_features)),
+                                      draw, split=2000.0, n_calls=10_000 // n_features)
     event = events[0]
-    assert event.details["composition"] == "basic" and event.epsilon == 2.0
-    claim = event.epsilon / event.details["n_coordinates"]
-    assert (bound > claim) == (case != "real"), (bound, counts)
+    assert event.epsilon == budget.epsilon_center  # the request, whatever the mutant spends
+    if case != "mutant-whole-budget-per-coordinate":
+        assert event.details["composition"] == composition
+        assert event.delta == budget.delta_center
+    claim = _claimed_coordinate_epsilon(budget, n_features, composition)
+    assert (bound > claim) == (case != "real"), (bound, claim, counts)
     if case == "real":
-        assert bound > 0.4 * claim, (bound, counts)  # the pair is near enough the worst case
+        assert bound > 0.4 * claim, (bound, claim, counts)  # near enough the worst case
 
 
 @pytest.mark.parametrize("mutant", [False, True], ids=["real", "mutant-halved-sensitivity"])
