@@ -149,13 +149,14 @@ def _rank_counts(values, grid):
     return np.searchsorted(np.sort(values), grid, side="right")
 
 
-def _rank_scores(values, grid, target):
-    """Score -|#{values <= t} - target| of every grid point t (sensitivity 1)."""
-    return -np.abs(_rank_counts(values, grid) - target)
-
-
 def _median_counts(values, grid):
-    """#{x < t_next} and #{x > t_prev} for every grid point t (additive over chunks of values)."""
+    """#{x < t_next} and #{x > t_prev} for every grid point t (additive over chunks of values).
+
+    Their minimum is the median score of the module docstring: the
+    interior-point quality of Cohen et al. (2021), App. A.1.2 (values
+    rounded down and up to the grid), on any sorted public grid, largest at
+    the median and equal to n at the grid points around a point mass.
+    """
     ordered = np.sort(values)
     below_next = np.searchsorted(ordered, np.append(grid[1:], np.inf), side="left")
     above_prev = ordered.size - np.searchsorted(ordered, np.insert(grid[:-1], 0, -np.inf),
@@ -163,32 +164,11 @@ def _median_counts(values, grid):
     return below_next, above_prev
 
 
-def _median_scores(values, grid):
-    """Score min(#{x < t_next}, #{x > t_prev}) of every grid point t (sensitivity 1).
-
-    The interior-point quality of Cohen et al. (2021), App. A.1.2 (values
-    rounded down and up to the grid), on any sorted public grid: largest at
-    the median, and equal to n at the grid points around a point mass.
-    """
-    return np.minimum(*_median_counts(values, grid))
-
-
 def _grid_release(scores, grid, epsilon, rng, log_base_measure=None):
     """Exponential mechanism over ``grid`` with sensitivity-1 ``scores``; returns a grid value."""
     index, event = exponential_mechanism(scores, epsilon=epsilon, sensitivity=1.0, rng=rng,
                                          log_base_measure=log_base_measure)
     return float(grid[index]), event
-
-
-def _private_median(values, grid, epsilon, rng):
-    """Exponential mechanism over ``grid`` with the median score; returns a grid value."""
-    return _grid_release(_median_scores(values, grid), grid, epsilon, rng)
-
-
-def _private_quantile(values, grid, quantile, epsilon, rng, log_base_measure=None):
-    """Exponential mechanism over ``grid`` with the rank score of ``quantile``; returns a grid value."""
-    scores = _rank_scores(values, grid, quantile * values.size)
-    return _grid_release(scores, grid, epsilon, rng, log_base_measure)
 
 
 def _column_median_counts(chunk, grid, n_threads=1):

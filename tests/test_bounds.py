@@ -231,21 +231,24 @@ def test_too_few_rows_warns_from_public_values():
 
 
 # ---------------------------------------------------------------------------
-# Statistical privacy on worst-case neighbours (with an under-noised mutant)
+# Statistical privacy on worst-case neighbours (with under-noised mutants)
 # ---------------------------------------------------------------------------
-# Rank score at the median (target t = 200 of n = 400). X_a: 199 values at 0.45, one at
-# ``split``, 200 at 1e4; X_b moves one of the 1e4 values to 0.5. The score of the
-# candidates in [0.5, split) rises by 1 and of those in [split, 1e4) falls by 1: the two
-# directions that bring the exponential mechanism's loss close to epsilon when the falling
-# region has little mass (the normaliser then moves by almost e^{eps/2} as well). The
-# split puts about 2% of the mass in the falling region: 8000 for the centre's uniform
-# weights, 36 for the radius's 1/R base measure. True loss of the event [split, 1e4):
-# about 0.95 at epsilon = 1, about 1.9 for the mutant. Both run on a geometric grid of ratio
-# 1.1 over the radius grid's range (364 public candidates, 10 times fewer than the radius
-# grid's, so the default suite stays fast): the kernels are the same functions on any
-# public grid, and the split's share of the mass does not depend on the ratio.
+# Median and rank scores at the median (target t = 200 of n = 400). X_a: 199 values at 0.45,
+# one at ``split``, 200 at 1e4; X_b moves one of the 1e4 values to 0.5 (replace-one). The
+# score of the candidates in [0.5, split) rises by 1 and of those in [split, 1e4) falls by 1,
+# so with p the mass of the falling region under X_a its probability falls by the factor
+# (1 - p) e^eps + p (the normaliser moves with the rising region). The split puts p near a
+# fifth (2000 for the centre's uniform weights, 4 for the radius's 1/R base measure): a loss
+# near 0.85 at epsilon = 1 and 1.8 for the mutants, with counts large enough for tight
+# confidence bounds at a few thousand draws (p = 2% reached 0.95, but needed twice the draws
+# for the mutants to be caught). The tests run the production steps _private_center and
+# _private_radius with their grids patched to a geometric grid of ratio 1.1 over the same
+# range (729 centre and 364 radius candidates, 10 times fewer than the production grids, so
+# the default suite stays fast): the grids are public, the steps are the same code on any of
+# them, and the split's share of the mass does not depend on the ratio.
 _REGIONS_BELOW = 0.5
-_TEST_GRID = B.radius_grid(ratio=1.1)
+_TEST_CENTER_GRID = B.center_grid(ratio=1.1)
+_TEST_RADIUS_GRID = B.radius_grid(ratio=1.1)
 
 
 def _neighbours(split):
@@ -260,28 +263,107 @@ def _halved_sensitivity(monkeypatch):
     monkeypatch.setattr(B, "exponential_mechanism", under_noised)
 
 
-def _loss_lower_bound(draw, split, n_draws=20_000):
+def _whole_budget_per_coordinate(monkeypatch):
+    """The mutant of review RD-3: every coordinate of the centre gets the whole epsilon_center.
+
+    That is d times the centre's budget, while its event still records
+    epsilon_center (``rd_mutant_center_plugin.py`` of the review).
+    """
+    monkeypatch.setattr(B, "_coordinate_epsilon",
+                        lambda epsilon, delta, n_features: (epsilon, False))
+
+
+def _loss_lower_bound(rows_of, draw, split, n_calls):
+    """Lower bound on the loss of the regions (< 0.5, [0.5, split), >= split), and the counts.
+
+    For each neighbour, ``draw(rows_of(values), rng)`` runs ``n_calls`` times
+    and returns one released value or several independent ones.
+    """
     counts = []
     for seed, values in zip((20, 21), _neighbours(split)):
-        rng = np.random.default_rng(seed)
-        released = np.array([draw(values, rng) for _ in range(n_draws)])
+        rng, rows = np.random.default_rng(seed), rows_of(values)
+        released = np.concatenate([np.atleast_1d(draw(rows, rng)) for _ in range(n_calls)])
         regions = np.searchsorted([_REGIONS_BELOW, split], released, side="right")
         counts.append(np.bincount(regions, minlength=3))
-    return epsilon_lower_bound(counts[0], n_draws, counts[1], n_draws), counts
+    return epsilon_lower_bound(counts[0], counts[0].sum(), counts[1], counts[1].sum()), counts
 
 
-@pytest.mark.parametrize("mutant", [False, True])
-def test_center_median_empirical_privacy_loss(monkeypatch, mutant):
+_CENTER_MUTANTS = {"real": None, "mutant-halved-sensitivity": _halved_sensitivity,
+                   "mutant-whole-budget-per-coordinate": _whole_budget_per_coordinate}
+
+
+def _claimed_coordinate_epsilon(budget, n_coordinates, composition):
+    """Epsilon of one coordinate's release, from the centre's (epsilon_c, delta_c) and d only.
+
+    Basic composition: epsilon_c / d. zCDP: each coordinate's epsilon is
+    sqrt(8 rho / d) for the rho that is (epsilon_c, delta_c)-DP (module
+    docstring). Computed here, not read from the event's per-coordinate
+    fields, which a mutant of ``_coordinate_epsilon`` changes.
+    """
+    if composition == "basic":
+        return budget.epsilon_center / n_coordinates
+    rho = M.zcdp_rho_for_dp(budget.epsilon_center, budget.delta_center)
+    return math.sqrt(8.0 * rho / n_coordinates)
+
+
+@pytest.mark.parametrize("case", _CENTER_MUTANTS)
+@pytest.mark.parametrize("composition, n_features, budget", [
+    ("basic", 2, B.BoundsBudget(2.0, 0.0, 1.0)),  # 1 per coordinate
+    pytest.param("zcdp", 16, B.BoundsBudget(12.5, 1e-6, 1.0),  # 0.999 each (basic: 0.78)
+                 marks=pytest.mark.slow),
+], ids=["basic", "zcdp"])
+def test_center_empirical_privacy_loss_per_coordinate(monkeypatch, case, composition,
+                                                      n_features, budget):
+    # Review RD-3: through _private_center, the centre step of every estimator fit with
+    # data_radius=None. Every column holds the values of _neighbours, so the changed row moves
+    # the scores of all coordinates (the worst case of one row). Each coordinate's release is
+    # an exponential mechanism at the epsilon its composition gives it, the claim tested on
+    # one coordinate's loss. The coordinates are independent draws of one distribution
+    # (separate mechanisms on equal scores): all of them count, 10 000 per neighbour.
+    monkeypatch.setattr(B, "center_grid", lambda: _TEST_CENTER_GRID)
+    if _CENTER_MUTANTS[case] is not None:
+        _CENTER_MUTANTS[case](monkeypatch)
+    events = []
+
+    def draw(rows, rng):
+        center, event = B._private_center(rows, budget, "replace_one", rng)
+        events[:] = [event]
+        return center
+
+    bound, counts = _loss_lower_bound(lambda values: as_rows(np.tile(values[:, None], n_features)),
+                                      draw, split=2000.0, n_calls=10_000 // n_features)
+    event = events[0]
+    assert event.epsilon == budget.epsilon_center  # the request, whatever the mutant spends
+    if case != "mutant-whole-budget-per-coordinate":
+        assert event.details["composition"] == composition
+        assert event.delta == budget.delta_center
+    claim = _claimed_coordinate_epsilon(budget, n_features, composition)
+    assert (bound > claim) == (case != "real"), (bound, claim, counts)
+    if case == "real":
+        assert bound > 0.4 * claim, (bound, claim, counts)  # near enough the worst case
+
+
+@pytest.mark.parametrize("mutant", [False, True], ids=["real", "mutant-halved-sensitivity"])
+def test_radius_quantile_empirical_privacy_loss(monkeypatch, mutant):
+    # Through _private_radius: the distances of 1-D rows to the centre 0 are the values, with
+    # the radius step's 1/R base measure and the public quantile 0.5 (q(400) = 0.5 here).
+    monkeypatch.setattr(B, "radius_grid", lambda: _TEST_RADIUS_GRID)
     if mutant:
         _halved_sensitivity(monkeypatch)
-    grid = _TEST_GRID
-    bound, counts = _loss_lower_bound(
-        lambda values, rng: B._private_median(values, grid, 1.0, rng)[0], split=8000.0)
+
+    def draw(rows, rng):
+        radius, _ = B._private_radius(rows, np.zeros(1), 1.0, 0.5, "replace_one", rng)
+        return radius / B.RADIUS_SAFETY
+
+    bound, counts = _loss_lower_bound(lambda values: as_rows(values[:, None]), draw, split=4.0,
+                                      n_calls=6_000)
     assert (bound > 1.0) == mutant, (bound, counts)
+    if not mutant:
+        assert bound > 0.4, (bound, counts)
 
 
 @pytest.mark.slow  # 40 000 draws on the 3 473-point production grid: minutes on 2 cores
-@pytest.mark.parametrize("mutant", [False, True])
+@pytest.mark.parametrize("mutant", [False, True], ids=["real", "mutant-halved-sensitivity"])
 def test_radius_add_remove_empirical_privacy_loss(monkeypatch, mutant):
     # Add/remove with the quantile lowered for n = 400 at epsilon = 1: the target t(n) = q(n) n
     # is t_a = 377.7 for X_a and t_a - 1 for X_b (X_a without one of its rows at 1e4). X_a:
@@ -304,21 +386,6 @@ def test_radius_add_remove_empirical_privacy_loss(monkeypatch, mutant):
         regions = np.searchsorted([_REGIONS_BELOW, split], released, side="right")
         counts.append(np.bincount(regions, minlength=3))
     bound = epsilon_lower_bound(counts[0], n_draws, counts[1], n_draws)
-    assert (bound > 1.0) == mutant, (bound, counts)
-
-
-@pytest.mark.parametrize("mutant", [False, True])
-def test_radius_quantile_empirical_privacy_loss(monkeypatch, mutant):
-    if mutant:
-        _halved_sensitivity(monkeypatch)
-
-    grid = _TEST_GRID
-    base_measure = -np.log(grid)  # as in B._private_radius: the distances are the values here
-
-    def draw(distances, rng):
-        return B._private_quantile(distances, grid, 0.5, 1.0, rng, log_base_measure=base_measure)[0]
-
-    bound, counts = _loss_lower_bound(draw, split=36.0)
     assert (bound > 1.0) == mutant, (bound, counts)
 
 

@@ -37,7 +37,7 @@ from skdpcluster.averaging import (
     private_average,
     private_average_1d,
 )
-from skdpcluster.averaging import one_median
+from skdpcluster.averaging import gaussian, one_median
 from skdpcluster.cluster import _federated_init, _stable_init
 from skdpcluster.cluster._federated_init import (
     build_shards,
@@ -519,6 +519,72 @@ def test_one_median_releases_add_remove(monkeypatch, factor, should_pass, releas
     _scale_entry(monkeypatch, _MEDIAN_SENSITIVITIES, "add_remove", factor)
     bound, claim = _median_bound(monkeypatch, release, "add_remove", n_draws=400_000, seed=23)
     assert (bound <= claim) is should_pass
+
+
+# ---------------------------------------------------------------------------
+# Single-Gaussian learner (CoinPress-style, private_gaussian_estimate): mean and covariance steps
+# ---------------------------------------------------------------------------
+# Review RD-7. Every step is a zCDP Gaussian release of a clipped statistic over the public
+# count, claimed rho_t-zCDP under add/remove (mu = sqrt(2 rho_t), read from the step's event).
+# Worst case of a step: a row added far along the first axis, clipped to the step's radius,
+# moves the first coordinate of the mean step's release by (r + gamma_1) / n and the (0, 0)
+# entry of the covariance step's second moment by u gamma^2 / n: each step's whole sensitivity
+# (an outlier on the diagonal reaches only 0.82 of it in the covariance step, review RD).
+# Each step function runs one step on fixed public inputs: the mean step from the public
+# centre, the covariance step at the mean 0 (a step is private for every value of the earlier
+# releases it reads; adaptive composition adds them up).
+GAUSS_ROWS = np.random.default_rng(40).normal(0.0, 0.5, size=(40, 2))
+GAUSS_OUTLIER = np.array([[1e6, 0.0]])
+GAUSS_RHO_STEP = 0.5  # mu = 1 per step
+GAUSS_STEPS = {  # one step of each stage, as private_gaussian_estimate runs it (n_public = 40)
+    "mean": lambda rows, rng: gaussian._coinpress_mean(
+        rows, np.zeros(2), 1.0, 40.0, 1.0, [GAUSS_RHO_STEP], rng),
+    "covariance": lambda rows, rng: gaussian._coinpress_covariance(
+        rows, np.zeros(2), 40.0, 0.1, 1.0, [GAUSS_RHO_STEP], rng),
+}
+
+
+def _gaussian_step_samples(monkeypatch, step, points, factor, n_draws, seed):
+    """First released coordinate of ``n_draws`` runs of one step, its noise-free value, event.
+
+    The mutant (``factor``) scales the sensitivity the step hands to its
+    Gaussian mechanism; the event then still records the step's rho.
+    """
+    releases = []
+
+    def recording(value, *, sensitivity, **kwargs):
+        noisy, event = mechanism(value, sensitivity=sensitivity * (factor or 1.0), **kwargs)
+        releases.append((np.ravel(value)[0], np.ravel(noisy)[0], event))
+        return noisy, event
+
+    mechanism = gaussian.zcdp_gaussian_mechanism
+    with monkeypatch.context() as patch:
+        patch.setattr(gaussian, "zcdp_gaussian_mechanism", recording)
+        rows, rng = as_rows(points), np.random.default_rng(seed)
+        for _ in range(n_draws):
+            GAUSS_STEPS[step](rows, rng)
+    assert len(releases) == n_draws and len({r[0] for r in releases}) == 1  # one fixed input
+    return np.array([r[1] for r in releases]), releases[0][0], releases[0][2]
+
+
+@pytest.mark.parametrize("factor, should_pass", VERDICTS)
+@pytest.mark.parametrize("step, n_draws", [  # a covariance step costs 7 times a mean step
+    ("mean", 6_000), pytest.param("covariance", 4_000, marks=pytest.mark.slow)])
+def test_gaussian_estimate_steps_within_their_share(monkeypatch, factor, should_pass, step,
+                                                    n_draws):
+    samples, means = [], []
+    for seed, points in ((24, GAUSS_ROWS), (25, np.vstack([GAUSS_ROWS, GAUSS_OUTLIER]))):
+        released, mean, event = _gaussian_step_samples(monkeypatch, step, points, factor,
+                                                       n_draws, seed)
+        samples.append(released)
+        means.append(mean)
+    claim = math.sqrt(2.0 * event.rho)
+    assert event.neighbouring == "add_remove" and claim == pytest.approx(1.0)
+    bound = _mu_bound(samples, _gaussian_edges(means, event.scale))
+    assert (bound <= claim) is should_pass, (bound, claim)
+    if should_pass:  # the pair moves the whole sensitivity, and the test sees most of mu
+        assert abs(means[1] - means[0]) == pytest.approx(event.sensitivity, rel=1e-9)
+        assert bound > 0.6 * claim, (bound, claim)
 
 
 # ---------------------------------------------------------------------------

@@ -71,9 +71,18 @@ def private_interior_point(values, *, data_radius, r_min, epsilon, rng):
     **Privacy.** Adding, removing or replacing one value moves every
     :math:`L(i)` and :math:`U(i)` by at most 1, so :math:`q` has sensitivity
     1 and the mechanism is :math:`\varepsilon`-DP under add/remove and under
-    replace-one (McSherry & Talwar 2007). An empty input has :math:`q = 0`
-    everywhere and gives a uniform grid point; no data-dependent exception is
-    raised.
+    replace-one (McSherry & Talwar 2007). Under add/remove the bound is
+    :math:`\varepsilon/2`: adding a value raises every :math:`L(i)` and
+    :math:`U(i)` by 0 or 1, so :math:`q` moves one way only, and the weight
+    of every grid point and the normaliser change by factors in
+    :math:`[1, e^{\varepsilon/2}]`, whose ratio is within
+    :math:`e^{\pm\varepsilon/2}` (the monotone case of McSherry & Talwar
+    2007). The event records :math:`\varepsilon`, valid under both
+    relations; ``test_interior_point_empirical_privacy_loss`` checks
+    :math:`\varepsilon` on a replace-one pair and :math:`\varepsilon/2` on an
+    add/remove pair, each with a halved-sensitivity mutant that must fail.
+    An empty input has :math:`q = 0` everywhere and gives a uniform grid
+    point; no data-dependent exception is raised.
 
     **Utility.** If :math:`n \ge (4/\varepsilon)\log(|G|/\beta)`, then with
     probability :math:`1 - \beta` the output lies in

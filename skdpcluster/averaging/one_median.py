@@ -16,6 +16,8 @@ from skdpcluster.averaging._common import (
     _gdp_rho,
     _project_onto_ball,
     _split_evenly,
+    rows_outside_ball,
+    scale_into_ball,
 )
 from skdpcluster.mechanisms import (
     PrivacyEvent,
@@ -41,6 +43,11 @@ _GATHER_THREAD_BLOCKS = 64
 # Rows closer than this to their cell's iterate add 0 to its gradient sum (u(0) = 0): above
 # it, underflow costs the squared norms a relative 2^-74 at most (see _block_unit_sums).
 _MEDIAN_MIN_NORM = 2.0**-500
+# The public functions project every point into B(c_j, _DOMAIN_REACH * R_j) first, for
+# domain radii R_j of at most _MAX_DOMAIN_RADIUS (the estimators' largest data_radius): every
+# difference to an iterate is then finite and far from overflowing (see _clip_into_domains).
+_DOMAIN_REACH = 2.0**20
+_MAX_DOMAIN_RADIUS = 1e100
 
 # ---------------------------------------------------------------------------
 # Private 1-median (shechner_stable.md §9.7)
@@ -95,6 +102,23 @@ def private_one_median(
     same parameters cost this once in total, as one Gaussian mechanism on
     the stacked vectors.
 
+    **Far points.** First every point :math:`x` is replaced by
+    :math:`c + \Pi(x - c)`, :math:`\Pi` the projection into the public ball
+    :math:`B(0, 2^{20} R)` (points inside it are kept bit for bit; an
+    offset that overflows to :math:`\pm\infty` goes to the sphere along the
+    signs of its infinite coordinates:
+    :func:`~skdpcluster.averaging._common.scale_into_ball`). The map is a
+    function of the point and public values, so the analysis above is
+    unchanged. With :math:`R \le 10^{100}` every difference :math:`w_t - x`
+    is then finite and its squared norm does not overflow, so every point
+    adds its unit vector (of norm at most 1) and the release is finite.
+    The map keeps :math:`x` on its ray from :math:`c`, so for an iterate in
+    :math:`B(c, R)` it turns the direction of :math:`w_t - x` by at most
+    :math:`\arcsin(1/(2^{20} - 2)) < 10^{-6}` radians. (Without it, a
+    difference that overflowed made the release NaN, and a point farther
+    than about :math:`1.3 \cdot 10^{154}` from the iterate added 0; review
+    RD-6.)
+
     Parameters
     ----------
     points : array-like of shape (n_points, n_features)
@@ -103,8 +127,8 @@ def private_one_median(
         Public centre :math:`c` of the domain (the initial centre
         :math:`b_i`), also the starting point.
     radius : float
-        Public radius :math:`R > 0` of the domain (for example
-        :math:`\hat D_i / 2`).
+        Public radius :math:`R` of the domain, in :math:`(0, 10^{100}]` (for
+        example :math:`\hat D_i / 2`).
     epsilon : float
         > 0.
     delta : float
@@ -143,10 +167,12 @@ def _check_cells(labels, centers, radii, n_points):
     """Validated cell labels, domain centres and radii of :func:`private_one_medians`."""
     centers = _check_finite_array(centers, "centers", 2)
     radii = np.asarray(radii, dtype=float)
-    if radii.shape != (centers.shape[0],) or not np.all(np.isfinite(radii) & (radii > 0)):
+    if (radii.shape != (centers.shape[0],)
+            or not np.all((radii > 0) & (radii <= _MAX_DOMAIN_RADIUS))):
         raise ValueError(
-            f"radii must hold one finite radius > 0 per row of centers ({centers.shape[0]}), "
-            f"got {radii!r}."
+            f"radii must hold one radius in (0, {_MAX_DOMAIN_RADIUS:g}] per row of centers "
+            f"({centers.shape[0]}), got {radii!r}; rescale the points and the domains for a "
+            "larger one (the 1-median is equivariant under scaling)."
         )
     labels = np.asarray(labels)
     if (labels.shape != (n_points,) or not np.issubdtype(labels.dtype, np.integer)
@@ -283,7 +309,8 @@ def private_one_medians(
     norm at most 1: the stacked releases have the sensitivities
     :math:`\Delta_c, \Delta_g` of one cell, and the whole is
     (``epsilon``, ``delta``)-DP and :math:`\rho`-zCDP once in total, as one
-    cell is.
+    cell is. Every point is first projected into :math:`B(c_j, 2^{20} R_j)`
+    of its cell, as in :func:`private_one_median` (**Far points**).
 
     Parameters
     ----------
@@ -293,7 +320,7 @@ def private_one_medians(
     centers : array-like of shape (n_cells, n_features)
         Public domain centres :math:`c_j`, also the starting points.
     radii : array-like of shape (n_cells,)
-        Public domain radii :math:`R_j > 0`.
+        Public domain radii :math:`R_j`, in :math:`(0, 10^{100}]`.
     epsilon, delta, rng, n_iter, step_scale, neighbouring
         As in :func:`private_one_median`.
 
@@ -317,9 +344,35 @@ def private_one_medians(
     _check_choice(neighbouring, "neighbouring", _MEDIAN_SENSITIVITIES)
     rng = _check_generator(rng)
     counts, order = cell_order(labels, len(centers))
-    return one_medians_of_sorted(sorted_by_cell(points, order), counts, centers=centers,
-                                 radii=radii, epsilon=epsilon, delta=delta, rng=rng,
-                                 n_iter=n_iter, step_scale=step_scale, neighbouring=neighbouring)
+    points_t = sorted_by_cell(points, order)
+    _clip_into_domains(points_t, counts, centers, radii)
+    return one_medians_of_sorted(points_t, counts, centers=centers, radii=radii,
+                                 epsilon=epsilon, delta=delta, rng=rng, n_iter=n_iter,
+                                 step_scale=step_scale, neighbouring=neighbouring)
+
+
+def _clip_into_domains(points_t, counts, centers, radii):
+    r"""Project the points sorted by cell into the balls :math:`B(c_j, 2^{20} R_j)`, in place.
+
+    The map of :func:`private_one_median` (**Far points**), for the public
+    functions only: the estimators hand :func:`one_medians_of_sorted` rows
+    already clipped into a ball of radius at most :math:`10^{100}`, and this
+    pass is not on their path (issue #17). A point whose offset
+    :math:`x - c_j` is not proven inside the ball
+    (:func:`~skdpcluster.averaging._common.rows_outside_ball`) becomes
+    :math:`c_j + ` :func:`~skdpcluster.averaging._common.scale_into_ball`
+    of it; the others are left bit for bit. Offsets that overflow are taken
+    to the sphere along their signs (no RuntimeWarning: its emission would
+    depend on the data).
+    """
+    with np.errstate(over="ignore"):
+        for cell, start, stop in _cell_ranges(counts):
+            offsets = points_t[:, start:stop].T - centers[cell]
+            reach = _DOMAIN_REACH * radii[cell]
+            outside = rows_outside_ball(offsets, np.einsum("ij,ij->i", offsets, offsets), reach)
+            if len(outside):
+                clipped = centers[cell] + scale_into_ball(offsets[outside], reach)
+                points_t[:, start + outside] = clipped.T
 
 
 def one_medians_of_sorted(points_t, counts, *, centers, radii, epsilon, delta, rng, n_iter,
