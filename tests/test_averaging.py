@@ -1011,3 +1011,20 @@ def test_clipping_keeps_rows_inside_and_projects_the_others_radially(n_features)
     np.testing.assert_allclose(sq_norms, np.einsum("ij,ij->i", clipped, clipped), rtol=0, atol=0)
     kept = X[inside]  # nothing to clip: the fit reads the rows themselves (no copy)
     assert _ClippedData.from_rows(kept, np.zeros(n_features), radius).X is kept
+
+
+def test_one_median_refuses_a_step_scale_whose_steps_overflow_before_any_randomness():
+    # step_scale=1e308 released NaN and 1e155 collapsed the iterates, after the noise was drawn.
+    from skdpcluster import BudgetAccountant, PrivateStableKMedian
+    from skdpcluster.averaging import private_one_median
+
+    rng = np.random.default_rng(0)
+    state = rng.bit_generator.state
+    with pytest.raises(ValueError, match="step_scale=1e.* is above 1e.06"):
+        private_one_median(np.ones((50, 2)), center=np.zeros(2), radius=2.0,
+                           epsilon=1.0, delta=1e-6, rng=rng, step_scale=1e155)
+    assert rng.bit_generator.state == state
+    accountant = BudgetAccountant()
+    with pytest.raises(ValueError, match="gd_step_scale"):
+        PrivateStableKMedian(gd_step_scale=1e155, accountant=accountant).fit(np.ones((20, 2)))
+    assert accountant.ledger == []

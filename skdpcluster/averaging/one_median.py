@@ -40,6 +40,9 @@ _MEDIAN_THREAD_BLOCKS = 8
 _GATHER_BLOCK_ELEMENTS = 2**14
 # Blocks of the gather per thread, at least (see sorted_by_cell).
 _GATHER_THREAD_BLOCKS = 64
+#: Largest step factor: s R / sqrt(t + 1) times a noisy gradient stays finite for R <= 1e100
+#: and any noise scale below 1e100.
+MAX_STEP_SCALE = 1e6
 # Rows closer than this to their cell's iterate add 0 to its gradient sum (u(0) = 0): above
 # it, underflow costs the squared norms a relative 2^-74 at most (see _block_unit_sums).
 _MEDIAN_MIN_NORM = 2.0**-500
@@ -137,7 +140,8 @@ def private_one_median(
     n_iter : int, default=50
         Number of gradient steps :math:`T`.
     step_scale : float, default=0.5
-        The step factor :math:`s`.
+        The step factor :math:`s`, in (0, 1e6] (above, the steps' products
+        overflowed after the noise was drawn: NaN releases).
     neighbouring : {"replace_one", "add_remove"}, default="replace_one"
         The relation the sensitivities are calibrated to (the library's
         default is replace-one).
@@ -341,6 +345,10 @@ def private_one_medians(
     epsilon, delta = check_epsilon_delta(epsilon, delta, allow_zero_delta=False)
     n_iter = _check_positive_int(n_iter, "n_iter")
     step_scale = _check_real(step_scale, "step_scale")
+    if step_scale > MAX_STEP_SCALE:
+        raise ValueError(
+            f"step_scale={step_scale!r} is above {MAX_STEP_SCALE:g}: a step of more than a "
+            "million domain radii only overshoots, and its products overflow float64.")
     _check_choice(neighbouring, "neighbouring", _MEDIAN_SENSITIVITIES)
     rng = _check_generator(rng)
     counts, order = cell_order(labels, len(centers))

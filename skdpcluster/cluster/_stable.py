@@ -25,6 +25,7 @@ from scipy import optimize
 from skdpcluster.averaging import _project_onto_ball, private_one_medians_of_rows
 from skdpcluster.averaging._common import rows_outside_ball, scale_into_ball
 from skdpcluster.averaging.one_median import (
+    MAX_STEP_SCALE,
     cell_order,
     one_medians_of_sorted,
     sorted_by_cell,
@@ -1308,7 +1309,7 @@ class PrivateStableKMedian(_PrivateStableBase):
     gd_iterations : int, default=50
         Gradient steps T of every 1-median.
     gd_step_scale : float, default=0.5
-        Step factor s.
+        Step factor s, in (0, 1e6].
     median_domain : {"local", "global"}, default="local"
         ``"local"``: each median lives in :math:`B(b_i, \hat D_i/2)`, starts
         at :math:`b_i` (spec §11, A20), with step radius
@@ -1351,7 +1352,7 @@ class PrivateStableKMedian(_PrivateStableBase):
     _parameter_constraints: dict = {
         **_PrivateStableBase._parameter_constraints,
         "gd_iterations": [Interval(Integral, 1, None, closed="left")],
-        "gd_step_scale": [Interval(Real, 0, None, closed="neither")],
+        "gd_step_scale": [Interval(Real, 0, MAX_STEP_SCALE, closed="right")],
         "median_domain": [StrOptions({"local", "global"})],
     }
     _REFINE_KEY = "median"
