@@ -17,8 +17,10 @@ from skdpcluster import (
     NoiseReuseError,
     NoiseReuseWarning,
     PrivateGaussianMixture,
+    PrivateHighDimKMeans,
+    PrivateStableKMeans,
 )
-from skdpcluster.accountant import LedgerEntry
+from skdpcluster.accountant import LedgerEntry, noise_fingerprint
 from skdpcluster.datasets import make_separated_mixture
 from skdpcluster.mechanisms import PrivacyEvent
 
@@ -414,3 +416,238 @@ def test_context_manager_is_restored_after_an_exception():
         with acc:
             raise RuntimeError("boom")
     assert BudgetAccountant.default() is base
+
+
+# -- review RA: the noise guard across classes and threads, default accountants, relations ----------
+
+@pytest.fixture(scope="module")
+def one_cluster_pair():
+    """D and D' (row 0 replaced, inside the public ball of radius 5), as in the auditor's scripts."""
+    rng = np.random.default_rng(0)
+    data = rng.normal(size=(1000, 3))
+    neighbour = data.copy()
+    neighbour[0] = [2.5, -2.5, 1.0]
+    return data, neighbour
+
+
+def _one_cluster(cls, accountant, random_state, **params):
+    return cls(n_clusters=1, epsilon=1.0, delta=1e-6, data_radius=5.0, accountant=accountant,
+               random_state=random_state, **params)
+
+
+def test_same_stream_in_another_class_is_a_repeat(one_cluster_pair):
+    """Review RA-3: the guard compared noise within one estimator class, but with n_clusters=1
+    PrivateStableKMeans and PrivateHighDimKMeans release the same private mean from one stream:
+    the second release equalled the first exactly on D and never on D' (a perfect distinguisher),
+    accepted even with on_repeated_noise='raise'."""
+    data, _ = one_cluster_pair
+    apart = [_one_cluster(cls, BudgetAccountant(), 7).fit(data).cluster_centers_
+             for cls in (PrivateStableKMeans, PrivateHighDimKMeans)]
+    assert np.array_equal(*apart)  # the reason: one stream, the same noise
+    acc = BudgetAccountant(10.0, 1e-3, on_repeated_noise="raise")
+    _one_cluster(PrivateStableKMeans, acc, 7).fit(data)
+    second = _one_cluster(PrivateHighDimKMeans, acc, 7)
+    with pytest.raises(NoiseReuseError, match="PrivateStableKMeans was already charged.*PrivateHighDimKMeans"):
+        second.fit(data)
+    assert len(acc.ledger) == 1 and not hasattr(second, "cluster_centers_")
+    warned = BudgetAccountant(10.0, 1e-3)
+    _one_cluster(PrivateStableKMeans, warned, 7).fit(data)
+    with pytest.warns(NoiseReuseWarning, match="same noise stream"):
+        _one_cluster(PrivateHighDimKMeans, warned, 7).fit(data)
+
+
+def test_saved_noise_keys_are_compared_by_stream():
+    """A ledger saved with another owner's name in front of the same stream is still a repeat."""
+    key = noise_fingerprint("KTupleClusterer", 3)
+    acc = BudgetAccountant(on_repeated_noise="raise")
+    acc.spend(0.1, 0.0, noise_key=key)
+    restored = BudgetAccountant.from_json(acc.to_json())
+    with pytest.raises(NoiseReuseError, match="KTupleClusterer was already charged"):
+        restored.check(0.1, noise_key=noise_fingerprint("PrivateGaussianMixture", 3))
+    restored.check(0.1, noise_key=noise_fingerprint("KTupleClusterer", 4))
+
+
+def test_reserved_stream_is_a_repeat_until_released():
+    """Review RA-4: the stream was recorded only at spend, so two fits under way at once both passed."""
+    acc = BudgetAccountant(epsilon=1.0, on_repeated_noise="raise")
+    key = noise_fingerprint("A", 0)
+    with acc.reserve(0.5, noise_key=key):
+        with pytest.raises(NoiseReuseError, match="a fit of A is under way"):
+            acc.reserve(0.5, noise_key=noise_fingerprint("B", 0))
+        with pytest.raises(NoiseReuseError):
+            acc.check(0.5, noise_key=key)
+    assert acc.ledger == []
+    with acc.reserve(0.5, noise_key=key):  # released: a fit that never spent leaves no trace
+        acc.spend(0.5, noise_key=key)
+    with pytest.raises(NoiseReuseError, match="already charged"):  # spent: the ledger keeps it
+        acc.reserve(0.1, noise_key=key)
+    with pytest.raises(BudgetExceededError), acc.reserve(0.4, noise_key=noise_fingerprint("A", 1)):
+        acc.spend(0.6)  # refused inside the reservation (a budget race): the stream is released
+    with acc.reserve(0.4, noise_key=noise_fingerprint("A", 1)):
+        pass
+
+
+class _FirstSpendWaits(BudgetAccountant):
+    """Pins the timing only: the first spend waits until the test lets it go (the fit path is the real one)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.waiting, self.go = threading.Event(), threading.Event()
+
+    def spend(self, *args, **kwargs):
+        if not self.waiting.is_set():
+            self.waiting.set()
+            self.go.wait(60)
+        super().spend(*args, **kwargs)
+
+
+def test_concurrent_fits_with_one_seed_are_refused(one_cluster_pair):
+    """Review RA-4: two fits with random_state=0 on D and D', the second started while the first was
+    between its check and its spend, both passed with on_repeated_noise='raise' (2 entries, 1 stream)."""
+    data, neighbour = one_cluster_pair
+    acc = _FirstSpendWaits(10.0, 1e-3, on_repeated_noise="raise")
+    first = _one_cluster(PrivateStableKMeans, acc, 0)
+    thread = threading.Thread(target=first.fit, args=(data,))
+    thread.start()
+    try:
+        assert acc.waiting.wait(60)  # the first fit has drawn its noise and waits to spend
+        second = _one_cluster(PrivateStableKMeans, acc, 0)
+        with pytest.raises(NoiseReuseError, match="under way"):
+            second.fit(neighbour)
+    finally:
+        acc.go.set()
+        thread.join()
+    assert len(acc.ledger) == 1 and hasattr(first, "cluster_centers_")
+    assert not hasattr(second, "cluster_centers_")
+
+
+def test_failed_fit_releases_its_stream(one_cluster_pair):
+    """A fit refused at its spend (another fit took the budget meanwhile) leaves its stream free."""
+    data, _ = one_cluster_pair
+    acc = _FirstSpendWaits(1.5, 1e-3, on_repeated_noise="raise")
+    first = _one_cluster(PrivateStableKMeans, acc, 0)
+    errors = []
+    thread = threading.Thread(target=lambda: errors.append(pytest.raises(BudgetExceededError, first.fit, data)))
+    thread.start()
+    try:
+        assert acc.waiting.wait(60)
+        _one_cluster(PrivateStableKMeans, acc, 1).fit(data)  # takes the budget the first one checked
+    finally:
+        acc.go.set()
+        thread.join()
+    assert errors and len(acc.ledger) == 1
+    assert acc._reserved == {}
+    acc.check(0.5, noise_key=noise_fingerprint("PrivateStableKMeans", 0))  # seed 0 never spent
+
+
+def test_with_block_is_the_default_of_its_own_thread_only(one_cluster_pair):
+    """Review RA-5: with-blocks were process-wide: a fit inside thread A's `with acc_a:` (accountant=None)
+    was charged to acc_b, which thread B had entered meanwhile."""
+    data, _ = one_cluster_pair
+    acc_a, acc_b = BudgetAccountant(5.0, 1e-3), BudgetAccountant(5.0, 1e-3)
+    a_entered, b_entered, a_done = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+
+    def thread_a():
+        with acc_a:
+            a_entered.set()
+            b_entered.wait(60)
+            seen["a"] = BudgetAccountant.default()
+            _one_cluster(PrivateStableKMeans, None, None).fit(data)
+            a_done.set()
+
+    def thread_b():
+        a_entered.wait(60)
+        with acc_b:
+            b_entered.set()
+            seen["b"] = BudgetAccountant.default()
+            a_done.wait(60)
+
+    threads = [threading.Thread(target=thread_a), threading.Thread(target=thread_b)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert seen == {"a": acc_a, "b": acc_b}
+    assert len(acc_a.ledger) == 1 and acc_b.ledger == []
+    assert BudgetAccountant._open_blocks == 0
+
+
+def test_a_thread_without_a_block_refuses_while_another_thread_has_one():
+    """A worker thread started inside another thread's block cannot see it: it refuses rather than
+    charge the process default (which would under-report what the block's accountant sees)."""
+    acc, inside, leave = BudgetAccountant(), threading.Event(), threading.Event()
+
+    def holder():
+        with acc:
+            inside.set()
+            leave.wait(60)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    try:
+        assert inside.wait(60)
+        with pytest.raises(ValueError, match="Pass accountant= explicitly"):
+            BudgetAccountant.default()
+        with acc:  # a block of this thread's own is unambiguous
+            assert BudgetAccountant.default() is acc
+    finally:
+        leave.set()
+        thread.join()
+    assert BudgetAccountant.default() is not acc
+
+
+def test_relations_are_composed_under_the_accountants_relation(one_cluster_pair):
+    """Review RA-6: an add/remove fit and a replace-one fit at epsilon 1 each were accepted under a
+    ceiling of 2, but under replace-one (the default relation) the add/remove fit costs 2 epsilon."""
+    data, _ = one_cluster_pair
+    acc = BudgetAccountant(2.0, 1e-5)
+    _one_cluster(PrivateStableKMeans, acc, 1, neighbouring="add_remove").fit(data)
+    replace_one = _one_cluster(KTupleClusterer, acc, 2)
+    with pytest.raises(BudgetExceededError):
+        replace_one.fit(data)
+    assert len(acc.ledger) == 1 and not hasattr(replace_one, "cluster_centers_")
+    entry = acc.ledger[0]
+    assert entry.neighbouring == "add_remove"
+    assert acc.total() == (pytest.approx(2 * entry.epsilon, rel=1e-12),
+                           pytest.approx((1 + math.exp(entry.epsilon)) * entry.delta, rel=1e-12))
+
+
+def test_add_remove_accountant_refuses_replace_one_spends(one_cluster_pair):
+    data, _ = one_cluster_pair
+    acc = BudgetAccountant(10.0, 1e-3, neighbouring="add_remove")
+    _one_cluster(PrivateStableKMeans, acc, 1, neighbouring="add_remove").fit(data)
+    assert acc.total() == (acc.ledger[0].epsilon, acc.ledger[0].delta)
+    replace_one = _one_cluster(PrivateStableKMeans, acc, 2)
+    with pytest.raises(ValueError, match="replace-one neighbours only.*neighbouring='add_remove'"):
+        replace_one.fit(data)
+    assert len(acc.ledger) == 1 and not hasattr(replace_one, "cluster_centers_")
+    with pytest.raises(ValueError, match="neighbouring"):
+        BudgetAccountant(neighbouring="replace")
+
+
+def test_group_privacy_conversion_by_hand():
+    acc = BudgetAccountant()
+    acc.spend(0.5, 1e-6, neighbouring="add_remove")
+    acc.spend(0.25, 0.0, neighbouring="add_remove")
+    acc.spend(0.1, 2e-6)
+    eps, delta = acc.total()
+    assert eps == pytest.approx(2 * 0.5 + 2 * 0.25 + 0.1, rel=1e-12)
+    assert delta == pytest.approx(1 - (1 - (1 + math.exp(0.5)) * 1e-6) * (1 - 2e-6), rel=1e-12)
+    assert LedgerEntry(800.0, 1e-300, neighbouring="add_remove").group_cost("replace_one") == (1600.0, 1.0)
+
+
+def test_json_keeps_relations_and_loads_old_ledgers_as_replace_one():
+    acc = BudgetAccountant(epsilon=3.0, delta=1e-5, neighbouring="add_remove")
+    acc.spend(0.5, 1e-6, label="fit", neighbouring="add_remove")
+    restored = BudgetAccountant.from_json(acc.to_json())
+    assert restored.neighbouring == "add_remove" and restored.ledger == acc.ledger
+    assert restored.ledger[0].neighbouring == "add_remove"
+    assert pickle.loads(pickle.dumps(acc)).neighbouring == "add_remove"
+    old = BudgetAccountant.from_json(_saved())  # saved before the field existed
+    assert old.neighbouring == "replace_one" and old.ledger[0].neighbouring == "replace_one"
+    with pytest.raises(ValueError, match=r"ledger\[0\].*replace-one"):
+        BudgetAccountant.from_json(_saved(neighbouring="add_remove"))  # an old replace-one entry
+    old_entry = pickle.loads(pickle.dumps(_Forged(LedgerEntry, {"epsilon": 0.5, "delta": 0.0, "label": "",
+                                                                "events": ()})))  # an old pickle
+    assert old_entry.neighbouring == "replace_one" and old_entry.noise_key is None
