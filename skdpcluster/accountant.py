@@ -34,9 +34,15 @@ Composition
   needs a finite epsilon ceiling; ``total()`` then reports the filter's
   statistic of the ledger, which is at most the ceiling.
 
-  Of the two totals, the one with the smaller epsilon among those within
-  the ceiling is reported (basic when neither is), and a spend is accepted
-  if either rule keeps the ledger within the ceiling.
+  A spend is accepted when the smaller of the two epsilons, with the delta
+  :math:`\tilde\delta + \sum_i\delta_i`, is within the ceiling; this is
+  what ``total()`` reports. A ledger kept within the ceiling by basic
+  composition has privacy loss at most its sum of epsilons outside the
+  events of the :math:`\delta_i`; one kept within it by the filter, outside
+  those events and the filter's failure event, of probability at most
+  :math:`\tilde\delta`. Since either rule may accept a spend, the slack is
+  reserved from the delta ceiling for both, and the guarantee of the whole
+  sequence is the ceiling.
 
 Neighbouring relations
 ----------------------
@@ -354,10 +360,10 @@ class BudgetAccountant:
         The :math:`\tilde\delta` of the advanced filter (Whitehouse et al.
         2023; see the module docstring). With ``slack=0`` only basic
         composition is used. With ``slack > 0`` (which needs a finite
-        ``epsilon`` ceiling, the filter's target), a spend is also accepted
-        when the filter keeps the ledger within the ceiling, and ``total()``
-        reports the filter's statistic whenever its epsilon is smaller and its
-        delta (which includes ``slack``) is within the ceiling.
+        ``epsilon`` ceiling, the filter's target), ``total()`` reports the
+        smaller of the basic and the filter's epsilon, with the delta
+        ``slack + sum(delta_i)``, and a spend is accepted when that is within
+        the ceiling.
     on_repeated_noise : {"warn", "raise"}, default="warn"
         What :meth:`check` and :meth:`reserve` do when a fit would draw the
         same noise as one already in the ledger or under way (the same noise
@@ -489,22 +495,26 @@ class BudgetAccountant:
         return [entry.group_cost(self._neighbouring) for entry in entries]
 
     def _compose(self, entries):
-        """The tightest total within the ceiling: the filter's if it fits with a smaller epsilon, else basic."""
+        """Basic composition; with ``slack > 0``, the smaller epsilon of basic and the filter, and the filter's delta.
+
+        With ``slack > 0`` the delta is ``slack + sum(delta_i)`` whichever
+        epsilon is smaller: the filter's guarantee fails with probability at
+        most ``slack`` on top of the ``delta_i``, and since either rule may
+        accept a spend, the slack is reserved from the delta ceiling for both.
+        """
         costs = self._costs(entries)
         basic = _basic_total(costs)
         if self._slack == 0 or not entries:
             return basic
         advanced = _filter_total(costs, self._slack)
-        if self._fits(advanced) and (advanced[0] < basic[0] or not self._fits(basic)):
-            return advanced
-        return basic
+        return min(basic[0], advanced[0]), advanced[1]
 
     def total(self):
         """Total privacy spent, as ``(epsilon, delta)``, under the accountant's relation.
 
-        Basic composition, or the advanced filter's statistic of the module
-        docstring when ``slack > 0`` and it is within the ceiling with a
-        smaller epsilon (the filter's guarantee is then the ceiling).
+        Basic composition; with ``slack > 0``, the smaller of the basic and the
+        advanced filter's epsilon (module docstring) and the delta
+        ``slack + sum(delta_i)``. The guarantee of the filter is the ceiling.
         """
         with self._lock:
             return self._compose(self._entries)
