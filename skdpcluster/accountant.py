@@ -10,8 +10,9 @@ Composition
 
 * **basic** (sequential) composition: :math:`\varepsilon = \sum_i \varepsilon_i`,
   :math:`\delta = 1 - \prod_i (1 - \delta_i)` (which is at most
-  :math:`\sum_i\delta_i`). It holds for privacy parameters chosen adaptively
-  (Rogers, Roth, Ullman & Vadhan 2016, the basic filter);
+  :math:`\sum_i\delta_i`; with ``slack > 0`` see below). It holds for
+  privacy parameters chosen adaptively (Rogers, Roth, Ullman & Vadhan 2016,
+  the basic filter);
 * with ``slack > 0``, also the **advanced filter** of Whitehouse, Ramdas,
   Rogers & Wu (2023, "Fully-adaptive composition in differential privacy",
   the filter for approximate DP that matches advanced composition):
@@ -31,8 +32,7 @@ Composition
   Dwork, Rothblum & Vadhan (2010) and Kairouz, Oh & Viswanath (2017) need the
   parameters to be fixed in advance and are not used. The filter's guarantee
   is the ceiling ``(epsilon, delta)`` itself, which is why ``slack > 0``
-  needs a finite epsilon ceiling; ``total()`` then reports the filter's
-  statistic of the ledger, which is at most the ceiling.
+  needs a finite epsilon ceiling.
 
   A spend is accepted when the smaller of the two epsilons, with the delta
   :math:`\tilde\delta + \sum_i\delta_i`, is within the ceiling; this is
