@@ -48,7 +48,9 @@ Neighbouring relations
 ----------------------
 Every entry records the neighbouring relation its guarantee holds under
 (``LedgerEntry.neighbouring``), and the accountant composes under one
-relation (its ``neighbouring`` parameter, replace-one by default):
+relation. With ``neighbouring=None`` (the default) that is the relation of
+its first spend, and a spend under another relation is refused with a
+ValueError before anything is spent. Set it to convert instead:
 
 * on a replace-one accountant, an entry proven under add/remove only is
   charged by group privacy for a group of two, since replacing a row is
@@ -129,8 +131,8 @@ _RELATIVE_TOLERANCE = 1e-9
 #: The neighbouring relations an entry or an accountant can state.
 NEIGHBOURING_RELATIONS = ("replace_one", "add_remove")
 
-#: The relation of a saved entry or accountant that does not state one (saved
-#: before the field existed): the library's default relation.
+#: The relation of a spend or a saved entry that does not state one (an entry
+#: saved before the field existed): the library's default relation.
 DEFAULT_NEIGHBOURING = "replace_one"
 
 
@@ -244,6 +246,12 @@ class LedgerEntry:
 
 _ENTRY_FIELDS = frozenset(f.name for f in fields(LedgerEntry))
 _ENTRY_DEFAULTS = {"noise_key": None, "neighbouring": DEFAULT_NEIGHBOURING}
+_MIXED_RELATIONS = (
+    "{label} holds under {new} neighbours, but this accountant's ledger holds {held} spends, and "
+    "guarantees under different relations do not add up (a replacement is a removal and an "
+    "addition, so an add/remove epsilon is worth 2 epsilon under replace-one). Use one accountant "
+    "per relation, or BudgetAccountant(neighbouring='replace_one'), which charges add/remove "
+    "spends by group privacy at (2 epsilon, (1 + e^epsilon) delta).")
 _REPLACE_ONE_ON_ADD_REMOVE = (
     "{label} holds under replace-one neighbours only (the number of rows is treated as public), "
     "so it has no guarantee under add/remove, the relation of this accountant "
@@ -370,11 +378,13 @@ class BudgetAccountant:
         stream, whatever the estimator class; see :func:`noise_fingerprint`):
         emit :class:`NoiseReuseWarning`, or raise :class:`NoiseReuseError`
         before any randomness is drawn.
-    neighbouring : {"replace_one", "add_remove"}, default="replace_one"
-        The neighbouring relation the ledger composes under. On a replace-one
-        accountant, a spend proven under add/remove only is charged at
-        :math:`(2\varepsilon, (1+e^{\varepsilon})\delta)` (group privacy);
-        an add/remove accountant refuses spends proven under replace-one only.
+    neighbouring : {None, "replace_one", "add_remove"}, default=None
+        The neighbouring relation the ledger composes under. ``None``: the
+        relation of its first spend, and a spend under another relation is
+        refused (ValueError, before anything is spent). ``"replace_one"``: a
+        spend proven under add/remove only is charged at
+        :math:`(2\varepsilon, (1+e^{\varepsilon})\delta)` (group privacy).
+        ``"add_remove"``: a spend proven under replace-one only is refused.
 
     Notes
     -----
@@ -410,7 +420,7 @@ class BudgetAccountant:
     _COPIES_MAY_SPEND = False
 
     def __init__(self, epsilon=float("inf"), delta=1.0, slack=0.0, *, on_repeated_noise="warn",
-                 neighbouring=DEFAULT_NEIGHBOURING):
+                 neighbouring=None):
         self._configure(epsilon, delta, slack, on_repeated_noise, neighbouring)
         self._detached = False
 
@@ -436,7 +446,7 @@ class BudgetAccountant:
         self._delta = float(delta)
         self._slack = float(slack)
         self._on_repeated_noise = on_repeated_noise
-        self._neighbouring = _check_neighbouring(neighbouring)
+        self._neighbouring = None if neighbouring is None else _check_neighbouring(neighbouring)
         self._entries = []
         self._noise_keys = {}  # noise stream -> owner of the first fit that drew it
         self._reserved = {}  # noise stream -> [owner, number of fits under way]
@@ -465,7 +475,7 @@ class BudgetAccountant:
 
     @property
     def neighbouring(self):
-        """str: the neighbouring relation the ledger composes under."""
+        """str or None: the relation set at construction (``None``: that of the first spend)."""
         return self._neighbouring
 
     @property
@@ -482,7 +492,7 @@ class BudgetAccountant:
     def __repr__(self):
         eps, delta = self.total()
         detached = ", detached copy" if self._detached else ""
-        relation = "" if self._neighbouring == DEFAULT_NEIGHBOURING else f", {self._neighbouring}"
+        relation = "" if self._neighbouring is None else f", {self._neighbouring}"
         return (
             f"BudgetAccountant(epsilon={self._epsilon!r}, delta={self._delta!r}, "
             f"slack={self._slack!r}{relation}; spent=({eps:.6g}, {delta:.6g}) in "
@@ -491,8 +501,19 @@ class BudgetAccountant:
 
     # -- composition ----------------------------------------------------------
     def _costs(self, entries):
-        """Every entry's ``(epsilon, delta)`` under the accountant's relation."""
-        return [entry.group_cost(self._neighbouring) for entry in entries]
+        """Every entry's ``(epsilon, delta)`` under the ledger's relation; ValueError if it has none.
+
+        The relation is the accountant's ``neighbouring``, or with ``None``
+        that of the first entry, and then every entry must state it.
+        """
+        if self._neighbouring is not None:
+            return [entry.group_cost(self._neighbouring) for entry in entries]
+        held = entries[0].neighbouring if entries else DEFAULT_NEIGHBOURING
+        for entry in entries:
+            if entry.neighbouring != held:
+                raise ValueError(_MIXED_RELATIONS.format(
+                    label=entry.label or "this spend", new=entry.neighbouring, held=held))
+        return [(entry.epsilon, entry.delta) for entry in entries]
 
     def _compose(self, entries):
         """Basic composition; with ``slack > 0``, the smaller epsilon of basic and the filter, and the filter's delta.
@@ -573,8 +594,7 @@ class BudgetAccountant:
                 "fits, charge it up front with skdpcluster.model_selection.fit_search_charged; "
                 "to continue a saved ledger on purpose, restore it with BudgetAccountant.from_json."
             )
-        entry.group_cost(self._neighbouring)  # a relation the ledger cannot compose: ValueError
-        new_total = self._compose([*self._entries, entry])
+        new_total = self._compose([*self._entries, entry])  # ValueError for a relation it cannot compose
         if not self._fits(new_total):
             eps_left, delta_left = self.remaining()
             raise BudgetExceededError(
@@ -793,7 +813,7 @@ class BudgetAccountant:
                     allowed=self._STATE_FIELDS | {"entries"}, what="a pickled BudgetAccountant")
         self._configure(state["epsilon"], state["delta"], state["slack"],
                         state.get("on_repeated_noise", "warn"),
-                        state.get("neighbouring", DEFAULT_NEIGHBOURING))
+                        state.get("neighbouring"))
         self._load_entries(state["entries"])
         self._detached = not self._COPIES_MAY_SPEND
 
@@ -801,12 +821,10 @@ class BudgetAccountant:
         """Install a saved ledger after checking its entries and that its total is within the ceiling."""
         if not (isinstance(entries, list) and all(isinstance(e, LedgerEntry) for e in entries)):
             raise ValueError("ledger must be a list of ledger entries.")
-        for position, entry in enumerate(entries):
-            try:
-                entry.group_cost(self._neighbouring)
-            except ValueError as exc:
-                raise ValueError(f"ledger[{position}]: {exc}") from exc
-        total = self._compose(entries)
+        try:
+            total = self._compose(entries)
+        except ValueError as exc:
+            raise ValueError(f"the saved ledger cannot be composed: {exc}") from exc
         if not self._fits(total):
             raise ValueError(
                 f"the saved ledger totals (epsilon={total[0]:.6g}, delta={total[1]:.6g}), over its "
@@ -838,9 +856,10 @@ class BudgetAccountant:
 
         Every field is validated as :meth:`spend` validates a spend (finite
         ``epsilon > 0`` and ``delta`` in [0, 1) for every entry and event),
-        and the ledger's total must be within the ceiling. A saved accountant
-        or entry without ``neighbouring`` (saved before the field existed) is
-        loaded as ``"replace_one"``, the library's default relation.
+        and the ledger's total must be within the ceiling. An entry without
+        ``neighbouring`` (saved before the field existed) is loaded as
+        ``"replace_one"``, the library's default relation, and an accountant
+        without it as ``neighbouring=None`` (the relation of its entries).
 
         Raises
         ------
@@ -860,7 +879,7 @@ class BudgetAccountant:
         epsilon = math.inf if data["epsilon"] == "inf" else data["epsilon"]
         accountant = cls(epsilon, data["delta"], data["slack"],
                          on_repeated_noise=data.get("on_repeated_noise", "warn"),
-                         neighbouring=data.get("neighbouring", DEFAULT_NEIGHBOURING))
+                         neighbouring=data.get("neighbouring"))
         if not isinstance(data["ledger"], list):
             raise ValueError(f"ledger must be a list, got ledger={data['ledger']!r}.")
         entries = []

@@ -600,11 +600,25 @@ def test_a_thread_without_a_block_refuses_while_another_thread_has_one():
     assert BudgetAccountant.default() is not acc
 
 
-def test_relations_are_composed_under_the_accountants_relation(one_cluster_pair):
+def test_mixed_relations_are_refused_by_default(one_cluster_pair):
     """Review RA-6: an add/remove fit and a replace-one fit at epsilon 1 each were accepted under a
-    ceiling of 2, but under replace-one (the default relation) the add/remove fit costs 2 epsilon."""
+    ceiling of 2 (total 2.0), but under replace-one the add/remove fit costs 2 epsilon (3.0 in all),
+    and under add/remove the replace-one fit has no guarantee."""
     data, _ = one_cluster_pair
     acc = BudgetAccountant(2.0, 1e-5)
+    _one_cluster(PrivateStableKMeans, acc, 1, neighbouring="add_remove").fit(data)
+    assert acc.total() == (acc.ledger[0].epsilon, acc.ledger[0].delta)  # one relation: face value
+    replace_one = _one_cluster(KTupleClusterer, acc, 2)
+    with pytest.raises(ValueError, match="this spend holds under replace_one neighbours.*ledger holds "
+                                         "add_remove.*neighbouring='replace_one'"):
+        replace_one.fit(data)
+    assert len(acc.ledger) == 1 and not hasattr(replace_one, "cluster_centers_")
+    assert acc._reserved == {}
+
+
+def test_replace_one_accountant_charges_add_remove_fits_by_group_privacy(one_cluster_pair):
+    data, _ = one_cluster_pair
+    acc = BudgetAccountant(2.0, 1e-5, neighbouring="replace_one")
     _one_cluster(PrivateStableKMeans, acc, 1, neighbouring="add_remove").fit(data)
     replace_one = _one_cluster(KTupleClusterer, acc, 2)
     with pytest.raises(BudgetExceededError):
@@ -630,7 +644,7 @@ def test_add_remove_accountant_refuses_replace_one_spends(one_cluster_pair):
 
 
 def test_group_privacy_conversion_by_hand():
-    acc = BudgetAccountant()
+    acc = BudgetAccountant(neighbouring="replace_one")
     acc.spend(0.5, 1e-6, neighbouring="add_remove")
     acc.spend(0.25, 0.0, neighbouring="add_remove")
     acc.spend(0.1, 2e-6)
@@ -648,9 +662,17 @@ def test_json_keeps_relations_and_loads_old_ledgers_as_replace_one():
     assert restored.ledger[0].neighbouring == "add_remove"
     assert pickle.loads(pickle.dumps(acc)).neighbouring == "add_remove"
     old = BudgetAccountant.from_json(_saved())  # saved before the field existed
-    assert old.neighbouring == "replace_one" and old.ledger[0].neighbouring == "replace_one"
-    with pytest.raises(ValueError, match=r"ledger\[0\].*replace-one"):
+    assert old.neighbouring is None and old.ledger[0].neighbouring == "replace_one"
+    with pytest.raises(ValueError, match="saved ledger.*replace-one neighbours only"):
         BudgetAccountant.from_json(_saved(neighbouring="add_remove"))  # an old replace-one entry
+    mixed = BudgetAccountant(neighbouring="replace_one")
+    mixed.spend(0.5, 0.0, neighbouring="add_remove")
+    mixed.spend(0.5, 0.0)
+    assert BudgetAccountant.from_json(mixed.to_json()).total() == (1.5, 0.0)
+    unconverted = json.loads(mixed.to_json())
+    del unconverted["neighbouring"]
+    with pytest.raises(ValueError, match="saved ledger.*do not add up"):
+        BudgetAccountant.from_json(json.dumps(unconverted))
     old_entry = pickle.loads(pickle.dumps(_Forged(LedgerEntry, {"epsilon": 0.5, "delta": 0.0, "label": "",
                                                                 "events": ()})))  # an old pickle
     assert old_entry.neighbouring == "replace_one" and old_entry.noise_key is None
