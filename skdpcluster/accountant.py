@@ -738,7 +738,9 @@ class BudgetAccountant:
 
         Inside ``with acc:`` blocks of this thread (or asyncio task) the
         innermost ``acc`` is the default; outside them, the process-wide one
-        (:meth:`set_default`; created unbounded on first use).
+        (:meth:`set_default`; on first use, an unbounded accountant with
+        ``neighbouring="replace_one"``, which takes fits of either relation
+        and charges add/remove ones by group privacy).
 
         Raises
         ------
@@ -759,7 +761,8 @@ class BudgetAccountant:
                     "accountant, which is the default of its own thread only. Pass accountant= "
                     "explicitly (for a threaded search, on the estimator).")
             if BudgetAccountant._base_default is None:
-                BudgetAccountant._base_default = BudgetAccountant()
+                # Unbounded, and under replace-one so that fits of either relation can share it.
+                BudgetAccountant._base_default = BudgetAccountant(neighbouring="replace_one")
             return BudgetAccountant._base_default
 
     def set_default(self):

@@ -643,6 +643,17 @@ def test_add_remove_accountant_refuses_replace_one_spends(one_cluster_pair):
         BudgetAccountant(neighbouring="replace")
 
 
+def test_the_process_default_takes_either_relation():
+    """Fits with accountant=None of both relations share the process default, which converts."""
+    previous = BudgetAccountant._base_default
+    try:
+        BudgetAccountant._base_default = None
+        base = BudgetAccountant.default()
+        assert base.neighbouring == "replace_one" and math.isinf(base.epsilon)
+    finally:
+        BudgetAccountant._base_default = previous
+
+
 def test_group_privacy_conversion_by_hand():
     acc = BudgetAccountant(neighbouring="replace_one")
     acc.spend(0.5, 1e-6, neighbouring="add_remove")
