@@ -6,27 +6,61 @@ keeps its identity through :func:`sklearn.base.clone`, so every fit of a
 
 Composition
 -----------
-``total()`` reports the tightest of the valid composition theorems it knows:
+``total()`` reports the tightest of the valid composition rules it knows:
 
 * **basic** (sequential) composition: :math:`\varepsilon = \sum_i \varepsilon_i`,
   :math:`\delta = 1 - \prod_i (1 - \delta_i)` (which is at most
-  :math:`\sum_i\delta_i`; Kairouz, Oh & Viswanath 2017, Theorem 3.5 with the
-  first term of the minimum);
-* with ``slack > 0``, also the **advanced** heterogeneous bounds of Kairouz,
-  Oh & Viswanath (2017, Theorem 3.5), which include the Dwork, Rothblum &
-  Vadhan (2010) bound as one term:
+  :math:`\sum_i\delta_i`; with ``slack > 0`` see below). It holds for
+  privacy parameters chosen adaptively (Rogers, Roth, Ullman & Vadhan 2016,
+  the basic filter);
+* with ``slack > 0``, also the **advanced filter** of Whitehouse, Ramdas,
+  Rogers & Wu (2023, "Fully-adaptive composition in differential privacy",
+  the filter for approximate DP that matches advanced composition):
 
   .. math::
 
-      \varepsilon = \sum_i \frac{(e^{\varepsilon_i}-1)\varepsilon_i}{e^{\varepsilon_i}+1}
-          + \min\left\{\sqrt{2\textstyle\sum_i\varepsilon_i^2\log(1/\tilde\delta)},\;
-            \sqrt{2\textstyle\sum_i\varepsilon_i^2
-            \log\left(e + \sqrt{\textstyle\sum_i\varepsilon_i^2}/\tilde\delta\right)}\right\},
-      \qquad \delta = 1 - (1-\tilde\delta)\prod_i(1-\delta_i),
+      \varepsilon = \sqrt{2\log(1/\tilde\delta)\textstyle\sum_i\varepsilon_i^2}
+          + \sum_i \frac{\varepsilon_i(e^{\varepsilon_i}-1)}{2},
+      \qquad \delta = \tilde\delta + \sum_i\delta_i,
 
-  with :math:`\tilde\delta` = ``slack``. Of the two totals, the one with the
-  smaller epsilon among those within the ceiling is reported (basic when
-  neither is).
+  with :math:`\tilde\delta` = ``slack``. The drift term
+  :math:`\varepsilon_i(e^{\varepsilon_i}-1)/2` is at least the
+  :math:`\varepsilon_i^2/2` of their filter's stopping rule, so the rule
+  used here stops no later than theirs. The ceiling is checked spend by spend,
+  so the accountant is a privacy *filter*: every fit may choose its
+  ``(epsilon, delta)`` after seeing earlier releases. The advanced bounds of
+  Dwork, Rothblum & Vadhan (2010) and Kairouz, Oh & Viswanath (2017) need the
+  parameters to be fixed in advance and are not used. The filter's guarantee
+  is the ceiling ``(epsilon, delta)`` itself, which is why ``slack > 0``
+  needs a finite epsilon ceiling.
+
+  A spend is accepted when the smaller of the two epsilons, with the delta
+  :math:`\tilde\delta + \sum_i\delta_i`, is within the ceiling; this is
+  what ``total()`` reports. A ledger kept within the ceiling by basic
+  composition has privacy loss at most its sum of epsilons outside the
+  events of the :math:`\delta_i`; one kept within it by the filter, outside
+  those events and the filter's failure event, of probability at most
+  :math:`\tilde\delta`. Since either rule may accept a spend, the slack is
+  reserved from the delta ceiling for both, and the guarantee of the whole
+  sequence is the ceiling.
+
+Neighbouring relations
+----------------------
+Every entry records the neighbouring relation its guarantee holds under
+(``LedgerEntry.neighbouring``), and the accountant composes under one
+relation. With ``neighbouring=None`` (the default) that is the relation of
+its first spend, and a spend under another relation is refused with a
+ValueError before anything is spent. Set it to convert instead:
+
+* on a replace-one accountant, an entry proven under add/remove only is
+  charged by group privacy for a group of two, since replacing a row is
+  removing it and adding another: :math:`(2\varepsilon, (1 + e^{\varepsilon})\delta)`
+  (Dwork & Roth 2014, Theorem 2.2 for the pure part; the :math:`\delta`
+  term follows by applying the definition along the two steps:
+  :math:`P \le e^{\varepsilon}(e^{\varepsilon}P'' + \delta) + \delta`);
+* on an add/remove accountant, an entry proven under replace-one only (the
+  number of rows treated as public) has no add/remove guarantee and is
+  refused with a ValueError before anything is spent.
 
 Spends are all-or-nothing: :meth:`spend` checks the new total against the
 ceiling under a lock and raises :class:`BudgetExceededError` before anything
@@ -45,13 +79,29 @@ gives an attached accountant; every field it loads is validated.
 Repeated noise
 --------------
 Fits pass :func:`noise_fingerprint` of their ``random_state`` to
-:meth:`~BudgetAccountant.check` and :meth:`~BudgetAccountant.spend`. A second
-fit by the same estimator class with the same fingerprint would draw exactly
-the same noise, so that the difference of the two releases is free of noise;
-the accountant warns (:class:`NoiseReuseWarning`), or refuses with
-``on_repeated_noise="raise"``.
+:meth:`~BudgetAccountant.reserve` and :meth:`~BudgetAccountant.spend`. Two
+fits with the same noise stream draw the same noise, whatever their estimator
+classes (with ``n_clusters=1`` several classes release the same private mean
+from it), so that the difference of the two releases is free of noise. The
+accountant compares the streams alone (the part of the fingerprint after the
+owner's name) and warns (:class:`NoiseReuseWarning`), or refuses with
+``on_repeated_noise="raise"``. :meth:`~BudgetAccountant.reserve` records the
+stream atomically with the check, so two concurrent fits with one seed cannot
+both pass it; the reservation is released if the fit ends without spending.
+
+The default accountant
+----------------------
+``with acc:`` makes ``acc`` the default accountant of the current thread (or
+asyncio task) inside the block: the stack of blocks is held in a
+:class:`contextvars.ContextVar`. :meth:`~BudgetAccountant.set_default` sets
+the process-wide default below every block. A thread with no block of its own
+while another thread is inside one (a worker thread of a threaded search
+started in a ``with`` block, for example) cannot tell which accountant it is
+meant to charge, so :meth:`~BudgetAccountant.default` refuses there with a
+ValueError, before anything is spent: pass ``accountant=`` explicitly.
 """
 
+import contextvars
 import hashlib
 import json
 import math
@@ -71,12 +121,27 @@ from skdpcluster.mechanisms import PrivacyEvent
 from skdpcluster.utils._validation import check_epsilon_delta
 from skdpcluster.utils._warnings import warn_user
 
-__all__ = ["BudgetAccountant", "LedgerEntry", "noise_fingerprint"]
+__all__ = ["BudgetAccountant", "LedgerEntry", "noise_fingerprint", "noise_stream"]
 
 # Budget splits are computed in floating point; a split that sums to the
 # ceiling mathematically may exceed it by a few ulps. This relative tolerance
 # absorbs that rounding and nothing more.
 _RELATIVE_TOLERANCE = 1e-9
+
+#: The neighbouring relations an entry or an accountant can state.
+NEIGHBOURING_RELATIONS = ("replace_one", "add_remove")
+
+#: The relation of a spend or a saved entry that does not state one (an entry
+#: saved before the field existed): the library's default relation.
+DEFAULT_NEIGHBOURING = "replace_one"
+
+
+def _check_neighbouring(neighbouring):
+    if neighbouring not in NEIGHBOURING_RELATIONS:
+        raise ValueError(
+            f"neighbouring must be one of {list(NEIGHBOURING_RELATIONS)}, got "
+            f"neighbouring={neighbouring!r}.")
+    return neighbouring
 
 
 @dataclass(frozen=True)
@@ -97,6 +162,10 @@ class LedgerEntry:
     noise_key : str or None
         :func:`noise_fingerprint` of the fit's noise stream, or ``None`` for
         fresh OS entropy.
+    neighbouring : {"replace_one", "add_remove"}, default="replace_one"
+        The neighbouring relation under which ``(epsilon, delta)`` holds. An
+        entry saved before this field existed loads as ``"replace_one"``, the
+        library's default relation.
     """
 
     epsilon: float
@@ -104,6 +173,7 @@ class LedgerEntry:
     label: str = ""
     events: tuple = field(default=(), compare=False)
     noise_key: str | None = None
+    neighbouring: str = DEFAULT_NEIGHBOURING
 
     def __post_init__(self):
         epsilon, delta = check_epsilon_delta(self.epsilon, self.delta)
@@ -116,17 +186,37 @@ class LedgerEntry:
             raise ValueError(f"events must be a tuple of PrivacyEvent, got events={self.events!r}.")
         if not (self.noise_key is None or isinstance(self.noise_key, str)):
             raise ValueError(f"noise_key must be a str or None, got noise_key={self.noise_key!r}.")
+        _check_neighbouring(self.neighbouring)
 
     def __setstate__(self, state):
         """Unpickle with the same validation as the constructor."""
         if not isinstance(state, dict):
             raise ValueError(f"a pickled LedgerEntry must hold a dict, got {type(state).__name__}.")
-        # Pickles made before ``noise_key`` existed lack it.
-        _check_keys(state, required=_ENTRY_FIELDS - {"noise_key"}, allowed=_ENTRY_FIELDS,
+        # Pickles made before ``noise_key`` and ``neighbouring`` existed lack them.
+        _check_keys(state, required=_ENTRY_FIELDS - set(_ENTRY_DEFAULTS), allowed=_ENTRY_FIELDS,
                     what="a pickled LedgerEntry")
         for name in _ENTRY_FIELDS:
-            object.__setattr__(self, name, state.get(name))
+            object.__setattr__(self, name, state.get(name, _ENTRY_DEFAULTS.get(name)))
         self.__post_init__()
+
+    def group_cost(self, neighbouring):
+        r"""``(epsilon, delta)`` of this entry under the relation ``neighbouring``.
+
+        An add/remove guarantee under replace-one is the group-privacy
+        guarantee for a group of two, since a replacement is a removal and an
+        addition: :math:`(2\varepsilon, (1 + e^{\varepsilon})\delta)`, capped
+        at ``delta = 1`` (Dwork & Roth 2014, Theorem 2.2, for the pure part).
+        A replace-one guarantee has no add/remove counterpart: ValueError.
+        """
+        if self.neighbouring == neighbouring:
+            return self.epsilon, self.delta
+        if neighbouring == "replace_one":  # an add/remove entry
+            if self.delta == 0.0:
+                return 2.0 * self.epsilon, 0.0
+            # log((1 + e^eps) delta), capped at log 1 before exp so that nothing overflows.
+            log_delta = math.log(self.delta) + self.epsilon + math.log1p(math.exp(-self.epsilon))
+            return 2.0 * self.epsilon, math.exp(min(log_delta, 0.0))
+        raise ValueError(_REPLACE_ONE_ON_ADD_REMOVE.format(label=self.label or "this spend"))
 
     def to_dict(self):
         """Return a JSON-serialisable dict."""
@@ -150,10 +240,24 @@ class LedgerEntry:
         if not isinstance(events, list):
             raise ValueError(f"events must be a list, got events={events!r}.")
         events = tuple(_event_from_dict(event, position) for position, event in enumerate(events))
-        return cls(data["epsilon"], data["delta"], data.get("label", ""), events, data.get("noise_key"))
+        return cls(data["epsilon"], data["delta"], data.get("label", ""), events, data.get("noise_key"),
+                   data.get("neighbouring", DEFAULT_NEIGHBOURING))
 
 
 _ENTRY_FIELDS = frozenset(f.name for f in fields(LedgerEntry))
+_ENTRY_DEFAULTS = {"noise_key": None, "neighbouring": DEFAULT_NEIGHBOURING}
+_MIXED_RELATIONS = (
+    "{label} holds under {new} neighbours, but this accountant's ledger holds {held} spends, and "
+    "guarantees under different relations do not add up (a replacement is a removal and an "
+    "addition, so an add/remove epsilon is worth 2 epsilon under replace-one). Use one accountant "
+    "per relation, or BudgetAccountant(neighbouring='replace_one'), which charges add/remove "
+    "spends by group privacy at (2 epsilon, (1 + e^epsilon) delta).")
+_REPLACE_ONE_ON_ADD_REMOVE = (
+    "{label} holds under replace-one neighbours only (the number of rows is treated as public), "
+    "so it has no guarantee under add/remove, the relation of this accountant "
+    "(neighbouring='add_remove'). Charge it to a replace-one accountant (the default, which "
+    "charges add/remove fits by group privacy at (2 epsilon, (1 + e^epsilon) delta)), or fit "
+    "with neighbouring='add_remove' where the estimator offers it.")
 _EVENT_FIELDS = frozenset(f.name for f in fields(PrivacyEvent))
 
 
@@ -186,12 +290,14 @@ def noise_fingerprint(owner, random_state):
 
     The fingerprint covers the generator's state and its seed sequence's
     spawn counter, since fits draw both directly and through
-    ``Generator.spawn`` children.
+    ``Generator.spawn`` children. The accountant compares only this stream
+    digest (:func:`noise_stream`): fits of different estimator classes with
+    one stream draw the same noise too.
 
     Parameters
     ----------
     owner : str
-        Who draws the noise (the estimator's class name).
+        Who draws the noise (the estimator's class name), for messages only.
     random_state : None, int or numpy.random.Generator
         As given to the fit. It is not advanced.
 
@@ -214,26 +320,39 @@ def noise_fingerprint(owner, random_state):
     return f"{owner}:{digest}"
 
 
+def noise_stream(noise_key):
+    """The stream digest of a :func:`noise_fingerprint` (the part after the owner), or ``None``."""
+    return None if noise_key is None else noise_key.rsplit(":", 1)[-1]
+
+
 def _delta_from_log_keep(log_keep):
     """``1 - exp(log_keep)``, with ``+ 0.0`` so that an empty ledger reports 0, not -0."""
     return -math.expm1(log_keep) + 0.0
 
 
-def _basic_total(entries):
-    epsilon = math.fsum(entry.epsilon for entry in entries)
-    log_keep = math.fsum(math.log1p(-entry.delta) for entry in entries)
+def _basic_total(costs):
+    """Basic composition of ``(epsilon, delta)`` pairs: sum of epsilons, ``1 - prod(1 - delta)``."""
+    epsilon = math.fsum(eps for eps, _ in costs)
+    log_keep = math.fsum(math.log1p(-delta) for _, delta in costs)
     return epsilon, _delta_from_log_keep(log_keep)
 
 
-def _advanced_total(entries, slack):
-    """Kairouz, Oh & Viswanath (2017), Theorem 3.5 (heterogeneous), plus DRV10."""
-    epsilons = [entry.epsilon for entry in entries]
-    drift = math.fsum(math.tanh(eps / 2.0) * eps for eps in epsilons)  # (e^e - 1) e / (e^e + 1)
-    squares = math.fsum(eps * eps for eps in epsilons)
-    drv = math.sqrt(2.0 * squares * math.log(1.0 / slack))
-    kov = math.sqrt(2.0 * squares * math.log(math.e + math.sqrt(squares) / slack))
-    log_keep = math.log1p(-slack) + math.fsum(math.log1p(-entry.delta) for entry in entries)
-    return drift + min(drv, kov), _delta_from_log_keep(log_keep)
+def _filter_total(costs, slack):
+    r"""The advanced filter's statistic of ``(epsilon, delta)`` pairs (Whitehouse et al. 2023).
+
+    :math:`\sqrt{2\log(1/\tilde\delta)\sum_i\varepsilon_i^2} + \sum_i\varepsilon_i(e^{\varepsilon_i}-1)/2`
+    and :math:`\tilde\delta + \sum_i\delta_i`, valid for privacy parameters
+    chosen adaptively when every spend is checked against a fixed ceiling
+    (a privacy filter). ``expm1`` keeps the drift exact for small epsilons;
+    an epsilon so large that it overflows makes the statistic infinite.
+    """
+    epsilons = [eps for eps, _ in costs]
+    try:
+        drift = math.fsum(eps * math.expm1(eps) / 2.0 for eps in epsilons)
+    except OverflowError:
+        drift = math.inf
+    spread = math.sqrt(2.0 * math.log(1.0 / slack) * math.fsum(eps * eps for eps in epsilons))
+    return spread + drift, math.fsum([slack, *(delta for _, delta in costs)])
 
 
 class BudgetAccountant:
@@ -246,15 +365,26 @@ class BudgetAccountant:
     delta : float, default=1.0
         Ceiling on the total delta, in [0, 1].
     slack : float, default=0.0
-        The :math:`\tilde\delta` of advanced composition. With ``slack=0``
-        only basic composition is used. With ``slack > 0``, ``total()``
-        reports the advanced bound whenever its epsilon is smaller and its
-        delta (which includes ``slack``) is within the ceiling.
+        The :math:`\tilde\delta` of the advanced filter (Whitehouse et al.
+        2023; see the module docstring). With ``slack=0`` only basic
+        composition is used. With ``slack > 0`` (which needs a finite
+        ``epsilon`` ceiling, the filter's target), ``total()`` reports the
+        smaller of the basic and the filter's epsilon, with the delta
+        ``slack + sum(delta_i)``, and a spend is accepted when that is within
+        the ceiling.
     on_repeated_noise : {"warn", "raise"}, default="warn"
-        What :meth:`check` does when a fit would draw the same noise as one
-        already in the ledger (same estimator class, same seed; see
-        :func:`noise_fingerprint`): emit :class:`NoiseReuseWarning`, or raise
-        :class:`NoiseReuseError` before any randomness is drawn.
+        What :meth:`check` and :meth:`reserve` do when a fit would draw the
+        same noise as one already in the ledger or under way (the same noise
+        stream, whatever the estimator class; see :func:`noise_fingerprint`):
+        emit :class:`NoiseReuseWarning`, or raise :class:`NoiseReuseError`
+        before any randomness is drawn.
+    neighbouring : {None, "replace_one", "add_remove"}, default=None
+        The neighbouring relation the ledger composes under. ``None``: the
+        relation of its first spend, and a spend under another relation is
+        refused (ValueError, before anything is spent). ``"replace_one"``: a
+        spend proven under add/remove only is charged at
+        :math:`(2\varepsilon, (1+e^{\varepsilon})\delta)` (group privacy).
+        ``"add_remove"``: a spend proven under replace-one only is refused.
 
     Notes
     -----
@@ -276,19 +406,25 @@ class BudgetAccountant:
     0.75
     """
 
+    #: The process-wide default (below every ``with`` block), created on first use.
+    _base_default = None
     _default_lock = threading.RLock()
-    _default_stack = []
+    #: The ``with`` blocks of the current thread or task, innermost last.
+    _context_stack = contextvars.ContextVar("skdpcluster_accountant_blocks", default=())
+    #: Number of ``with`` blocks open in the whole process (every thread).
+    _open_blocks = 0
 
     #: Whether a copy made by unpickling may spend. Only the throw-away
     #: accountants of a search that was charged up front in the parent process
     #: (``skdpcluster.model_selection.fit_search_charged``) set this.
     _COPIES_MAY_SPEND = False
 
-    def __init__(self, epsilon=float("inf"), delta=1.0, slack=0.0, *, on_repeated_noise="warn"):
-        self._configure(epsilon, delta, slack, on_repeated_noise)
+    def __init__(self, epsilon=float("inf"), delta=1.0, slack=0.0, *, on_repeated_noise="warn",
+                 neighbouring=None):
+        self._configure(epsilon, delta, slack, on_repeated_noise, neighbouring)
         self._detached = False
 
-    def _configure(self, epsilon, delta, slack, on_repeated_noise):
+    def _configure(self, epsilon, delta, slack, on_repeated_noise, neighbouring):
         """Validate and set the ceiling and options, with an empty ledger."""
         epsilon, _ = check_epsilon_delta(epsilon, 0.0, allow_infinite_epsilon=True)
         if isinstance(delta, bool) or not (isinstance(delta, (int, float)) and 0 <= delta <= 1):
@@ -297,6 +433,10 @@ class BudgetAccountant:
             raise ValueError(f"slack must lie in [0, 1), got slack={slack!r}.")
         if slack > delta:
             raise ValueError(f"slack={slack!r} cannot exceed the delta ceiling delta={delta!r}.")
+        if slack > 0 and math.isinf(epsilon):
+            raise ValueError(
+                f"slack={slack!r} needs a finite epsilon ceiling: the advanced filter (Whitehouse "
+                "et al. 2023) guarantees its target, the ceiling. Set epsilon=..., or slack=0.")
         if on_repeated_noise not in ("warn", "raise"):
             raise ValueError(
                 "on_repeated_noise must be 'warn' or 'raise', got "
@@ -306,8 +446,10 @@ class BudgetAccountant:
         self._delta = float(delta)
         self._slack = float(slack)
         self._on_repeated_noise = on_repeated_noise
+        self._neighbouring = None if neighbouring is None else _check_neighbouring(neighbouring)
         self._entries = []
-        self._noise_keys = set()
+        self._noise_keys = {}  # noise stream -> owner of the first fit that drew it
+        self._reserved = {}  # noise stream -> [owner, number of fits under way]
         self._lock = threading.RLock()
 
     # -- read-only configuration -------------------------------------------
@@ -323,13 +465,18 @@ class BudgetAccountant:
 
     @property
     def slack(self):
-        """float: the slack of advanced composition."""
+        """float: the slack of the advanced filter."""
         return self._slack
 
     @property
     def on_repeated_noise(self):
         """str: ``"warn"`` or ``"raise"``, see the class parameters."""
         return self._on_repeated_noise
+
+    @property
+    def neighbouring(self):
+        """str or None: the relation set at construction (``None``: that of the first spend)."""
+        return self._neighbouring
 
     @property
     def detached(self):
@@ -345,28 +492,50 @@ class BudgetAccountant:
     def __repr__(self):
         eps, delta = self.total()
         detached = ", detached copy" if self._detached else ""
+        relation = "" if self._neighbouring is None else f", {self._neighbouring}"
         return (
             f"BudgetAccountant(epsilon={self._epsilon!r}, delta={self._delta!r}, "
-            f"slack={self._slack!r}; spent=({eps:.6g}, {delta:.6g}) in {len(self._entries)} entries"
-            f"{detached})"
+            f"slack={self._slack!r}{relation}; spent=({eps:.6g}, {delta:.6g}) in "
+            f"{len(self._entries)} entries{detached})"
         )
 
     # -- composition ----------------------------------------------------------
+    def _costs(self, entries):
+        """Every entry's ``(epsilon, delta)`` under the ledger's relation; ValueError if it has none.
+
+        The relation is the accountant's ``neighbouring``, or with ``None``
+        that of the first entry, and then every entry must state it.
+        """
+        if self._neighbouring is not None:
+            return [entry.group_cost(self._neighbouring) for entry in entries]
+        held = entries[0].neighbouring if entries else DEFAULT_NEIGHBOURING
+        for entry in entries:
+            if entry.neighbouring != held:
+                raise ValueError(_MIXED_RELATIONS.format(
+                    label=entry.label or "this spend", new=entry.neighbouring, held=held))
+        return [(entry.epsilon, entry.delta) for entry in entries]
+
     def _compose(self, entries):
-        """The tightest total within the ceiling: advanced if it fits with a smaller epsilon, else basic."""
-        basic = _basic_total(entries)
+        """Basic composition; with ``slack > 0``, the smaller epsilon of basic and the filter, and the filter's delta.
+
+        With ``slack > 0`` the delta is ``slack + sum(delta_i)`` whichever
+        epsilon is smaller: the filter's guarantee fails with probability at
+        most ``slack`` on top of the ``delta_i``, and since either rule may
+        accept a spend, the slack is reserved from the delta ceiling for both.
+        """
+        costs = self._costs(entries)
+        basic = _basic_total(costs)
         if self._slack == 0 or not entries:
             return basic
-        advanced = _advanced_total(entries, self._slack)
-        if self._fits(advanced) and (advanced[0] < basic[0] or not self._fits(basic)):
-            return advanced
-        return basic
+        advanced = _filter_total(costs, self._slack)
+        return min(basic[0], advanced[0]), advanced[1]
 
     def total(self):
-        """Total privacy spent, as ``(epsilon, delta)``.
+        """Total privacy spent, as ``(epsilon, delta)``, under the accountant's relation.
 
-        Basic composition, or the advanced bound of the module docstring when
-        ``slack > 0`` and it is within the ceiling with a smaller epsilon.
+        Basic composition; with ``slack > 0``, the smaller of the basic and the
+        advanced filter's epsilon (module docstring) and the delta
+        ``slack + sum(delta_i)``. The guarantee of the filter is the ceiling.
         """
         with self._lock:
             return self._compose(self._entries)
@@ -374,11 +543,41 @@ class BudgetAccountant:
     def remaining(self):
         """What is left under the ceiling, as ``(epsilon, delta)``.
 
-        Computed as the ceiling minus :meth:`total`; a further spend of exactly
-        this much is always accepted under basic composition.
+        ``epsilon`` is the largest spend ``(epsilon, 0)`` that :meth:`spend`
+        accepts now, and ``delta`` the delta ceiling minus ``total()[1]``.
+        Under basic composition (``slack=0``) the pair itself is accepted as
+        one spend. With ``slack > 0`` each is spendable alone, and the
+        epsilon left is found by bisection on the acceptance rule (the
+        filter's statistic is not linear in a new spend).
         """
-        eps, delta = self.total()
-        return max(self._epsilon - eps, 0.0), max(self._delta - delta, 0.0)
+        with self._lock:
+            eps, delta = self._compose(self._entries)
+            delta_left = max(self._delta - delta, 0.0)
+            if self._slack == 0:
+                return max(self._epsilon - eps, 0.0), delta_left
+            return self._largest_accepted_epsilon(), delta_left
+
+    def _largest_accepted_epsilon(self):
+        """The largest epsilon of a spend ``(epsilon, 0)`` that keeps the total within the ceiling.
+
+        Without the rounding tolerance of :meth:`_fits`, so that :meth:`spend`
+        accepts it; acceptance is monotone in epsilon, so bisection finds it.
+        """
+        def accepted(epsilon):
+            if epsilon == 0.0:
+                return True
+            eps, delta = self._compose([*self._entries, LedgerEntry(epsilon, 0.0)])
+            return eps <= self._epsilon and delta <= self._delta
+
+        low, high = 0.0, self._epsilon
+        if accepted(high):
+            return high
+        for _ in range(200):  # to a relative 1e-12 of the ceiling: about 40 steps
+            if high - low <= 1e-12 * self._epsilon:
+                break
+            middle = low + (high - low) / 2.0
+            low, high = (middle, high) if accepted(middle) else (low, middle)
+        return low
 
     def _fits(self, total):
         eps, delta = total
@@ -395,7 +594,7 @@ class BudgetAccountant:
                 "fits, charge it up front with skdpcluster.model_selection.fit_search_charged; "
                 "to continue a saved ledger on purpose, restore it with BudgetAccountant.from_json."
             )
-        new_total = self._compose([*self._entries, entry])
+        new_total = self._compose([*self._entries, entry])  # ValueError for a relation it cannot compose
         if not self._fits(new_total):
             eps_left, delta_left = self.remaining()
             raise BudgetExceededError(
@@ -407,24 +606,31 @@ class BudgetAccountant:
             )
 
     def _check_noise_locked(self, noise_key):
-        if noise_key is None or noise_key not in self._noise_keys:
+        stream = noise_stream(noise_key)
+        if stream is None:
             return
-        owner = noise_key.split(":", 1)[0]
+        if stream in self._noise_keys:
+            earlier = f"{self._noise_keys[stream]} was already charged to this accountant"
+        elif stream in self._reserved:
+            earlier = f"a fit of {self._reserved[stream][0]} is under way on this accountant"
+        else:
+            return
         message = (
-            f"{owner} was already charged to this accountant for a fit with the same random_state, "
-            "so this fit would draw exactly the same noise: the difference of the two releases "
-            "would be free of noise and the accountant's composition would not hold. Use a "
-            "different seed for every fit charged to one accountant, or random_state=None."
+            f"{earlier} with the same random_state (the same noise stream), so this fit of "
+            f"{noise_key.rsplit(':', 1)[0]} would draw exactly the same noise: the difference of the "
+            "two releases would be free of noise and the accountant's composition would not hold. "
+            "Use a different seed for every fit charged to one accountant, or random_state=None."
         )
         if self._on_repeated_noise == "raise":
             raise NoiseReuseError(message)
         warn_user(message, NoiseReuseWarning)
 
     @staticmethod
-    def _entry(epsilon, delta, label, events, noise_key=None):
-        return LedgerEntry(epsilon, delta, "" if label is None else str(label), tuple(events), noise_key)
+    def _entry(epsilon, delta, label, events, noise_key=None, neighbouring=DEFAULT_NEIGHBOURING):
+        return LedgerEntry(epsilon, delta, "" if label is None else str(label), tuple(events), noise_key,
+                           neighbouring)
 
-    def check(self, epsilon, delta=0.0, *, noise_key=None):
+    def check(self, epsilon, delta=0.0, *, noise_key=None, neighbouring=DEFAULT_NEIGHBOURING):
         """Raise if spending ``(epsilon, delta)`` would exceed the ceiling; nothing is recorded.
 
         Parameters
@@ -433,8 +639,11 @@ class BudgetAccountant:
             The guarantee a fit is about to spend.
         noise_key : str, default=None
             :func:`noise_fingerprint` of the fit's noise stream. If the ledger
-            already holds it, warn (:class:`NoiseReuseWarning`) or raise
+            already holds that stream, or a fit on it is under way
+            (:meth:`reserve`), warn (:class:`NoiseReuseWarning`) or raise
             (:class:`NoiseReuseError`) as ``on_repeated_noise`` says.
+        neighbouring : {"replace_one", "add_remove"}, default="replace_one"
+            The relation under which ``(epsilon, delta)`` holds.
 
         Raises
         ------
@@ -443,14 +652,49 @@ class BudgetAccountant:
         DetachedAccountantError
             If this accountant is a copy made by unpickling.
         NoiseReuseError
-            With ``on_repeated_noise="raise"``, for a repeated ``noise_key``.
+            With ``on_repeated_noise="raise"``, for a repeated noise stream.
+        ValueError
+            For a replace-one spend on an add/remove accountant.
         """
-        entry = self._entry(epsilon, delta, None, (), noise_key)
+        entry = self._entry(epsilon, delta, None, (), noise_key, neighbouring)
         with self._lock:
             self._check_locked(entry)
             self._check_noise_locked(noise_key)
 
-    def spend(self, epsilon, delta=0.0, label=None, events=(), *, noise_key=None):
+    def reserve(self, epsilon, delta=0.0, *, noise_key=None, neighbouring=DEFAULT_NEIGHBOURING):
+        """:meth:`check`, and mark the noise stream as under way, atomically.
+
+        Use it as a context manager around a fit: inside, :meth:`check` and
+        :meth:`reserve` with the same stream see a repeat, so two concurrent
+        fits with one seed cannot both pass. On exit the mark is removed; a
+        fit that spent has its stream in the ledger by then, and a fit that
+        ended before spending leaves the accountant as it was.
+
+        Parameters and exceptions are those of :meth:`check`.
+
+        Returns
+        -------
+        context manager
+        """
+        entry = self._entry(epsilon, delta, None, (), noise_key, neighbouring)
+        stream = noise_stream(noise_key)
+        with self._lock:
+            self._check_locked(entry)
+            self._check_noise_locked(noise_key)
+            if stream is not None:
+                owner = noise_key.rsplit(":", 1)[0]
+                self._reserved.setdefault(stream, [owner, 0])[1] += 1
+        return _Reservation(self, stream)
+
+    def _release(self, stream):
+        with self._lock:
+            mark = self._reserved[stream]
+            mark[1] -= 1
+            if mark[1] == 0:
+                del self._reserved[stream]
+
+    def spend(self, epsilon, delta=0.0, label=None, events=(), *, noise_key=None,
+              neighbouring=DEFAULT_NEIGHBOURING):
         """Record a spend of ``(epsilon, delta)``, all or nothing.
 
         Parameters
@@ -466,6 +710,9 @@ class BudgetAccountant:
             that :meth:`check` can notice a repeat. A repeat is recorded
             without complaint here: the spend comes after the noise was drawn,
             and it must not fail for that reason.
+        neighbouring : {"replace_one", "add_remove"}, default="replace_one"
+            The relation under which ``(epsilon, delta)`` holds; composed
+            under the accountant's relation (see the class parameters).
 
         Raises
         ------
@@ -473,54 +720,81 @@ class BudgetAccountant:
             If the new total would exceed the ceiling; nothing is recorded.
         DetachedAccountantError
             If this accountant is a copy made by unpickling.
+        ValueError
+            For a replace-one spend on an add/remove accountant.
         """
-        entry = self._entry(epsilon, delta, label, events, noise_key)
+        entry = self._entry(epsilon, delta, label, events, noise_key, neighbouring)
         with self._lock:
             self._check_locked(entry)
             self._entries.append(entry)
-            if noise_key is not None:
-                self._noise_keys.add(noise_key)
+            stream = noise_stream(noise_key)
+            if stream is not None:
+                self._noise_keys.setdefault(stream, noise_key.rsplit(":", 1)[0])
 
     # -- default accountant ------------------------------------------------------
     @classmethod
     def default(cls):
-        """Return the process-wide default accountant (created unbounded on first use).
+        """Return the default accountant of the current thread or task.
 
-        Inside ``with acc:`` blocks the innermost ``acc`` is the default.
+        Inside ``with acc:`` blocks of this thread (or asyncio task) the
+        innermost ``acc`` is the default; outside them, the process-wide one
+        (:meth:`set_default`; on first use, an unbounded accountant with
+        ``neighbouring="replace_one"``, which takes fits of either relation
+        and charges add/remove ones by group privacy).
+
+        Raises
+        ------
+        ValueError
+            If this thread has no ``with`` block while another thread is
+            inside one: the fit may be meant for that block's accountant (a
+            worker thread of a threaded search, for example), which this
+            thread cannot see. Pass ``accountant=`` explicitly.
         """
+        blocks = cls._context_stack.get()
+        if blocks:
+            return blocks[-1]
         with cls._default_lock:
-            if not cls._default_stack:
-                cls._default_stack.append(BudgetAccountant())
-            return cls._default_stack[-1]
+            if BudgetAccountant._open_blocks:
+                raise ValueError(
+                    "no accountant= was given and this thread has no 'with accountant:' block, but "
+                    "another thread is inside one: the spend may be meant for that block's "
+                    "accountant, which is the default of its own thread only. Pass accountant= "
+                    "explicitly (for a threaded search, on the estimator).")
+            if BudgetAccountant._base_default is None:
+                # Unbounded, and under replace-one so that fits of either relation can share it.
+                BudgetAccountant._base_default = BudgetAccountant(neighbouring="replace_one")
+            return BudgetAccountant._base_default
 
     def set_default(self):
-        """Make this accountant the process-wide default; return it."""
+        """Make this accountant the process-wide default (below every ``with`` block); return it."""
         with self._default_lock:
-            if self._default_stack:
-                self._default_stack[0] = self
-            else:
-                self._default_stack.append(self)
+            BudgetAccountant._base_default = self
         return self
 
     def __enter__(self):
         with self._default_lock:
-            self.default()  # make sure the base default exists below us
-            self._default_stack.append(self)
+            self._context_stack.set((*self._context_stack.get(), self))
+            BudgetAccountant._open_blocks += 1
         return self
 
     def __exit__(self, *exc_info):
         with self._default_lock:
+            blocks = list(self._context_stack.get())
             # Remove the innermost occurrence of self (blocks are properly nested).
-            for position in range(len(self._default_stack) - 1, 0, -1):
-                if self._default_stack[position] is self:
-                    del self._default_stack[position]
+            for position in range(len(blocks) - 1, -1, -1):
+                if blocks[position] is self:
+                    del blocks[position]
+                    BudgetAccountant._open_blocks -= 1
                     break
+            self._context_stack.set(tuple(blocks))
         return False
 
     # -- scikit-learn, pickle and JSON ---------------------------------------------
     def __sklearn_clone__(self):
         """Return ``self``: clones of an estimator keep sharing this accountant."""
         return self
+
+    _STATE_FIELDS = frozenset({"epsilon", "delta", "slack", "on_repeated_noise", "neighbouring"})
 
     def __getstate__(self):
         with self._lock:
@@ -529,6 +803,7 @@ class BudgetAccountant:
                 "delta": self._delta,
                 "slack": self._slack,
                 "on_repeated_noise": self._on_repeated_noise,
+                "neighbouring": self._neighbouring,
                 "entries": list(self._entries),
             }
 
@@ -538,10 +813,10 @@ class BudgetAccountant:
             raise ValueError(
                 f"a pickled BudgetAccountant must hold a dict, got {type(state).__name__}.")
         _check_keys(state, required={"epsilon", "delta", "slack", "entries"},
-                    allowed={"epsilon", "delta", "slack", "on_repeated_noise", "entries"},
-                    what="a pickled BudgetAccountant")
+                    allowed=self._STATE_FIELDS | {"entries"}, what="a pickled BudgetAccountant")
         self._configure(state["epsilon"], state["delta"], state["slack"],
-                        state.get("on_repeated_noise", "warn"))
+                        state.get("on_repeated_noise", "warn"),
+                        state.get("neighbouring"))
         self._load_entries(state["entries"])
         self._detached = not self._COPIES_MAY_SPEND
 
@@ -549,7 +824,10 @@ class BudgetAccountant:
         """Install a saved ledger after checking its entries and that its total is within the ceiling."""
         if not (isinstance(entries, list) and all(isinstance(e, LedgerEntry) for e in entries)):
             raise ValueError("ledger must be a list of ledger entries.")
-        total = self._compose(entries)
+        try:
+            total = self._compose(entries)
+        except ValueError as exc:
+            raise ValueError(f"the saved ledger cannot be composed: {exc}") from exc
         if not self._fits(total):
             raise ValueError(
                 f"the saved ledger totals (epsilon={total[0]:.6g}, delta={total[1]:.6g}), over its "
@@ -557,7 +835,10 @@ class BudgetAccountant:
                 "was edited."
             )
         self._entries = list(entries)
-        self._noise_keys = {entry.noise_key for entry in entries if entry.noise_key is not None}
+        self._noise_keys = {}
+        for entry in entries:
+            if entry.noise_key is not None:
+                self._noise_keys.setdefault(noise_stream(entry.noise_key), entry.noise_key.rsplit(":", 1)[0])
 
     def to_json(self):
         """Serialise the ceiling, options and ledger to a JSON string."""
@@ -567,6 +848,7 @@ class BudgetAccountant:
                 "delta": self._delta,
                 "slack": self._slack,
                 "on_repeated_noise": self._on_repeated_noise,
+                "neighbouring": self._neighbouring,
                 "ledger": [entry.to_dict() for entry in self._entries],
             }
         return json.dumps(data)
@@ -577,7 +859,10 @@ class BudgetAccountant:
 
         Every field is validated as :meth:`spend` validates a spend (finite
         ``epsilon > 0`` and ``delta`` in [0, 1) for every entry and event),
-        and the ledger's total must be within the ceiling.
+        and the ledger's total must be within the ceiling. An entry without
+        ``neighbouring`` (saved before the field existed) is loaded as
+        ``"replace_one"``, the library's default relation, and an accountant
+        without it as ``neighbouring=None`` (the relation of its entries).
 
         Raises
         ------
@@ -593,11 +878,11 @@ class BudgetAccountant:
         if not isinstance(data, dict):
             raise ValueError(f"a saved accountant must be a JSON object, got {type(data).__name__}.")
         _check_keys(data, required={"epsilon", "delta", "slack", "ledger"},
-                    allowed={"epsilon", "delta", "slack", "on_repeated_noise", "ledger"},
-                    what="a saved accountant")
+                    allowed=cls._STATE_FIELDS | {"ledger"}, what="a saved accountant")
         epsilon = math.inf if data["epsilon"] == "inf" else data["epsilon"]
         accountant = cls(epsilon, data["delta"], data["slack"],
-                         on_repeated_noise=data.get("on_repeated_noise", "warn"))
+                         on_repeated_noise=data.get("on_repeated_noise", "warn"),
+                         neighbouring=data.get("neighbouring"))
         if not isinstance(data["ledger"], list):
             raise ValueError(f"ledger must be a list, got ledger={data['ledger']!r}.")
         entries = []
@@ -608,3 +893,19 @@ class BudgetAccountant:
                 raise ValueError(f"ledger[{position}]: {exc}") from exc
         accountant._load_entries(entries)
         return accountant
+
+
+class _Reservation:
+    """What :meth:`BudgetAccountant.reserve` returns: releases the noise stream's mark on exit."""
+
+    def __init__(self, accountant, stream):
+        self._accountant, self._stream = accountant, stream
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        if self._stream is not None:
+            self._accountant._release(self._stream)
+            self._stream = None
+        return False

@@ -90,15 +90,16 @@ def demo_stable(seed, accountant):
     start = time.perf_counter()
     reference = KMeans(n_clusters=4, n_init=10, random_state=seed).fit(X)
     print(f"{'sklearn KMeans':>22}: non-private reference, fit {time.perf_counter() - start:.2f} s")
-    for name, estimator in [
+    # One seed per fit on the shared accountant, whatever the class (seed + 1..3 are used below).
+    for offset, (name, estimator) in enumerate([
         ("PrivateStableKMeans", PrivateStableKMeans(n_clusters=4)),
         ("PrivateStableKMedian", PrivateStableKMedian(n_clusters=4)),
         ("KTupleClusterer", KTupleClusterer(n_clusters=4)),
         ("PrivateHighDimKMeans", PrivateHighDimKMeans(n_clusters=4)),
-    ]:
+    ], start=4):
         start = time.perf_counter()
         estimator.set_params(epsilon=1.0, delta=1e-6, data_radius=20.0, accountant=accountant,
-                             random_state=seed).fit(X)
+                             random_state=seed + offset).fit(X)
         report_fit(name, estimator, X, y, time.perf_counter() - start, reference)
     start = time.perf_counter()
     default = PrivateStableKMeans(n_clusters=4, accountant=accountant, random_state=seed + 1).fit(X)
@@ -179,12 +180,13 @@ def demo_local(seed, accountant):
     X, y = make_separated_mixture(1_000_000, n_clusters=4, n_features=4, separation=10 / 2**0.5,
                                   random_state=seed)
     reference = KMeans(n_clusters=4, n_init=3, random_state=seed).fit(X)
-    for name, estimator in [
+    for offset, (name, estimator) in enumerate([
         ("LocalPrivateStableKMeans", LocalPrivateStableKMeans(n_clusters=4, epsilon=4.0)),
         ("SampleAggregate (eps=1)", SampleAggregateStableKMeans(n_clusters=4, epsilon=1.0)),
-    ]:
+    ]):
         start = time.perf_counter()
-        estimator.set_params(data_radius=20.0, accountant=accountant, random_state=seed).fit(X)
+        estimator.set_params(data_radius=20.0, accountant=accountant,
+                             random_state=seed + offset).fit(X)  # one seed per fit
         report_fit(name, estimator, X, y, time.perf_counter() - start, reference)
     print(f"{'':>22}  local: eps=4 *per user*; 3 rounds (init, core, select), each user in one "
           "round")

@@ -17,8 +17,10 @@ from skdpcluster import (
     NoiseReuseError,
     NoiseReuseWarning,
     PrivateGaussianMixture,
+    PrivateHighDimKMeans,
+    PrivateStableKMeans,
 )
-from skdpcluster.accountant import LedgerEntry
+from skdpcluster.accountant import LedgerEntry, noise_fingerprint
 from skdpcluster.datasets import make_separated_mixture
 from skdpcluster.mechanisms import PrivacyEvent
 
@@ -47,28 +49,76 @@ def test_basic_composition_total_by_hand():
     assert delta <= 3e-6
 
 
-def test_advanced_composition_used_when_tighter():
+def _filter_statistic(epsilons, slack):
+    """Whitehouse, Ramdas, Rogers & Wu (2023)'s advanced filter, with the drift eps (e^eps - 1) / 2."""
+    squares = math.fsum(eps * eps for eps in epsilons)
+    drift = math.fsum(eps * (math.exp(eps) - 1) / 2 for eps in epsilons)
+    return math.sqrt(2 * math.log(1 / slack) * squares) + drift
+
+
+def test_advanced_filter_used_when_tighter():
     slack = 1e-6
-    acc = BudgetAccountant(slack=slack)
+    acc = BudgetAccountant(epsilon=0.6, slack=slack)
     for _ in range(100):
         acc.spend(0.01, 0.0)
     eps, delta = acc.total()
-    drift = 100 * 0.01 * (math.exp(0.01) - 1) / (math.exp(0.01) + 1)
-    squares = 100 * 0.01**2
-    expected = drift + min(
-        math.sqrt(2 * squares * math.log(1 / slack)),
-        math.sqrt(2 * squares * math.log(math.e + math.sqrt(squares) / slack)),
-    )
-    assert eps == pytest.approx(expected, rel=1e-12)
-    assert eps < 0.6  # against 1.0 for basic composition
+    assert eps == pytest.approx(_filter_statistic([0.01] * 100, slack), rel=1e-12)
+    assert eps == pytest.approx(0.5307, abs=5e-5)  # the auditor's figure (RA-10); basic gives 1.0
     assert delta == pytest.approx(slack)
 
 
+def test_advanced_filter_replaces_the_fixed_parameter_bounds():
+    """Review RA-10: with slack > 0 the accountant applied Kairouz-Oh-Viswanath (2017) / DRV (2010)
+    advanced composition, which needs the privacy parameters fixed in advance, to spends it accepts
+    one by one (a privacy filter). Under a ceiling of 0.49 it accepted 100 spends of 0.01 (KOV total
+    0.4849); the filter of Whitehouse et al. (2023) accepts only as many as keep its statistic
+    within the ceiling."""
+    slack, ceiling = 1e-6, 0.49
+    acc = BudgetAccountant(epsilon=ceiling, slack=slack)
+    accepted = 0
+    for _ in range(100):
+        try:
+            acc.spend(0.01, 0.0)
+        except BudgetExceededError:
+            break
+        accepted += 1
+    expected = max(k for k in range(1, 101) if _filter_statistic([0.01] * k, slack) <= ceiling)
+    assert accepted == expected < 100
+    assert acc.total()[0] == pytest.approx(_filter_statistic([0.01] * expected, slack), rel=1e-12)
+    with pytest.raises(ValueError, match="slack.*finite epsilon ceiling"):
+        BudgetAccountant(slack=1e-6)  # the filter guarantees its target: there must be one
+
+
+def test_advanced_filter_delta_adds_up_the_deltas():
+    """The filter's delta is slack + sum(delta_i) (Whitehouse et al. 2023), not 1 - (1 - slack) prod(1 - delta_i)."""
+    acc = BudgetAccountant(epsilon=0.6, delta=1e-3, slack=1e-6)
+    for _ in range(100):
+        acc.spend(0.01, 1e-6)
+    assert acc.total() == (pytest.approx(_filter_statistic([0.01] * 100, 1e-6), rel=1e-12),
+                           pytest.approx(1e-6 + 100 * 1e-6, rel=1e-12))
+
+
+def test_remaining_is_what_spend_accepts_with_slack():
+    """Review RA (minor): with slack > 0, remaining() said 0.1151 was left after 100 x 0.01 under
+    0.6 (the ceiling minus the total), and a spend of that size was refused."""
+    acc = BudgetAccountant(epsilon=0.6, delta=1e-5, slack=1e-6)
+    for _ in range(100):
+        acc.spend(0.01, 0.0)
+    eps_left, delta_left = acc.remaining()
+    assert eps_left > 0 and delta_left == pytest.approx(1e-5 - 1e-6)
+    assert eps_left < 0.6 - acc.total()[0]  # the statistic grows faster than the new epsilon
+    for too_much in (0.6 - acc.total()[0], eps_left * (1 + 1e-6)):
+        with pytest.raises(BudgetExceededError):
+            acc.check(too_much, 0.0)
+    acc.spend(eps_left, 0.0)  # exactly what remaining() reports is accepted
+    assert 0.6 * (1 - 1e-11) <= acc.total()[0] <= 0.6
+
+
 def test_basic_composition_kept_when_advanced_is_looser():
-    acc = BudgetAccountant(slack=1e-6)
+    acc = BudgetAccountant(epsilon=3.0, slack=1e-6)
     acc.spend(1.0, 0.0)
     acc.spend(1.0, 0.0)
-    assert acc.total() == (2.0, 0.0)
+    assert acc.total() == (2.0, 1e-6)  # the filter's statistic would be 9.15; its slack is reserved
 
 
 def test_invalid_spends_and_ceilings():
@@ -223,8 +273,7 @@ def test_distinct_streams_do_not_warn(small_data):
         warnings.simplefilter("error", NoiseReuseWarning)
         for random_state in (1, 2, None, None, generator, generator):  # a Generator advances
             _fast(accountant=acc, random_state=random_state).fit(small_data)
-        # Another estimator class with the same seed draws its noise differently.
-        PrivateGaussianMixture(2, epsilon=300.0, delta=0.1, accountant=acc, random_state=1).fit(
+        PrivateGaussianMixture(2, epsilon=300.0, delta=0.1, accountant=acc, random_state=12).fit(
             np.column_stack([small_data[:, 0], small_data[::-1, 0]]))
     assert len(acc.ledger) == 7
     assert [entry.noise_key is None for entry in acc.ledger] == [False, False, True, True, False, False, False]
@@ -325,13 +374,16 @@ def test_empty_ledger_reports_zero_not_minus_zero():
     assert "-0" not in repr(acc) and "spent=(0, 0)" in repr(acc)
 
 
-def test_advanced_composition_only_when_within_the_ceiling():
-    """Regression (issue #12, item 10): advanced composition was chosen by epsilon alone, so a spend
-    that fits under basic composition was refused because the advanced delta (with slack) did not fit."""
+def test_slack_is_reserved_from_the_delta_ceiling():
+    """Review RA-10: with slack > 0 either rule (basic or the filter) may accept a spend, so the
+    filter's failure probability, slack, is in the delta whichever epsilon is smaller. (Issue #12,
+    item 10 had basic composition accept (0.01, 1e-8) x 100 under (2.0, 1e-6) with slack = 1e-6,
+    leaving no room for the slack of a filter that may have accepted earlier spends.)"""
     acc = BudgetAccountant(epsilon=2.0, delta=1e-6, slack=1e-6)
-    for _ in range(100):
+    with pytest.raises(BudgetExceededError, match="delta"):
         acc.spend(0.01, 1e-8)
-    assert acc.total() == (pytest.approx(1.0), pytest.approx(1 - (1 - 1e-8) ** 100, rel=1e-9))
+    acc.spend(0.01, 0.0)
+    assert acc.total() == (0.01, 1e-6)
     roomy = BudgetAccountant(epsilon=2.0, delta=1e-5, slack=1e-6)  # here the advanced total fits
     for _ in range(100):
         roomy.spend(0.01, 1e-8)
@@ -367,3 +419,271 @@ def test_context_manager_is_restored_after_an_exception():
         with acc:
             raise RuntimeError("boom")
     assert BudgetAccountant.default() is base
+
+
+# -- review RA: the noise guard across classes and threads, default accountants, relations ----------
+
+@pytest.fixture(scope="module")
+def one_cluster_pair():
+    """D and D' (row 0 replaced, inside the public ball of radius 5), as in the auditor's scripts."""
+    rng = np.random.default_rng(0)
+    data = rng.normal(size=(1000, 3))
+    neighbour = data.copy()
+    neighbour[0] = [2.5, -2.5, 1.0]
+    return data, neighbour
+
+
+def _one_cluster(cls, accountant, random_state, **params):
+    return cls(n_clusters=1, epsilon=1.0, delta=1e-6, data_radius=5.0, accountant=accountant,
+               random_state=random_state, **params)
+
+
+def test_same_stream_in_another_class_is_a_repeat(one_cluster_pair):
+    """Review RA-3: the guard compared noise within one estimator class, but with n_clusters=1
+    PrivateStableKMeans and PrivateHighDimKMeans release the same private mean from one stream:
+    the second release equalled the first exactly on D and never on D' (a perfect distinguisher),
+    accepted even with on_repeated_noise='raise'."""
+    data, _ = one_cluster_pair
+    apart = [_one_cluster(cls, BudgetAccountant(), 7).fit(data).cluster_centers_
+             for cls in (PrivateStableKMeans, PrivateHighDimKMeans)]
+    assert np.array_equal(*apart)  # the reason: one stream, the same noise
+    acc = BudgetAccountant(10.0, 1e-3, on_repeated_noise="raise")
+    _one_cluster(PrivateStableKMeans, acc, 7).fit(data)
+    second = _one_cluster(PrivateHighDimKMeans, acc, 7)
+    with pytest.raises(NoiseReuseError, match="PrivateStableKMeans was already charged.*PrivateHighDimKMeans"):
+        second.fit(data)
+    assert len(acc.ledger) == 1 and not hasattr(second, "cluster_centers_")
+    warned = BudgetAccountant(10.0, 1e-3)
+    _one_cluster(PrivateStableKMeans, warned, 7).fit(data)
+    with pytest.warns(NoiseReuseWarning, match="same noise stream"):
+        _one_cluster(PrivateHighDimKMeans, warned, 7).fit(data)
+
+
+def test_saved_noise_keys_are_compared_by_stream():
+    """A ledger saved with another owner's name in front of the same stream is still a repeat."""
+    key = noise_fingerprint("KTupleClusterer", 3)
+    acc = BudgetAccountant(on_repeated_noise="raise")
+    acc.spend(0.1, 0.0, noise_key=key)
+    restored = BudgetAccountant.from_json(acc.to_json())
+    with pytest.raises(NoiseReuseError, match="KTupleClusterer was already charged"):
+        restored.check(0.1, noise_key=noise_fingerprint("PrivateGaussianMixture", 3))
+    restored.check(0.1, noise_key=noise_fingerprint("KTupleClusterer", 4))
+
+
+def test_reserved_stream_is_a_repeat_until_released():
+    """Review RA-4: the stream was recorded only at spend, so two fits under way at once both passed."""
+    acc = BudgetAccountant(epsilon=1.0, on_repeated_noise="raise")
+    key = noise_fingerprint("A", 0)
+    with acc.reserve(0.5, noise_key=key):
+        with pytest.raises(NoiseReuseError, match="a fit of A is under way"):
+            acc.reserve(0.5, noise_key=noise_fingerprint("B", 0))
+        with pytest.raises(NoiseReuseError):
+            acc.check(0.5, noise_key=key)
+    assert acc.ledger == []
+    with acc.reserve(0.5, noise_key=key):  # released: a fit that never spent leaves no trace
+        acc.spend(0.5, noise_key=key)
+    with pytest.raises(NoiseReuseError, match="already charged"):  # spent: the ledger keeps it
+        acc.reserve(0.1, noise_key=key)
+    with pytest.raises(BudgetExceededError), acc.reserve(0.4, noise_key=noise_fingerprint("A", 1)):
+        acc.spend(0.6)  # refused inside the reservation (a budget race): the stream is released
+    with acc.reserve(0.4, noise_key=noise_fingerprint("A", 1)):
+        pass
+
+
+class _FirstSpendWaits(BudgetAccountant):
+    """Pins the timing only: the first spend waits until the test lets it go (the fit path is the real one)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.waiting, self.go = threading.Event(), threading.Event()
+
+    def spend(self, *args, **kwargs):
+        if not self.waiting.is_set():
+            self.waiting.set()
+            self.go.wait(60)
+        super().spend(*args, **kwargs)
+
+
+def test_concurrent_fits_with_one_seed_are_refused(one_cluster_pair):
+    """Review RA-4: two fits with random_state=0 on D and D', the second started while the first was
+    between its check and its spend, both passed with on_repeated_noise='raise' (2 entries, 1 stream)."""
+    data, neighbour = one_cluster_pair
+    acc = _FirstSpendWaits(10.0, 1e-3, on_repeated_noise="raise")
+    first = _one_cluster(PrivateStableKMeans, acc, 0)
+    thread = threading.Thread(target=first.fit, args=(data,))
+    thread.start()
+    try:
+        assert acc.waiting.wait(60)  # the first fit has drawn its noise and waits to spend
+        second = _one_cluster(PrivateStableKMeans, acc, 0)
+        with pytest.raises(NoiseReuseError, match="under way"):
+            second.fit(neighbour)
+    finally:
+        acc.go.set()
+        thread.join()
+    assert len(acc.ledger) == 1 and hasattr(first, "cluster_centers_")
+    assert not hasattr(second, "cluster_centers_")
+
+
+def test_failed_fit_releases_its_stream(one_cluster_pair):
+    """A fit refused at its spend (another fit took the budget meanwhile) leaves its stream free."""
+    data, _ = one_cluster_pair
+    acc = _FirstSpendWaits(1.5, 1e-3, on_repeated_noise="raise")
+    first = _one_cluster(PrivateStableKMeans, acc, 0)
+    errors = []
+    thread = threading.Thread(target=lambda: errors.append(pytest.raises(BudgetExceededError, first.fit, data)))
+    thread.start()
+    try:
+        assert acc.waiting.wait(60)
+        _one_cluster(PrivateStableKMeans, acc, 1).fit(data)  # takes the budget the first one checked
+    finally:
+        acc.go.set()
+        thread.join()
+    assert errors and len(acc.ledger) == 1
+    assert acc._reserved == {}
+    acc.check(0.5, noise_key=noise_fingerprint("PrivateStableKMeans", 0))  # seed 0 never spent
+
+
+def test_with_block_is_the_default_of_its_own_thread_only(one_cluster_pair):
+    """Review RA-5: with-blocks were process-wide: a fit inside thread A's `with acc_a:` (accountant=None)
+    was charged to acc_b, which thread B had entered meanwhile."""
+    data, _ = one_cluster_pair
+    acc_a, acc_b = BudgetAccountant(5.0, 1e-3), BudgetAccountant(5.0, 1e-3)
+    a_entered, b_entered, a_done = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+
+    def thread_a():
+        with acc_a:
+            a_entered.set()
+            b_entered.wait(60)
+            seen["a"] = BudgetAccountant.default()
+            _one_cluster(PrivateStableKMeans, None, None).fit(data)
+            a_done.set()
+
+    def thread_b():
+        a_entered.wait(60)
+        with acc_b:
+            b_entered.set()
+            seen["b"] = BudgetAccountant.default()
+            a_done.wait(60)
+
+    threads = [threading.Thread(target=thread_a), threading.Thread(target=thread_b)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert seen == {"a": acc_a, "b": acc_b}
+    assert len(acc_a.ledger) == 1 and acc_b.ledger == []
+    assert BudgetAccountant._open_blocks == 0
+
+
+def test_a_thread_without_a_block_refuses_while_another_thread_has_one():
+    """A worker thread started inside another thread's block cannot see it: it refuses rather than
+    charge the process default (which would under-report what the block's accountant sees)."""
+    acc, inside, leave = BudgetAccountant(), threading.Event(), threading.Event()
+
+    def holder():
+        with acc:
+            inside.set()
+            leave.wait(60)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    try:
+        assert inside.wait(60)
+        with pytest.raises(ValueError, match="Pass accountant= explicitly"):
+            BudgetAccountant.default()
+        with acc:  # a block of this thread's own is unambiguous
+            assert BudgetAccountant.default() is acc
+    finally:
+        leave.set()
+        thread.join()
+    assert BudgetAccountant.default() is not acc
+
+
+def test_mixed_relations_are_refused_by_default(one_cluster_pair):
+    """Review RA-6: an add/remove fit and a replace-one fit at epsilon 1 each were accepted under a
+    ceiling of 2 (total 2.0), but under replace-one the add/remove fit costs 2 epsilon (3.0 in all),
+    and under add/remove the replace-one fit has no guarantee."""
+    data, _ = one_cluster_pair
+    acc = BudgetAccountant(2.0, 1e-5)
+    _one_cluster(PrivateStableKMeans, acc, 1, neighbouring="add_remove").fit(data)
+    assert acc.total() == (acc.ledger[0].epsilon, acc.ledger[0].delta)  # one relation: face value
+    replace_one = _one_cluster(KTupleClusterer, acc, 2)
+    with pytest.raises(ValueError, match="this spend holds under replace_one neighbours.*ledger holds "
+                                         "add_remove.*neighbouring='replace_one'"):
+        replace_one.fit(data)
+    assert len(acc.ledger) == 1 and not hasattr(replace_one, "cluster_centers_")
+    assert acc._reserved == {}
+
+
+def test_replace_one_accountant_charges_add_remove_fits_by_group_privacy(one_cluster_pair):
+    data, _ = one_cluster_pair
+    acc = BudgetAccountant(2.0, 1e-5, neighbouring="replace_one")
+    _one_cluster(PrivateStableKMeans, acc, 1, neighbouring="add_remove").fit(data)
+    replace_one = _one_cluster(KTupleClusterer, acc, 2)
+    with pytest.raises(BudgetExceededError):
+        replace_one.fit(data)
+    assert len(acc.ledger) == 1 and not hasattr(replace_one, "cluster_centers_")
+    entry = acc.ledger[0]
+    assert entry.neighbouring == "add_remove"
+    assert acc.total() == (pytest.approx(2 * entry.epsilon, rel=1e-12),
+                           pytest.approx((1 + math.exp(entry.epsilon)) * entry.delta, rel=1e-12))
+
+
+def test_add_remove_accountant_refuses_replace_one_spends(one_cluster_pair):
+    data, _ = one_cluster_pair
+    acc = BudgetAccountant(10.0, 1e-3, neighbouring="add_remove")
+    _one_cluster(PrivateStableKMeans, acc, 1, neighbouring="add_remove").fit(data)
+    assert acc.total() == (acc.ledger[0].epsilon, acc.ledger[0].delta)
+    replace_one = _one_cluster(PrivateStableKMeans, acc, 2)
+    with pytest.raises(ValueError, match="replace-one neighbours only.*neighbouring='add_remove'"):
+        replace_one.fit(data)
+    assert len(acc.ledger) == 1 and not hasattr(replace_one, "cluster_centers_")
+    with pytest.raises(ValueError, match="neighbouring"):
+        BudgetAccountant(neighbouring="replace")
+
+
+def test_the_process_default_takes_either_relation():
+    """Fits with accountant=None of both relations share the process default, which converts."""
+    previous = BudgetAccountant._base_default
+    try:
+        BudgetAccountant._base_default = None
+        base = BudgetAccountant.default()
+        assert base.neighbouring == "replace_one" and math.isinf(base.epsilon)
+    finally:
+        BudgetAccountant._base_default = previous
+
+
+def test_group_privacy_conversion_by_hand():
+    acc = BudgetAccountant(neighbouring="replace_one")
+    acc.spend(0.5, 1e-6, neighbouring="add_remove")
+    acc.spend(0.25, 0.0, neighbouring="add_remove")
+    acc.spend(0.1, 2e-6)
+    eps, delta = acc.total()
+    assert eps == pytest.approx(2 * 0.5 + 2 * 0.25 + 0.1, rel=1e-12)
+    assert delta == pytest.approx(1 - (1 - (1 + math.exp(0.5)) * 1e-6) * (1 - 2e-6), rel=1e-12)
+    assert LedgerEntry(800.0, 1e-300, neighbouring="add_remove").group_cost("replace_one") == (1600.0, 1.0)
+
+
+def test_json_keeps_relations_and_loads_old_ledgers_as_replace_one():
+    acc = BudgetAccountant(epsilon=3.0, delta=1e-5, neighbouring="add_remove")
+    acc.spend(0.5, 1e-6, label="fit", neighbouring="add_remove")
+    restored = BudgetAccountant.from_json(acc.to_json())
+    assert restored.neighbouring == "add_remove" and restored.ledger == acc.ledger
+    assert restored.ledger[0].neighbouring == "add_remove"
+    assert pickle.loads(pickle.dumps(acc)).neighbouring == "add_remove"
+    old = BudgetAccountant.from_json(_saved())  # saved before the field existed
+    assert old.neighbouring is None and old.ledger[0].neighbouring == "replace_one"
+    with pytest.raises(ValueError, match="saved ledger.*replace-one neighbours only"):
+        BudgetAccountant.from_json(_saved(neighbouring="add_remove"))  # an old replace-one entry
+    mixed = BudgetAccountant(neighbouring="replace_one")
+    mixed.spend(0.5, 0.0, neighbouring="add_remove")
+    mixed.spend(0.5, 0.0)
+    assert BudgetAccountant.from_json(mixed.to_json()).total() == (1.5, 0.0)
+    unconverted = json.loads(mixed.to_json())
+    del unconverted["neighbouring"]
+    with pytest.raises(ValueError, match="saved ledger.*do not add up"):
+        BudgetAccountant.from_json(json.dumps(unconverted))
+    old_entry = pickle.loads(pickle.dumps(_Forged(LedgerEntry, {"epsilon": 0.5, "delta": 0.0, "label": "",
+                                                                "events": ()})))  # an old pickle
+    assert old_entry.neighbouring == "replace_one" and old_entry.noise_key is None

@@ -290,17 +290,19 @@ class _PrivateFitMixin:
         """Check the budget, draw the generator, run the private step and charge the accountant."""
         accountant = self._resolve_accountant()
         noise_key = noise_fingerprint(type(self).__name__, self.random_state)
-        accountant.check(*plan.cost, noise_key=noise_key)
-        rng = check_random_state(self.random_state)
-        with fit_progress(self):
-            result = self._run_private_step(private_step or self._fit_private, data, plan, rng)
-        spent = result.spent()
-        if not (spent[0] <= plan.cost[0] * (1 + 1e-9) and spent[1] <= plan.cost[1] * (1 + 1e-9)):
-            raise RuntimeError(
-                f"internal accounting error: the fit spent {spent}, more than planned {plan.cost}."
-            )
-        accountant.spend(*spent, label=f"{type(self).__name__}.fit", events=result.events,
-                         noise_key=noise_key)
+        relation = self._neighbouring()
+        # The noise stream is reserved with the check, atomically, and released if no spend follows.
+        with accountant.reserve(*plan.cost, noise_key=noise_key, neighbouring=relation):
+            rng = check_random_state(self.random_state)
+            with fit_progress(self):
+                result = self._run_private_step(private_step or self._fit_private, data, plan, rng)
+            spent = result.spent()
+            if not (spent[0] <= plan.cost[0] * (1 + 1e-9) and spent[1] <= plan.cost[1] * (1 + 1e-9)):
+                raise RuntimeError(
+                    f"internal accounting error: the fit spent {spent}, more than planned {plan.cost}."
+                )
+            accountant.spend(*spent, label=f"{type(self).__name__}.fit", events=result.events,
+                             noise_key=noise_key, neighbouring=relation)
         return plan, result, spent
 
     def _run_private_step(self, private_step, data, plan, rng):
