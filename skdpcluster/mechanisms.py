@@ -298,14 +298,84 @@ def _log_ndtr_scaled(z):
     return float(special.log_ndtr(z)) + z * z / 2.0
 
 
+#: Safety factor of :func:`_log_gaussian_delta_error`: against 80-digit mpmath over epsilon
+#: 1e-14..1e6, delta 1e-300..0.999 and sensitivity 1e-100..1e100 (at the root, and 1e-6 and
+#: 1e-3 off it), the float error of :func:`_log_gaussian_delta` never exceeded 2.2 times the
+#: first-order bound.
+_LOG_DELTA_ERROR_FACTOR = 16.0
+
+
+def _log_gaussian_delta_error(sigma, sensitivity, epsilon):
+    r"""A bound on the floating-point error of :func:`_log_gaussian_delta` at ``sigma``.
+
+    First-order forward error analysis of its formula, with
+    :math:`a = u - v`, :math:`b = -u - v`, :math:`r = S(b) - S(a)` and unit
+    roundoff :math:`\epsilon_m = 2^{-52}`: rounding ``u`` and ``v`` moves
+    :math:`a, b` by up to :math:`\epsilon_m (u + v)`, so :math:`S(a)`, :math:`S(b)`
+    by that times :math:`|S'|` (:math:`S'(z) = z + \phi(z)/\Phi(z)`), on top of
+    their own relative error; :math:`\log(1 - e^{r})` amplifies an error in
+    :math:`r` by :math:`e^{r} / (1 - e^{r})`, which is large for small
+    epsilon, where :math:`S(b) \approx S(a)` cancel; and
+    :math:`\log\Phi(a)` moves by :math:`\epsilon_m (u + v)\,\phi(a)/\Phi(a)`.
+    The sum is multiplied by ``_LOG_DELTA_ERROR_FACTOR`` (review RA-11).
+    """
+    u = sensitivity / (2.0 * sigma)
+    v = epsilon * sigma / sensitivity
+    a, b = u - v, -u - v
+    log_phi_a = float(special.log_ndtr(a))
+    mills_a = math.exp(-a * a / 2.0 - 0.5 * math.log(2.0 * math.pi) - log_phi_a)
+    mills_b = math.exp(-b * b / 2.0 - 0.5 * math.log(2.0 * math.pi) - float(special.log_ndtr(b)))
+    scaled_a, scaled_b = _log_ndtr_scaled(a), _log_ndtr_scaled(b)
+    ratio = scaled_b - scaled_a
+    if ratio >= 0.0:  # 1 - e^r rounds to 0 or below: delta is not resolved at all
+        return math.inf
+    ratio_error = abs(scaled_a) + abs(scaled_b) + (u + v) * (abs(a + mills_a) + abs(b + mills_b)) + 1.0
+    amplification = math.exp(ratio) / -math.expm1(ratio)
+    first_order = ratio_error * amplification + abs(log_phi_a) + (u + v) * mills_a + 1.0
+    return _LOG_DELTA_ERROR_FACTOR * 2.0**-52 * first_order
+
+
+def _verified_sigma(sigma, sensitivity, epsilon, log_delta):
+    r"""The first of sigma, sigma + 1 ulp, + 2 ulp, + 4 ulp, ... up to 2 sigma whose delta, error included, meets the target.
+
+    delta decreases in sigma, so every sigma at or above the returned one
+    meets the target too. ``None`` when none does: at a tiny epsilon with a
+    tiny delta, double precision cannot resolve :math:`\delta(\sigma)` near
+    the root (its error bound is infinite or too large).
+    """
+    step, limit = math.ulp(sigma), 2.0 * sigma
+    while sigma <= limit:
+        error = _log_gaussian_delta_error(sigma, sensitivity, epsilon)
+        if math.isfinite(error) and _log_gaussian_delta(sigma, sensitivity, epsilon) + error <= log_delta:
+            return sigma
+        sigma += step
+        step *= 2.0
+    return None
+
+
 def analytic_gaussian_sigma(sensitivity, epsilon, delta):
-    r"""Smallest :math:`\sigma` making the Gaussian mechanism :math:`(\varepsilon, \delta)`-DP.
+    r"""Smallest :math:`\sigma` making the Gaussian mechanism :math:`(\varepsilon, \delta)`-DP, rounded up.
 
     The analytic Gaussian mechanism of Balle & Wang (2018), Theorem 8 and
     Algorithm 1: solve :math:`\delta(\sigma) = \delta` exactly (see
     :func:`_log_gaussian_delta`) by Brent's method on :math:`\log\sigma`.
     Valid for every ``epsilon > 0`` and always at most the classical
     calibration.
+
+    Brent's root is only within its tolerance of the exact one (about
+    ``3e-12`` relative when :math:`|\log\sigma|` is about 230: review
+    RA-11), so it is rounded up by ``1e-12`` and then checked: the returned
+    sigma is the first of that value and steps of 1, 2, 4, ... ulps above it
+    at which the evaluated :math:`\log\delta(\sigma)` plus a bound on its
+    floating-point error (:func:`_log_gaussian_delta_error`) is at most
+    :math:`\log\delta`. So :math:`\delta(\sigma) \le \delta` holds for the
+    exact function, and sigma is never below the exact root; it exceeds it
+    by a relative ``1e-12`` or so. For ``epsilon < 1`` the classical
+    calibration (Dwork & Roth 2014, Theorem A.1) is proven too, and the
+    smaller of the two is returned: it is the classical one only where
+    double precision resolves :math:`\delta(\sigma)` near the root poorly
+    or not at all (epsilon about 1e-12 or below with delta 1e-30 or below,
+    where the float root had up to :math:`e^{620}` times the target delta).
 
     Parameters
     ----------
@@ -319,6 +389,12 @@ def analytic_gaussian_sigma(sensitivity, epsilon, delta):
     Returns
     -------
     float
+
+    Raises
+    ------
+    ValueError
+        For invalid parameters, or where the root cannot be verified and
+        epsilon >= 1 (not met over epsilon 1..1e6, delta 1e-300..0.999).
     """
     epsilon, delta = check_epsilon_delta(epsilon, delta, allow_zero_delta=False)
     sensitivity = _check_sensitivity(sensitivity)
@@ -327,7 +403,8 @@ def analytic_gaussian_sigma(sensitivity, epsilon, delta):
     target = math.log(delta)
 
     def excess(log_sigma):
-        return _log_gaussian_delta(math.exp(log_sigma), sensitivity, epsilon) - target
+        with np.errstate(divide="ignore"):  # delta may round to 0 (log -inf) at a tiny epsilon
+            return _log_gaussian_delta(math.exp(log_sigma), sensitivity, epsilon) - target
 
     # delta(sigma) decreases from 1 (sigma -> 0) to 0 (sigma -> inf); bracket in log-space.
     lo = math.log(sensitivity) - 10.0
@@ -337,8 +414,16 @@ def analytic_gaussian_sigma(sensitivity, epsilon, delta):
     while excess(hi) > 0:
         hi += 2.0
     log_sigma = optimize.brentq(excess, lo, hi, xtol=1e-14, rtol=1e-13, maxiter=500)
-    # Round up by a hair so that the returned sigma is never below the exact root.
-    return math.exp(log_sigma) * (1.0 + 1e-12)
+    sigma = _verified_sigma(math.exp(log_sigma) * (1.0 + 1e-12), sensitivity, epsilon, target)
+    if epsilon < 1:  # the classical calibration is proven there: never return more
+        classical = classical_gaussian_sigma(sensitivity, epsilon, delta)
+        sigma = classical if sigma is None else min(sigma, classical)
+    if sigma is not None:
+        return sigma
+    raise ValueError(
+        f"the analytic Gaussian calibration cannot be verified in double precision at "
+        f"epsilon={epsilon!r}, delta={delta!r}; use calibration='classical' (epsilon < 1) or a "
+        "larger delta.")
 
 
 _GAUSSIAN_CALIBRATIONS = {
