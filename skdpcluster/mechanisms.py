@@ -545,6 +545,21 @@ def zcdp_gaussian_mechanism(value, *, sensitivity, rho, rng, label="", neighbour
 # ---------------------------------------------------------------------------
 
 
+def _check_log_base_measure(log_base_measure, shape):
+    """``log_base_measure`` as floats of ``shape``: finite or -inf, at least one finite (review RA-12)."""
+    log_base_measure = np.asarray(log_base_measure, dtype=float)
+    if log_base_measure.shape != shape:
+        raise ValueError(f"log_base_measure must have the shape of scores, {shape}, got "
+                         f"{log_base_measure.shape}.")
+    if np.any(np.isnan(log_base_measure) | (log_base_measure == np.inf)):
+        raise ValueError("log_base_measure must hold finite log weights, or -inf for a candidate of "
+                         "weight 0; it holds NaN or +inf.")
+    if not np.any(np.isfinite(log_base_measure)):
+        raise ValueError("log_base_measure is -inf for every candidate: no candidate has a positive "
+                         "weight; give at least one a finite log weight.")
+    return log_base_measure
+
+
 def exponential_mechanism(
     scores,
     *,
@@ -564,6 +579,23 @@ def exponential_mechanism(
     :math:`G_i`, entirely in log space, so scores of 1e7 or more never
     overflow.
 
+    **Floating point** (review RA-12; see also the module's caveat). The
+    guarantee is epsilon-DP up to floating point:
+
+    * NumPy draws :math:`G = -\log(-\log U)` with :math:`U \in [2^{-53},
+      1 - 2^{-53}]`, so every draw lies in :math:`[-3.604, 36.737]`. A
+      candidate whose log weight is more than 40.34 below the best one is
+      never drawn, where the exact mechanism draws it with probability at
+      most :math:`e^{-40.34} \approx 3 \times 10^{-18}`, and a neighbouring
+      dataset can move a candidate across that gap. The pure
+      :math:`\varepsilon`-DP bound therefore holds for events of probability
+      above about :math:`10^{-17}` only (an additive delta of that order).
+    * Log weights :math:`\varepsilon s / (2\Delta)` near :math:`4 \times
+      10^{16}` (an ulp of 8) quantise the Gumbel noise, and ties go to the
+      lowest index: two equal scores then give index 0 with probability
+      0.98 instead of 0.5. The callers' log weights stay far below (at most
+      about the number of rows).
+
     Parameters
     ----------
     scores : array-like of shape (n_candidates,)
@@ -573,12 +605,19 @@ def exponential_mechanism(
     rng : numpy.random.Generator
     log_base_measure : array-like of shape (n_candidates,), default=None
         Data-independent log weights added to every candidate (for example the
-        log length of a run of grid points that share one score).
+        log length of a run of grid points that share one score): finite, or
+        ``-inf`` for a candidate of weight 0, and not all ``-inf``.
 
     Returns
     -------
     index : int
     event : PrivacyEvent
+
+    Raises
+    ------
+    ValueError
+        For invalid parameters, scores or ``log_base_measure``, before any
+        randomness is drawn.
     """
     epsilon, _ = check_epsilon_delta(epsilon, 0.0)
     sensitivity = _check_sensitivity(sensitivity)
@@ -589,7 +628,7 @@ def exponential_mechanism(
         raise ValueError("scores must be a non-empty 1-d array of finite numbers.")
     log_weights = (epsilon / (2.0 * sensitivity)) * scores
     if log_base_measure is not None:
-        log_weights = log_weights + np.asarray(log_base_measure, dtype=float)
+        log_weights = log_weights + _check_log_base_measure(log_base_measure, scores.shape)
     index = int(np.argmax(log_weights + rng.gumbel(size=scores.shape)))
     # No candidate count in the event: callers may pass data-dependent candidate sets
     # (runs of equal score), and the event must hold public values only.

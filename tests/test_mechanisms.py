@@ -134,6 +134,29 @@ def test_invalid_parameters_raise_value_error(call, match):
         call(np.random.default_rng(0))
 
 
+@pytest.mark.parametrize("log_base_measure, match", [
+    ([0.0, np.nan], "NaN or \\+inf"),
+    ([0.0, np.inf], "NaN or \\+inf"),
+    ([-np.inf, -np.inf], "every candidate"),
+    ([0.0, 0.0, 0.0], "shape of scores"),
+], ids=["nan", "plus_inf", "all_minus_inf", "wrong_shape"])
+def test_exponential_mechanism_refuses_a_bad_log_base_measure_before_drawing(log_base_measure, match):
+    """Regression (review RA-12): [0, nan] picked the NaN index and all -inf picked index 0."""
+    rng = np.random.default_rng(0)
+    state = rng.bit_generator.state
+    with pytest.raises(ValueError, match=match):
+        M.exponential_mechanism([0.0, 5.0], epsilon=1.0, sensitivity=1.0, rng=rng,
+                                log_base_measure=log_base_measure)
+    assert rng.bit_generator.state == state
+
+
+def test_exponential_mechanism_never_picks_a_candidate_of_weight_zero():
+    rng = np.random.default_rng(0)
+    picks = {M.exponential_mechanism([0.0, 50.0, 0.0], epsilon=1.0, sensitivity=1.0, rng=rng,
+                                     log_base_measure=[0.0, -np.inf, 0.0])[0] for _ in range(200)}
+    assert picks == {0, 2}
+
+
 def test_lazy_zero_cells_match_the_thresholded_laplace_histogram():
     """Binomial count and gamma + Exp(b) values equal the law of 0 + Lap(b) kept above gamma."""
     scale, threshold, n_cells = 2.0, 3.0, 5000
