@@ -329,24 +329,28 @@ def _log_gaussian_delta_error(sigma, sensitivity, epsilon):
     ratio = scaled_b - scaled_a
     if ratio >= 0.0:  # 1 - e^r rounds to 0 or below: delta is not resolved at all
         return math.inf
-    ratio_error = abs(scaled_a) + abs(scaled_b) + (u + v) * (abs(a + mills_a) + abs(b + mills_b)) + 1.0
+    slopes = abs(a + mills_a) + abs(b + mills_b)  # |S'(a)| + |S'(b)|
+    ratio_error = abs(scaled_a) + abs(scaled_b) + (u + v) * slopes + 1.0
     amplification = math.exp(ratio) / -math.expm1(ratio)
     first_order = ratio_error * amplification + abs(log_phi_a) + (u + v) * mills_a + 1.0
     return _LOG_DELTA_ERROR_FACTOR * 2.0**-52 * first_order
 
 
 def _verified_sigma(sigma, sensitivity, epsilon, log_delta):
-    r"""The first of sigma, sigma + 1 ulp, + 2 ulp, + 4 ulp, ... up to 2 sigma whose delta, error included, meets the target.
+    r"""The first sigma verified to meet the target, in steps of 1, 2, 4, ... ulps up from ``sigma``.
 
-    delta decreases in sigma, so every sigma at or above the returned one
-    meets the target too. ``None`` when none does: at a tiny epsilon with a
-    tiny delta, double precision cannot resolve :math:`\delta(\sigma)` near
-    the root (its error bound is infinite or too large).
+    Verified: the evaluated log delta plus its error bound is at most
+    ``log_delta``. delta decreases in sigma, so every sigma at or above the
+    returned one meets the target too. ``None`` when none up to 2 sigma
+    does: at a tiny epsilon with a tiny delta, double precision cannot
+    resolve :math:`\delta(\sigma)` near the root (its error bound is
+    infinite or too large).
     """
     step, limit = math.ulp(sigma), 2.0 * sigma
     while sigma <= limit:
         error = _log_gaussian_delta_error(sigma, sensitivity, epsilon)
-        if math.isfinite(error) and _log_gaussian_delta(sigma, sensitivity, epsilon) + error <= log_delta:
+        if math.isfinite(error) and (
+                _log_gaussian_delta(sigma, sensitivity, epsilon) + error <= log_delta):
             return sigma
         sigma += step
         step *= 2.0

@@ -1,6 +1,6 @@
 r"""Model selection over private estimators, with honest accounting.
 
-Three facts shape this module.
+Four facts shape this module.
 
 1. **Every fit of a search spends budget.** With ``GridSearchCV(..., n_jobs=1)``
    (or a threading backend) a shared :class:`~skdpcluster.BudgetAccountant`
