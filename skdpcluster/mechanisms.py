@@ -298,14 +298,88 @@ def _log_ndtr_scaled(z):
     return float(special.log_ndtr(z)) + z * z / 2.0
 
 
+#: Safety factor of :func:`_log_gaussian_delta_error`: against 80-digit mpmath over epsilon
+#: 1e-14..1e6, delta 1e-300..0.999 and sensitivity 1e-100..1e100 (at the root, and 1e-6 and
+#: 1e-3 off it), the float error of :func:`_log_gaussian_delta` never exceeded 2.2 times the
+#: first-order bound.
+_LOG_DELTA_ERROR_FACTOR = 16.0
+
+
+def _log_gaussian_delta_error(sigma, sensitivity, epsilon):
+    r"""A bound on the floating-point error of :func:`_log_gaussian_delta` at ``sigma``.
+
+    First-order forward error analysis of its formula, with
+    :math:`a = u - v`, :math:`b = -u - v`, :math:`r = S(b) - S(a)` and unit
+    roundoff :math:`\epsilon_m = 2^{-52}`: rounding ``u`` and ``v`` moves
+    :math:`a, b` by up to :math:`\epsilon_m (u + v)`, so :math:`S(a)`, :math:`S(b)`
+    by that times :math:`|S'|` (:math:`S'(z) = z + \phi(z)/\Phi(z)`), on top of
+    their own relative error; :math:`\log(1 - e^{r})` amplifies an error in
+    :math:`r` by :math:`e^{r} / (1 - e^{r})`, which is large for small
+    epsilon, where :math:`S(b) \approx S(a)` cancel; and
+    :math:`\log\Phi(a)` moves by :math:`\epsilon_m (u + v)\,\phi(a)/\Phi(a)`.
+    The sum is multiplied by ``_LOG_DELTA_ERROR_FACTOR`` (review RA-11).
+    """
+    u = sensitivity / (2.0 * sigma)
+    v = epsilon * sigma / sensitivity
+    a, b = u - v, -u - v
+    log_phi_a = float(special.log_ndtr(a))
+    mills_a = math.exp(-a * a / 2.0 - 0.5 * math.log(2.0 * math.pi) - log_phi_a)
+    mills_b = math.exp(-b * b / 2.0 - 0.5 * math.log(2.0 * math.pi) - float(special.log_ndtr(b)))
+    scaled_a, scaled_b = _log_ndtr_scaled(a), _log_ndtr_scaled(b)
+    ratio = scaled_b - scaled_a
+    if ratio >= 0.0:  # 1 - e^r rounds to 0 or below: delta is not resolved at all
+        return math.inf
+    slopes = abs(a + mills_a) + abs(b + mills_b)  # |S'(a)| + |S'(b)|
+    ratio_error = abs(scaled_a) + abs(scaled_b) + (u + v) * slopes + 1.0
+    amplification = math.exp(ratio) / -math.expm1(ratio)
+    first_order = ratio_error * amplification + abs(log_phi_a) + (u + v) * mills_a + 1.0
+    return _LOG_DELTA_ERROR_FACTOR * 2.0**-52 * first_order
+
+
+def _verified_sigma(sigma, sensitivity, epsilon, log_delta):
+    r"""The first sigma verified to meet the target, in steps of 1, 2, 4, ... ulps up from ``sigma``.
+
+    Verified: the evaluated log delta plus its error bound is at most
+    ``log_delta``. delta decreases in sigma, so every sigma at or above the
+    returned one meets the target too. ``None`` when none up to 2 sigma
+    does: at a tiny epsilon with a tiny delta, double precision cannot
+    resolve :math:`\delta(\sigma)` near the root (its error bound is
+    infinite or too large).
+    """
+    step, limit = math.ulp(sigma), 2.0 * sigma
+    while sigma <= limit:
+        error = _log_gaussian_delta_error(sigma, sensitivity, epsilon)
+        if math.isfinite(error) and (
+                _log_gaussian_delta(sigma, sensitivity, epsilon) + error <= log_delta):
+            return sigma
+        sigma += step
+        step *= 2.0
+    return None
+
+
 def analytic_gaussian_sigma(sensitivity, epsilon, delta):
-    r"""Smallest :math:`\sigma` making the Gaussian mechanism :math:`(\varepsilon, \delta)`-DP.
+    r"""Smallest :math:`\sigma` making the Gaussian mechanism :math:`(\varepsilon, \delta)`-DP, rounded up.
 
     The analytic Gaussian mechanism of Balle & Wang (2018), Theorem 8 and
     Algorithm 1: solve :math:`\delta(\sigma) = \delta` exactly (see
     :func:`_log_gaussian_delta`) by Brent's method on :math:`\log\sigma`.
     Valid for every ``epsilon > 0`` and always at most the classical
     calibration.
+
+    Brent's root is only within its tolerance of the exact one (about
+    ``3e-12`` relative when :math:`|\log\sigma|` is about 230: review
+    RA-11), so it is rounded up by ``1e-12`` and then checked: the returned
+    sigma is the first of that value and steps of 1, 2, 4, ... ulps above it
+    at which the evaluated :math:`\log\delta(\sigma)` plus a bound on its
+    floating-point error (:func:`_log_gaussian_delta_error`) is at most
+    :math:`\log\delta`. So :math:`\delta(\sigma) \le \delta` holds for the
+    exact function, and sigma is never below the exact root; it exceeds it
+    by a relative ``1e-12`` or so. For ``epsilon < 1`` the classical
+    calibration (Dwork & Roth 2014, Theorem A.1) is proven too, and the
+    smaller of the two is returned: it is the classical one only where
+    double precision resolves :math:`\delta(\sigma)` near the root poorly
+    or not at all (epsilon about 1e-12 or below with delta 1e-30 or below,
+    where the float root had up to :math:`e^{620}` times the target delta).
 
     Parameters
     ----------
@@ -319,6 +393,12 @@ def analytic_gaussian_sigma(sensitivity, epsilon, delta):
     Returns
     -------
     float
+
+    Raises
+    ------
+    ValueError
+        For invalid parameters, or where the root cannot be verified and
+        epsilon >= 1 (not met over epsilon 1..1e6, delta 1e-300..0.999).
     """
     epsilon, delta = check_epsilon_delta(epsilon, delta, allow_zero_delta=False)
     sensitivity = _check_sensitivity(sensitivity)
@@ -327,7 +407,8 @@ def analytic_gaussian_sigma(sensitivity, epsilon, delta):
     target = math.log(delta)
 
     def excess(log_sigma):
-        return _log_gaussian_delta(math.exp(log_sigma), sensitivity, epsilon) - target
+        with np.errstate(divide="ignore"):  # delta may round to 0 (log -inf) at a tiny epsilon
+            return _log_gaussian_delta(math.exp(log_sigma), sensitivity, epsilon) - target
 
     # delta(sigma) decreases from 1 (sigma -> 0) to 0 (sigma -> inf); bracket in log-space.
     lo = math.log(sensitivity) - 10.0
@@ -337,8 +418,16 @@ def analytic_gaussian_sigma(sensitivity, epsilon, delta):
     while excess(hi) > 0:
         hi += 2.0
     log_sigma = optimize.brentq(excess, lo, hi, xtol=1e-14, rtol=1e-13, maxiter=500)
-    # Round up by a hair so that the returned sigma is never below the exact root.
-    return math.exp(log_sigma) * (1.0 + 1e-12)
+    sigma = _verified_sigma(math.exp(log_sigma) * (1.0 + 1e-12), sensitivity, epsilon, target)
+    if epsilon < 1:  # the classical calibration is proven there: never return more
+        classical = classical_gaussian_sigma(sensitivity, epsilon, delta)
+        sigma = classical if sigma is None else min(sigma, classical)
+    if sigma is not None:
+        return sigma
+    raise ValueError(
+        f"the analytic Gaussian calibration cannot be verified in double precision at "
+        f"epsilon={epsilon!r}, delta={delta!r}; use calibration='classical' (epsilon < 1) or a "
+        "larger delta.")
 
 
 _GAUSSIAN_CALIBRATIONS = {
@@ -460,6 +549,21 @@ def zcdp_gaussian_mechanism(value, *, sensitivity, rho, rng, label="", neighbour
 # ---------------------------------------------------------------------------
 
 
+def _check_log_base_measure(log_base_measure, shape):
+    """``log_base_measure`` as floats of ``shape``: finite or -inf, at least one finite (review RA-12)."""
+    log_base_measure = np.asarray(log_base_measure, dtype=float)
+    if log_base_measure.shape != shape:
+        raise ValueError(f"log_base_measure must have the shape of scores, {shape}, got "
+                         f"{log_base_measure.shape}.")
+    if np.any(np.isnan(log_base_measure) | (log_base_measure == np.inf)):
+        raise ValueError("log_base_measure must hold finite log weights, or -inf for a candidate of "
+                         "weight 0; it holds NaN or +inf.")
+    if not np.any(np.isfinite(log_base_measure)):
+        raise ValueError("log_base_measure is -inf for every candidate: no candidate has a positive "
+                         "weight; give at least one a finite log weight.")
+    return log_base_measure
+
+
 def exponential_mechanism(
     scores,
     *,
@@ -479,6 +583,23 @@ def exponential_mechanism(
     :math:`G_i`, entirely in log space, so scores of 1e7 or more never
     overflow.
 
+    **Floating point** (review RA-12; see also the module's caveat). The
+    guarantee is epsilon-DP up to floating point:
+
+    * NumPy draws :math:`G = -\log(-\log U)` with :math:`U \in [2^{-53},
+      1 - 2^{-53}]`, so every draw lies in :math:`[-3.604, 36.737]`. A
+      candidate whose log weight is more than 40.34 below the best one is
+      never drawn, where the exact mechanism draws it with probability at
+      most :math:`e^{-40.34} \approx 3 \times 10^{-18}`, and a neighbouring
+      dataset can move a candidate across that gap. The pure
+      :math:`\varepsilon`-DP bound therefore holds for events of probability
+      above about :math:`10^{-17}` only (an additive delta of that order).
+    * Log weights :math:`\varepsilon s / (2\Delta)` near :math:`4 \times
+      10^{16}` (an ulp of 8) quantise the Gumbel noise, and ties go to the
+      lowest index: two equal scores then give index 0 with probability
+      0.98 instead of 0.5. The callers' log weights stay far below (at most
+      about the number of rows).
+
     Parameters
     ----------
     scores : array-like of shape (n_candidates,)
@@ -488,12 +609,19 @@ def exponential_mechanism(
     rng : numpy.random.Generator
     log_base_measure : array-like of shape (n_candidates,), default=None
         Data-independent log weights added to every candidate (for example the
-        log length of a run of grid points that share one score).
+        log length of a run of grid points that share one score): finite, or
+        ``-inf`` for a candidate of weight 0, and not all ``-inf``.
 
     Returns
     -------
     index : int
     event : PrivacyEvent
+
+    Raises
+    ------
+    ValueError
+        For invalid parameters, scores or ``log_base_measure``, before any
+        randomness is drawn.
     """
     epsilon, _ = check_epsilon_delta(epsilon, 0.0)
     sensitivity = _check_sensitivity(sensitivity)
@@ -504,7 +632,7 @@ def exponential_mechanism(
         raise ValueError("scores must be a non-empty 1-d array of finite numbers.")
     log_weights = (epsilon / (2.0 * sensitivity)) * scores
     if log_base_measure is not None:
-        log_weights = log_weights + np.asarray(log_base_measure, dtype=float)
+        log_weights = log_weights + _check_log_base_measure(log_base_measure, scores.shape)
     index = int(np.argmax(log_weights + rng.gumbel(size=scores.shape)))
     # No candidate count in the event: callers may pass data-dependent candidate sets
     # (runs of equal score), and the event must hold public values only.

@@ -1,6 +1,6 @@
 r"""Model selection over private estimators, with honest accounting.
 
-Three facts shape this module.
+Four facts shape this module.
 
 1. **Every fit of a search spends budget.** With ``GridSearchCV(..., n_jobs=1)``
    (or a threading backend) a shared :class:`~skdpcluster.BudgetAccountant`
@@ -18,7 +18,18 @@ Three facts shape this module.
    exponential mechanism on a clipped held-out k-means cost, priced up front
    with the fits, and the exact scores are removed from ``cv_results_``.
    :func:`select_privately` does the same for candidates fitted by hand.
-3. **Two fits with the same seed draw the same noise.** The folds of a search
+3. **The splits are public only under replace-one, at row level.** They
+   are a function of the number of rows n. Replacing one row leaves n, and so
+   the splits, unchanged: every training fold of neighbouring datasets differs
+   in at most one row, and each fit costs its own epsilon. Under add/remove
+   neighbours n is private, and adding one row moves the fold boundaries
+   (a training fold of ``KFold(5)`` changes by up to 3 rows, of a shuffled
+   ``KFold`` by hundreds); at client level one client's rows, in every test
+   fold, change at once. :func:`search_cost` and :func:`fit_search_charged`
+   therefore refuse ``neighbouring="add_remove"`` and
+   ``privacy_unit="client"`` before any spend; a plain ``GridSearchCV`` over
+   such estimators charges the shared ledger less than the search costs.
+4. **Two fits with the same seed draw the same noise.** The folds of a search
    share most rows, so a fixed ``random_state`` makes the difference of two
    releases nearly noise-free. Search with ``random_state=None``.
 """
@@ -76,15 +87,48 @@ def _private_components(estimator):
     return components
 
 
+def _check_row_level_replace_one(prefix, component):
+    """Refuse a component whose neighbours are not "replace one row" (reviews RA-1, RA-2).
+
+    A search's price and its private choice rest on two facts that hold only
+    when neighbouring datasets differ by replacing one row: the splits are a
+    function of the number of rows n, which is then public, so every training
+    fold of neighbours differs in at most one row; and one row lies in at
+    most ``m`` test folds, which bounds the choice's sensitivity. Under
+    add/remove n is private, and adding one row moves the fold boundaries (a
+    training fold of ``KFold(5)`` changes by up to 3 rows, of a shuffled one
+    by hundreds). At client level one client's rows (any number, in every test
+    fold) change at once, and n is private too; no public bound on a client's
+    rows exists to scale the sensitivity, so both are refused.
+    """
+    name = type(component).__name__
+    unit = component.get_params(deep=False).get("privacy_unit", "sample")
+    if unit != "sample":
+        raise ValueError(
+            f"{prefix}privacy_unit={unit!r}: a search over {name} is priced, and chooses, for one row "
+            "per person, but one client's rows lie in every test fold and their number (which fixes "
+            "the splits) is private, so neither the fits nor the choice would have the charged "
+            "epsilon. Searches support privacy_unit='sample' only.")
+    relation = component.get_params(deep=False).get("neighbouring", "replace_one")
+    if relation != "replace_one":
+        raise ValueError(
+            f"{prefix}neighbouring={relation!r}: the splits of a search are a function of the number "
+            "of rows, which is private under add/remove (adding one row moves the fold boundaries, "
+            f"changing a training fold by several rows), so a fit of {name} would not be "
+            "epsilon-DP for the epsilon charged. Searches support neighbouring='replace_one' only.")
+
+
 def _fit_cost(estimator):
-    """(epsilon, delta) that one fit of ``estimator`` charges at most."""
-    components = list(_private_components(estimator).values())
-    for component in components:
+    """(epsilon, delta) that one fit of ``estimator`` charges at most; refused where the splits are not public."""
+    components = _private_components(estimator)
+    for prefix, component in components.items():
         if getattr(component, "accounting", "corrected") == "paper":
             raise ValueError(
                 "accounting='paper' charges more than the requested (epsilon, delta); "
                 "fit_search_charged supports only the provably private defaults."
             )
+        _check_row_level_replace_one(prefix, component)
+    components = list(components.values())
     return (math.fsum(c.epsilon for c in components), math.fsum(c.delta for c in components))
 
 
@@ -136,8 +180,10 @@ def search_cost(search, X, y=None, groups=None):
     Raises
     ------
     ValueError
-        For another kind of search, or a randomized search without an int
-        ``random_state``.
+        For another kind of search, a randomized search without an int
+        ``random_state``, or a private estimator whose splits are not public
+        (``neighbouring="add_remove"``, ``privacy_unit="client"``; see the
+        module's notes).
     """
     candidates = _candidates(search)
     n_splits = check_cv(search.cv, y).get_n_splits(X, y, groups)
@@ -329,6 +375,14 @@ def fit_search_charged(search, X, y=None, *, accountant=None, groups=None, selec
     ``cv_results_`` come from the search's own exact scores on the private
     folds, which no guarantee covers.
 
+    **Replace-one, one row per person only.** The splits are treated as
+    public, which holds when neighbours differ by replacing one row (the
+    number of rows, which fixes the splits, is then public), and the choice's
+    sensitivity is that of one row. Private estimators with
+    ``neighbouring="add_remove"`` (n private: adding a row moves the fold
+    boundaries) or ``privacy_unit="client"`` (one client's rows change at once,
+    in every test fold) are refused with a ``ValueError`` before any spend.
+
     Parameters
     ----------
     search : GridSearchCV or RandomizedSearchCV
@@ -365,7 +419,9 @@ def fit_search_charged(search, X, y=None, *, accountant=None, groups=None, selec
     Raises
     ------
     ValueError
-        For invalid arguments, before anything is charged.
+        For invalid arguments, or a private estimator with
+        ``neighbouring="add_remove"`` or ``privacy_unit="client"``, before
+        anything is charged.
     BudgetExceededError
         If the search's cost does not fit in ``accountant``; nothing is charged.
     """
@@ -414,9 +470,12 @@ def select_privately(candidates, X, *, data_radius, epsilon, random_state=None, 
     :math:`\Lambda` = ``data_radius``. Clipping bounds each row's term in
     :math:`[0, 4\Lambda^2]`, so replacing one row changes every score by at
     most :math:`4\Lambda^2`, and the choice is ``epsilon``-DP (McSherry &
-    Talwar 2007). The candidates themselves must have been fitted privately
-    (their budgets are already charged); the total is their costs plus
-    ``epsilon`` by basic composition.
+    Talwar 2007), under replace-one and add/remove neighbours alike (adding
+    or removing a row also moves every score by at most :math:`4\Lambda^2`).
+    The candidates themselves must have been fitted privately (their budgets
+    are already charged); the total is their costs plus ``epsilon`` by basic
+    composition. The bound is for one row per person: candidates fitted with
+    ``privacy_unit="client"`` are refused.
 
     Parameters
     ----------
@@ -438,12 +497,24 @@ def select_privately(candidates, X, *, data_radius, epsilon, random_state=None, 
     -------
     index : int
         Position of the chosen candidate.
+
+    Raises
+    ------
+    ValueError
+        For an invalid ``data_radius``, no candidates, or a candidate with
+        ``privacy_unit`` other than ``"sample"``, before anything is spent.
     """
     X = check_array(X, dtype=np.float64)
     if not (np.isfinite(data_radius) and data_radius > 0):
         raise ValueError(f"data_radius must be a finite number > 0, got {data_radius!r}.")
     if not candidates:
         raise ValueError("candidates must be a non-empty list of fitted estimators.")
+    for candidate in candidates:
+        unit = getattr(candidate, "privacy_unit", "sample")
+        if unit != "sample":
+            raise ValueError(
+                f"a candidate has privacy_unit={unit!r}: select_privately's sensitivity 4 Lambda^2 is "
+                "that of one row, and one client holds many; choose among privacy_unit='sample' fits.")
     accountant = BudgetAccountant.default() if accountant is None else accountant
     accountant.check(epsilon, 0.0)
     rng = check_random_state(random_state)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from dp_stats import epsilon_lower_bound, event_counts
 from scipy import stats
+from sklearn.base import clone
 from sklearn.model_selection import GridSearchCV, KFold, RandomizedSearchCV, ShuffleSplit
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
@@ -15,10 +16,13 @@ from sklearn.preprocessing import StandardScaler
 from skdpcluster import (
     BudgetAccountant,
     BudgetExceededError,
+    FederatedPrivateKMeans,
     KTupleClusterer,
     NoiseReuseError,
     NoiseReuseWarning,
     PrivacyLeakWarning,
+    PrivateHighDimKMeans,
+    PrivateStableKMeans,
 )
 from skdpcluster.datasets import make_separated_mixture
 from skdpcluster.model_selection import (
@@ -235,6 +239,62 @@ def test_private_choice_validates_before_spending(small):
         fit_search_charged(GridSearchCV(_fast(), {"epsilon": [1e5]}, refit=False), small,
                            accountant=acc, data_radius=600.0)
     assert acc.ledger == [] and not hasattr(search, "cv_results_")
+
+
+_NOT_ONE_ROW_REPLACED = {
+    "stable_add_remove": (PrivateStableKMeans(n_clusters=2, neighbouring="add_remove", data_radius=600.0),
+                          {}, "neighbouring='add_remove'"),
+    "highdim_add_remove": (PrivateHighDimKMeans(n_clusters=2, neighbouring="add_remove", data_radius=600.0),
+                           {}, "neighbouring='add_remove'"),
+    "federated_add_remove": (FederatedPrivateKMeans(n_clusters=2, neighbouring="add_remove",
+                                                    data_radius=600.0), {}, "neighbouring='add_remove'"),
+    "federated_client": (FederatedPrivateKMeans(n_clusters=2, privacy_unit="client", data_radius=600.0),
+                         {"client_ids": np.arange(2000) % 10}, "privacy_unit='client'"),
+}
+
+
+@pytest.mark.parametrize("selection", ["private", "non_private"])
+@pytest.mark.parametrize("case", list(_NOT_ONE_ROW_REPLACED))
+def test_search_refuses_neighbours_other_than_one_row_replaced_before_spending(small, case, selection):
+    """Regression (reviews RA-1, RA-2): these searches were accepted and charged, under-priced.
+
+    At client level the private choice was calibrated for one row while one client's rows move
+    every candidate's summed score (88 x the sensitivity in the audit); under add/remove the
+    splits, a function of the private number of rows, move with one added row, so a fold fit is
+    not epsilon-DP. Both fits and choice are refused, before anything is charged or fitted.
+    """
+    estimator, fit_params, match = _NOT_ONE_ROW_REPLACED[case]
+    acc = BudgetAccountant(100.0, 1e-3)
+    search = GridSearchCV(clone(estimator), {"epsilon": [0.5, 1.0]}, cv=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # and nothing warned either (the selection='non_private' warning comes later)
+        with pytest.raises(ValueError, match=match):
+            fit_search_charged(search, small, accountant=acc, selection=selection, **fit_params)
+        with pytest.raises(ValueError, match=match):
+            search_cost(search, small)
+    assert acc.ledger == [] and not hasattr(search, "cv_results_")
+
+
+def test_search_names_the_parameter_that_the_grid_or_a_pipeline_sets(small):
+    acc = BudgetAccountant(100.0, 1e-3)
+    grid = GridSearchCV(FederatedPrivateKMeans(n_clusters=2, data_radius=600.0),
+                        {"privacy_unit": ["sample", "client"]}, cv=3)
+    with pytest.raises(ValueError, match="privacy_unit='client'"):
+        fit_search_charged(grid, small, accountant=acc)
+    pipe = make_pipeline(StandardScaler(), PrivateStableKMeans(n_clusters=2, data_radius=10.0))
+    search = GridSearchCV(pipe, {"privatestablekmeans__neighbouring": ["add_remove"]}, cv=3)
+    with pytest.raises(ValueError, match="privatestablekmeans__neighbouring='add_remove'"):
+        fit_search_charged(search, small, accountant=acc)
+    assert acc.ledger == []
+
+
+def test_select_privately_refuses_client_level_candidates_before_spending(small):
+    """Regression (review RA-1): its sensitivity 4 Lambda^2 is one row's; a client holds many."""
+    acc = BudgetAccountant()
+    client_level = SimpleNamespace(cluster_centers_=np.array([[0.0]]), privacy_unit="client")
+    with pytest.raises(ValueError, match="privacy_unit='client'"):
+        select_privately([client_level], small, data_radius=600.0, epsilon=1.0, accountant=acc)
+    assert acc.ledger == []
 
 
 def test_seeded_search_warns_or_refuses_before_charging(small):

@@ -5,7 +5,7 @@ private estimator's easy-instance test rightly fails and its fallback releases
 (``status_="fallback"``). These checks run on data where the estimator's main
 method releases, and test what
 matters for privacy: the ledger stays within the request for several
-dimensions, invalid input spends nothing and changes nothing, ``clone`` keeps
+dimensions (and every zCDP release is charged by a composite event), invalid input spends nothing and changes nothing, ``clone`` keeps
 the shared accountant, a seed reproduces a fit, pickling never re-spends, and
 the scikit-learn behaviours (pickle, float32 input, idempotence, predict not
 changing the estimator) hold on a successful fit.
@@ -25,6 +25,7 @@ from sklearn.base import clone
 
 from skdpcluster.accountant import BudgetAccountant
 from skdpcluster.exceptions import DetachedAccountantError
+from skdpcluster.mechanisms import zcdp_to_dp
 
 __all__ = [
     "EXPECTED_FAILED_CHECKS",
@@ -54,8 +55,41 @@ def _released(estimator):
     raise AssertionError(f"{type(estimator).__name__} released nothing (status_={estimator.status_!r}).")
 
 
+def _zcdp_rho_totals(ledger):
+    """(rho of the releases priced in zCDP only, rho charged by the ``"zcdp_composition"`` events).
+
+    A zCDP release is recorded with ``epsilon = delta = 0`` and its rho; its
+    cost reaches (epsilon, delta) only through a composite event that
+    composes the rhos (Bun & Steinke 2016, Lemma 2.3) and converts the total
+    (Proposition 1.3). Events that cost (epsilon, delta) themselves and
+    merely also state a rho are charged already and not counted.
+    """
+    released = math.fsum(event.rho * event.count for event in ledger
+                         if event.rho and event.mechanism != "zcdp_composition" and event.cost() == (0.0, 0.0))
+    charged = math.fsum(event.rho * event.count for event in ledger
+                        if event.mechanism == "zcdp_composition")
+    return released, charged
+
+
+def _check_zcdp_charged(ledger):
+    """Every zCDP release is covered by the composite events' rho, converted at no discount (review RA-9)."""
+    released, charged = _zcdp_rho_totals(ledger)
+    assert released <= charged * (1 + 1e-9), f"zCDP releases of rho {released!r} charged only {charged!r}"
+    for event in ledger:
+        if event.mechanism == "zcdp_composition":
+            assert event.epsilon >= zcdp_to_dp(event.rho, event.delta) * (1 - 1e-9), (
+                f"{event.label}: rho {event.rho!r} at delta {event.delta!r} converted to epsilon "
+                f"{event.epsilon!r}, below Bun & Steinke's {zcdp_to_dp(event.rho, event.delta)!r}")
+
+
 def check_dp_ledger_within_budget(estimator, X):
-    """The fit's ledger and the accountant's total never exceed the requested (epsilon, delta)."""
+    """The fit's ledger and the accountant's total never exceed the requested (epsilon, delta).
+
+    The ledger's (epsilon, delta) counts a zCDP release only through its
+    composite event, so the rhos of the zCDP releases are also checked
+    against the composite events' rho and its conversion: a release
+    recorded without its charge cannot pass unseen.
+    """
     accountant = BudgetAccountant()
     fitted = _with_accountant(estimator, accountant).fit(X)
     epsilon, delta = fitted.epsilon, fitted.delta
@@ -63,6 +97,7 @@ def check_dp_ledger_within_budget(estimator, X):
     ledger_delta = math.fsum(event.cost()[1] for event in fitted.privacy_ledger_)
     tolerance = 1 + 1e-9
     assert ledger_eps <= epsilon * tolerance and ledger_delta <= delta * tolerance, (ledger_eps, ledger_delta)
+    _check_zcdp_charged(fitted.privacy_ledger_)
     assert fitted.privacy_spent_["epsilon"] <= epsilon * tolerance
     assert fitted.privacy_spent_["delta"] <= delta * tolerance
     assert accountant.total() == (fitted.privacy_spent_["epsilon"], fitted.privacy_spent_["delta"])
