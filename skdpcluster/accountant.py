@@ -164,8 +164,9 @@ class LedgerEntry:
         fresh OS entropy.
     neighbouring : {"replace_one", "add_remove"}, default="replace_one"
         The neighbouring relation under which ``(epsilon, delta)`` holds. An
-        entry saved before this field existed loads as ``"replace_one"``, the
-        library's default relation.
+        entry saved before this field existed loads as ``"add_remove"`` when
+        every one of its events states add/remove, else as ``"replace_one"``,
+        the library's default relation.
     """
 
     epsilon: float
@@ -197,6 +198,8 @@ class LedgerEntry:
                     what="a pickled LedgerEntry")
         for name in _ENTRY_FIELDS:
             object.__setattr__(self, name, state.get(name, _ENTRY_DEFAULTS.get(name)))
+        if "neighbouring" not in state:
+            object.__setattr__(self, "neighbouring", _relation_of_events(self.events))
         self.__post_init__()
 
     def group_cost(self, neighbouring):
@@ -241,7 +244,20 @@ class LedgerEntry:
             raise ValueError(f"events must be a list, got events={events!r}.")
         events = tuple(_event_from_dict(event, position) for position, event in enumerate(events))
         return cls(data["epsilon"], data["delta"], data.get("label", ""), events, data.get("noise_key"),
-                   data.get("neighbouring", DEFAULT_NEIGHBOURING))
+                   data.get("neighbouring", _relation_of_events(events)))
+
+
+def _relation_of_events(events):
+    """The relation of an entry saved before entries recorded one: that of its events.
+
+    ``"add_remove"`` when every event states it (an add/remove fit of an
+    estimator offering that relation), else the library's default
+    ``"replace_one"`` (re-review V1: loading every old entry as replace-one
+    charged an add/remove fit at epsilon instead of 2 epsilon on a replace-one
+    ledger).
+    """
+    relations = {getattr(event, "neighbouring", None) for event in events}
+    return "add_remove" if relations == {"add_remove"} else DEFAULT_NEIGHBOURING
 
 
 _ENTRY_FIELDS = frozenset(f.name for f in fields(LedgerEntry))

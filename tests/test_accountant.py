@@ -687,3 +687,23 @@ def test_json_keeps_relations_and_loads_old_ledgers_as_replace_one():
     old_entry = pickle.loads(pickle.dumps(_Forged(LedgerEntry, {"epsilon": 0.5, "delta": 0.0, "label": "",
                                                                 "events": ()})))  # an old pickle
     assert old_entry.neighbouring == "replace_one" and old_entry.noise_key is None
+
+
+def test_an_old_entry_of_an_add_remove_fit_loads_as_add_remove():
+    """Re-review V1: an entry saved before entries recorded their relation loaded as replace-one
+    even when its events state add/remove, so a replace-one ledger charged the add/remove fit
+    at epsilon instead of 2 epsilon (1.0 shown where 2.5 was spent under replace-one)."""
+    X = np.random.default_rng(0).normal(size=(2000, 2)) + np.repeat([[-5, 0], [5, 0]], 1000, axis=0)
+    acc = BudgetAccountant()
+    PrivateStableKMeans(2, data_radius=20.0, neighbouring="add_remove", random_state=1,
+                        accountant=acc).fit(X)
+    data = json.loads(acc.to_json())
+    data.pop("neighbouring")
+    for entry in data["ledger"]:
+        entry.pop("neighbouring")  # the format before the field existed
+    old = BudgetAccountant.from_json(json.dumps(data))
+    assert old.ledger[0].neighbouring == "add_remove"
+    converted = BudgetAccountant.from_json(json.dumps({**data, "neighbouring": "replace_one"}))
+    assert converted.total()[0] == pytest.approx(2.0)
+    state = {"epsilon": 1.0, "delta": 1e-6, "label": "", "events": acc.ledger[0].events}
+    assert pickle.loads(pickle.dumps(_Forged(LedgerEntry, state))).neighbouring == "add_remove"
