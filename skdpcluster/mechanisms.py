@@ -630,9 +630,16 @@ def exponential_mechanism(
     scores = np.asarray(scores, dtype=float)
     if scores.ndim != 1 or scores.size == 0 or not np.all(np.isfinite(scores)):
         raise ValueError("scores must be a non-empty 1-d array of finite numbers.")
-    log_weights = (epsilon / (2.0 * sensitivity)) * scores
-    if log_base_measure is not None:
-        log_weights = log_weights + _check_log_base_measure(log_base_measure, scores.shape)
+    base = (np.zeros(scores.shape) if log_base_measure is None
+            else _check_log_base_measure(log_base_measure, scores.shape))
+    # Shifted by the best eligible score and divided before the product, so that no log
+    # weight is NaN or +inf at any scale (re-review V1: at sensitivity 1e-310 the product
+    # epsilon / (2 sensitivity) overflowed and argmax picked the first inf: no randomness).
+    eligible = np.isfinite(base)
+    best = np.max(scores[eligible])
+    with np.errstate(over="ignore", invalid="ignore"):
+        log_weights = np.where(eligible, (epsilon / 2.0) * ((scores - best) / sensitivity) + base,
+                               -np.inf)
     index = int(np.argmax(log_weights + rng.gumbel(size=scores.shape)))
     # No candidate count in the event: callers may pass data-dependent candidate sets
     # (runs of equal score), and the event must hold public values only.

@@ -505,8 +505,11 @@ def select_privately(candidates, X, *, data_radius, epsilon, random_state=None, 
         ``privacy_unit`` other than ``"sample"``, before anything is spent.
     """
     X = check_array(X, dtype=np.float64)
-    if not (np.isfinite(data_radius) and data_radius > 0):
-        raise ValueError(f"data_radius must be a finite number > 0, got {data_radius!r}.")
+    if not (2.0**-500 <= data_radius <= 1e100):
+        raise ValueError(
+            f"data_radius must be a number in [2**-500, 1e100], got {data_radius!r} (the range "
+            "the estimators accept: beyond it the clipped costs and their sensitivity 4 Lambda^2 "
+            "underflow or overflow); rescale X and the candidates.")
     if not candidates:
         raise ValueError("candidates must be a non-empty list of fitted estimators.")
     for candidate in candidates:

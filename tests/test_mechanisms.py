@@ -359,3 +359,44 @@ def test_above_threshold_rejects_bad_parameters(kwargs):
     params = {"threshold": 0.0, "sensitivity": 1.0, "epsilon": 1.0, **kwargs}
     with pytest.raises(ValueError):
         M.above_threshold([0.0], rng=np.random.default_rng(0), **params)
+
+
+@pytest.mark.parametrize("scores, sensitivity, base, expected", [
+    pytest.param([1e308, 1e308, 0.0], 1.0, None, {0, 1}, id="weights-overflow-to-inf"),
+    pytest.param([1.0, 0.0], 1e-310, None, {0}, id="subnormal-sensitivity"),
+    pytest.param([1e308, 0.0], 1.0, [-np.inf, 0.0], {1}, id="weight-zero-with-overflowing-score"),
+])
+def test_exponential_mechanism_log_weights_never_overflow(scores, sensitivity, base, expected):
+    """Re-review V1: finite scores whose product epsilon / (2 sensitivity) * score overflowed
+    gave +inf or NaN log weights, and argmax picked the first one: no randomness (two tied
+    +inf candidates: always index 0), and a weight-0 candidate chosen 400 of 400 times."""
+    rng = np.random.default_rng(0)
+    picks = {M.exponential_mechanism(scores, epsilon=10.0, sensitivity=sensitivity, rng=rng,
+                                   log_base_measure=base)[0] for _ in range(200)}
+    assert picks == expected
+
+
+def test_exponential_mechanism_at_a_tiny_scale_matches_the_unit_scale():
+    # Neighbouring scores one sensitivity apart at sensitivity 1e-310: the same choices as at 1.
+    for scale in (1.0, 1e-310):
+        picks = [M.exponential_mechanism(np.array([2.0, 0.0]) * scale, epsilon=1.0,
+                                       sensitivity=scale, rng=np.random.default_rng(seed))[0]
+                 for seed in range(50)]
+        if scale == 1.0:
+            reference = picks
+    assert picks == reference
+
+
+@pytest.mark.parametrize("radius", [1e-160, 1e200])
+def test_select_privately_refuses_a_radius_its_costs_cannot_hold(radius):
+    from skdpcluster.model_selection import select_privately
+
+    X = np.random.default_rng(0).normal(size=(50, 2)) * radius
+    candidate = type("Fitted", (), {"cluster_centers_": np.zeros((2, 2))})()
+    from skdpcluster import BudgetAccountant
+
+    accountant = BudgetAccountant()
+    with pytest.raises(ValueError, match=r"data_radius must be a number in \[2\*\*-500, 1e100\]"):
+        select_privately([candidate], X, data_radius=radius, epsilon=1.0, random_state=0,
+                         accountant=accountant)
+    assert accountant.ledger == []
