@@ -330,10 +330,21 @@ def noise_fingerprint(owner, random_state):
     bit_generator = generator.bit_generator
     # ``seed_seq`` is public from numpy 1.25; ``_seed_seq`` before.
     seed_seq = getattr(bit_generator, "seed_seq", None) or getattr(bit_generator, "_seed_seq", None)
-    spawned = (getattr(seed_seq, "entropy", None), getattr(seed_seq, "spawn_key", None),
-               getattr(seed_seq, "n_children_spawned", None))
+    # Plain ints: ``random_state=np.int64(0)`` and ``0`` draw the same noise, but their
+    # entropies' reprs differ under numpy 2 (re-review V1).
+    spawned = tuple(_plain_ints(getattr(seed_seq, name, None))
+                    for name in ("entropy", "spawn_key", "n_children_spawned"))
     digest = hashlib.sha256(repr((bit_generator.state, spawned)).encode()).hexdigest()
     return f"{owner}:{digest}"
+
+
+def _plain_ints(value):
+    """``value`` with every integer as a Python int (sequences as tuples); ``None`` kept."""
+    if value is None:
+        return None
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    return tuple(_plain_ints(item) for item in value)
 
 
 def noise_stream(noise_key):

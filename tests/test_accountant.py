@@ -707,3 +707,15 @@ def test_an_old_entry_of_an_add_remove_fit_loads_as_add_remove():
     assert converted.total()[0] == pytest.approx(2.0)
     state = {"epsilon": 1.0, "delta": 1e-6, "label": "", "events": acc.ledger[0].events}
     assert pickle.loads(pickle.dumps(_Forged(LedgerEntry, state))).neighbouring == "add_remove"
+
+
+def test_a_numpy_integer_seed_is_the_same_stream_as_the_python_int():
+    """Re-review V1: random_state=np.int64(0) and 0 draw the same noise but got different
+    fingerprints (numpy 2's repr of the entropy), so on_repeated_noise='raise' let both fits
+    through with identical releases."""
+    X = np.random.default_rng(0).normal(size=(2000, 2)) + np.repeat([[-5, 0], [5, 0]], 1000, axis=0)
+    acc = BudgetAccountant(on_repeated_noise="raise")
+    PrivateStableKMeans(2, data_radius=20.0, random_state=0, accountant=acc).fit(X)
+    with pytest.raises(NoiseReuseError):
+        PrivateStableKMeans(2, data_radius=20.0, random_state=np.int64(0), accountant=acc).fit(X)
+    assert len(acc.ledger) == 1
