@@ -859,7 +859,9 @@ class BudgetAccountant:
             raise ValueError(
                 f"the saved ledger totals (epsilon={total[0]:.6g}, delta={total[1]:.6g}), over its "
                 f"ceiling (epsilon={self._epsilon:.6g}, delta={self._delta:.6g}); it is corrupt or "
-                "was edited."
+                "was edited, or (with slack > 0) it was saved by a version that composed with "
+                "the advanced composition of fixed parameters, which an adaptive ledger cannot "
+                "use: the filter composition reports it above its ceiling."
             )
         self._entries = list(entries)
         self._noise_keys = {}
@@ -888,6 +890,7 @@ class BudgetAccountant:
         ``epsilon > 0`` and ``delta`` in [0, 1) for every entry and event),
         and the ledger's total must be within the ceiling. An entry without
         ``neighbouring`` (saved before the field existed) is loaded as
+        ``"add_remove"`` when all its events state add/remove, else as
         ``"replace_one"``, the library's default relation, and an accountant
         without it as ``neighbouring=None`` (the relation of its entries).
 
