@@ -397,3 +397,49 @@ def test_a_base_clusterers_warning_on_one_extreme_row_does_not_escape(backend):
                     estimator.fit(data)
         assert [str(w.message) for w in caught] == []
         assert estimator.status_ == "success"
+
+
+def test_two_generations_in_two_threads_silence_blocks_and_restore_the_filters():
+    """Re-review V3: with a catch_warnings per generation, two fits in two threads (order A in,
+    B in, A out, B out) let B's block warnings through and left the process's filters at
+    "ignore" for good. The silence is now one process-wide, re-entrant span."""
+    import threading
+
+    a_inside, b_inside, a_done = threading.Event(), threading.Event(), threading.Event()
+
+    class Solver:
+        prefer = None
+
+        def __init__(self, name):
+            self.name = name
+
+        def bytes_per_block(self, block_size, n_features):
+            return 8 * block_size * n_features
+
+        def __call__(self, X_blocks, draws):
+            if self.name == "A":
+                a_inside.set()
+                b_inside.wait()
+            else:
+                b_inside.set()
+                a_done.wait()
+                warnings.warn("a block's data-dependent warning", UserWarning)
+            return np.zeros((len(X_blocks), 1, 1))
+
+    def run(name):
+        _tuples._solve_in_chunks(Solver(name), np.zeros((4, 1)), np.arange(4).reshape(2, 2),
+                                 np.zeros((2, 1)), n_jobs=1)
+        if name == "A":
+            a_done.set()
+
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        before = list(warnings.filters)
+        first, second = (threading.Thread(target=run, args=(name,)) for name in "AB")
+        first.start()
+        a_inside.wait()
+        second.start()
+        first.join()
+        second.join()
+        assert [str(w.message) for w in shown] == []
+        assert warnings.filters == before

@@ -305,26 +305,42 @@ def _chunk_bounds(n_blocks, bytes_per_block, n_workers):
     return list(zip(edges[:-1], edges[1:]))
 
 
+_SILENCE_LOCK = threading.Lock()
+_silence = {"depth": 0, "saved": None}
+
+
 @contextlib.contextmanager
 def _silenced_warnings():
-    """Python warnings off around a block's fit, in the main thread of a process only.
+    """Python warnings off while any tuple generation of the process runs (re-entrant).
 
     A base clusterer can warn depending on its block (scikit-learn's
     ``GaussianMixture`` on a block with one extreme row: "Number of distinct
     clusters found smaller than n_clusters"): printed for some data sets and
     not for their neighbours, an output outside the ledger (review RE-F1).
-    The warning filters are process-wide and ``catch_warnings`` is not
-    thread-safe, so worker threads are covered by their caller, which
-    silences the whole generation (:func:`_solve_in_chunks`); a process's
-    main thread (the sequential loop, a joblib worker process) silences its
-    own blocks.
+    The warning filters are process-wide, and a ``catch_warnings`` per fit is
+    not thread-safe (two fits in two threads left the filters at "ignore"
+    for good, and let the second fit's block warnings through: re-review
+    V3), so one process-wide silence is shared: the first generation to
+    start saves the filters and ignores everything, the last to end restores
+    them. Warnings of other threads are dropped in between (the price of
+    process-wide filters). Joblib worker processes silence their own blocks
+    the same way.
     """
-    if threading.current_thread() is not threading.main_thread():
+    with _SILENCE_LOCK:
+        if _silence["depth"] == 0:
+            context = warnings.catch_warnings()
+            context.__enter__()
+            warnings.simplefilter("ignore")
+            _silence["saved"] = context
+        _silence["depth"] += 1
+    try:
         yield
-        return
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+    finally:
+        with _SILENCE_LOCK:
+            _silence["depth"] -= 1
+            if _silence["depth"] == 0:
+                _silence["saved"].__exit__(None, None, None)
+                _silence["saved"] = None
 
 
 def _solve_in_chunks(solver, X, blocks, draws, n_jobs):
@@ -340,8 +356,7 @@ def _solve_in_chunks(solver, X, blocks, draws, n_jobs):
     that block alone, so the tuples are the same bits on any number of
     threads); otherwise through joblib, on ``n_jobs`` workers.
     """
-    with warnings.catch_warnings():  # the workers' warnings too, on threads (_silenced_warnings)
-        warnings.simplefilter("ignore")
+    with _silenced_warnings():  # the workers' warnings too, on threads
         return _solve_chunks(solver, X, blocks, draws, n_jobs)
 
 
