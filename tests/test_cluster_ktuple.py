@@ -390,3 +390,21 @@ def test_averages_with_too_few_tuples_for_their_averages_warn_before_spending():
     # With enough tuples the bound holds and nothing is said (the planning function only: a fit
     # at 2e6 tuples is a benchmark).
     assert cluster_points_needed(2_000_000, 2, 2, 1.0, 1e-6, 0.05, 100.0, 0.01) < 2_000_000
+
+
+@pytest.mark.parametrize("params", [
+    pytest.param({"n_clusters": 1, "estimate_cost": True}, id="one-cluster-cost"),
+    pytest.param({"n_clusters": 2, "estimate_cost": True}, id="located-cost"),
+    pytest.param({"n_clusters": 2, "method": "averages"}, id="averages-fallback-split"),
+])
+def test_a_user_r_min_with_a_released_bound_survives_the_inner_fits_copies(params):
+    """Re-review V3: the inner fit's released bound was marked by an attribute that clone drops,
+    so the cost estimate's and the fallback split's copies refused r_min=0.01 against a radius
+    the user never gave (the trial plan's 1.1e-06), before spending."""
+    X = make_separated_mixture(20_000, n_clusters=2, n_features=2, separation=20.0,
+                               random_state=0)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = KTupleClusterer(r_min=0.01, accountant=BudgetAccountant(), random_state=0,
+                              **params).fit(X)
+    assert est.status_ in ("success", "fallback") and est.privacy_spent_["proven"]

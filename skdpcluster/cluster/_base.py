@@ -151,6 +151,21 @@ def _random_state_constraint():
     return [None, Interval(Integral, 0, None, closed="left"), np.random.Generator]
 
 
+class ReleasedRadius(float):
+    """A ``data_radius`` released by the private bound (``data_radius=None``), not the user's.
+
+    The inner fit of :meth:`_PrivateFitMixin._plan_and_run` gets it as its
+    public ``data_radius``; a parameter value (not an attribute) so that it
+    survives :func:`sklearn.base.clone` into the copies the inner fit makes
+    (the cost estimate's, the fallback split's): checks that refuse a user's
+    bound move a released one instead (re-review V3: a ``_radius_released``
+    attribute was lost on clone, and ``KTupleClusterer(estimate_cost=True,
+    r_min=0.01)`` was refused naming a radius the user never gave).
+    """
+
+    __slots__ = ()
+
+
 class _PrivateFitMixin:
     """The check-then-commit fit template, shared by every private estimator.
 
@@ -477,7 +492,7 @@ class _PrivateFitMixin:
 
     def _radius_is_users(self):
         """Whether ``data_radius`` is the user's number (not the released bound of an inner fit)."""
-        return self._public_radius_given() and not getattr(self, "_radius_released", False)
+        return self._public_radius_given() and not isinstance(self.data_radius, ReleasedRadius)
 
     #: Above this bound on the data the squared distances and sums of the private steps
     #: can overflow float64 (``(2 Lambda)^2 n`` must stay finite).
@@ -534,7 +549,6 @@ class _PrivateFitMixin:
                                      center=self.data_center, neighbouring=self._neighbouring())
         inner = clone(self).set_params(epsilon=self.epsilon - budget.cost[0],
                                        delta=self.delta - budget.cost[1])
-        inner._radius_released = True  # its data_radius will be the released bound
         costs = [self._plan_inner(inner, data, RADIUS_SAFETY * radius, center, quiet=True).cost
                  for radius in GRID_RANGE]
         cost = (budget.cost[0] + max(c[0] for c in costs), budget.cost[1] + max(c[1] for c in costs))
@@ -562,8 +576,8 @@ class _PrivateFitMixin:
 
     @staticmethod
     def _plan_inner(inner, data, radius, center, quiet=False):
-        """Plan ``inner`` with a public bound; ``quiet`` hides the warnings of a trial plan."""
-        inner.set_params(data_radius=radius, data_center=center)
+        """Plan ``inner`` with a released bound; ``quiet`` hides the warnings of a trial plan."""
+        inner.set_params(data_radius=ReleasedRadius(radius), data_center=center)
         with warnings.catch_warnings():
             if quiet:
                 warnings.simplefilter("ignore")
