@@ -647,3 +647,12 @@ def test_every_valid_budget_splits_into_positive_shares(epsilon, delta):
     assert -math.log1p(-budget.delta_threshold) <= 0.05 * epsilon * (1 + 1e-12)
     if delta <= 1e-3:  # ordinary budgets keep delta / 4 (the releases are unchanged)
         assert budget.delta_threshold == delta / 4
+
+
+def test_an_epsilon_whose_zcdp_share_underflows_is_refused_by_name():
+    from skdpcluster.ktuple.located import min_located_tuples, plan_located_budget
+
+    for call in (lambda: plan_located_budget(1e-200, 1e-6),
+                 lambda: min_located_tuples(2, 1e-200, 1e-6)):
+        with pytest.raises(ValueError, match="epsilon=1e-200 is too small for the located method"):
+            call()

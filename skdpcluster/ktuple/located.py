@@ -197,6 +197,10 @@ def plan_located_budget(epsilon, delta, *, on_rows=False):
     epsilon_zcdp = epsilon - epsilon_width + math.log1p(-delta_threshold)
     delta_zcdp = delta - delta_threshold
     rho = zcdp_rho_for_dp(epsilon_zcdp, delta_zcdp) * _RHO_SAFETY
+    if not ROWS_HISTOGRAM_RHO_SHARE * rho > 0:
+        raise ValueError(
+            f"epsilon={epsilon!r} is too small for the located method: its zCDP share underflows "
+            "to 0 (re-review V3: a ZeroDivisionError); use a larger epsilon.")
     if on_rows:
         histogram = ROWS_HISTOGRAM_RHO_SHARE * rho
         return LocatedBudget(epsilon_width, delta_threshold, histogram, 0.0, rho - histogram,
