@@ -443,3 +443,23 @@ def test_two_generations_in_two_threads_silence_blocks_and_restore_the_filters()
         second.join()
         assert [str(w.message) for w in shown] == []
         assert warnings.filters == before
+
+
+def test_the_multiprocessing_backend_gives_the_sequential_release():
+    """Re-review V3: joblib's "multiprocessing" backend refuses return_as="generator", after the
+    blocks were drawn: every fit was a charged failure, on any data."""
+    from skdpcluster import BudgetAccountant, KTupleClusterer
+
+    X = make_separated_mixture(20_000, n_clusters=2, n_features=2, separation=20.0,
+                               random_state=0)[0]
+    fits = []
+    for backend in (None, "multiprocessing"):
+        estimator = KTupleClusterer(2, data_radius=100.0, base_estimator=GaussianMixture(2),
+                                    n_jobs=2, random_state=0, accountant=BudgetAccountant())
+        if backend is None:
+            fits.append(estimator.fit(X))
+        else:
+            with joblib.parallel_config(backend=backend):
+                fits.append(estimator.fit(X))
+    assert [fit.status_ for fit in fits] == ["success", "success"]
+    np.testing.assert_array_equal(fits[0].cluster_centers_, fits[1].cluster_centers_)

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from joblib import Parallel, delayed, effective_n_jobs
+from joblib.parallel import get_active_backend
 from sklearn.base import clone
 from sklearn.cluster import KMeans
 
@@ -379,7 +380,11 @@ def _solve_chunks(solver, X, blocks, draws, n_jobs):
         chunks = []
         worker = in_caller_errstate(solver)  # joblib's workers start from NumPy's default
         tasks = (delayed(worker)(*chunk_args(start, stop)) for start, stop in bounds)
-        parallel = Parallel(n_jobs=n_jobs, return_as="generator", prefer=solver.prefer)
+        # joblib's "multiprocessing" backend has no generators: it refused them after the
+        # blocks were drawn (a charged failure on any data; re-review V3).
+        backend, _ = get_active_backend(prefer=solver.prefer)
+        return_as = "generator" if getattr(backend, "supports_return_generator", True) else "list"
+        parallel = Parallel(n_jobs=n_jobs, return_as=return_as, prefer=solver.prefer)
         for (_, stop), chunk in zip(bounds, parallel(tasks)):
             chunks.append(chunk)
             advance(int(stop), n_blocks, "blocks")
