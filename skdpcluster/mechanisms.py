@@ -815,8 +815,9 @@ def randomized_response(values, *, n_values, epsilon, rng, label="", neighbourin
         The cost of **one** user's report.
     """
     epsilon, _ = check_epsilon_delta(epsilon, 0.0)
-    if not (isinstance(n_values, Integral) and n_values >= 2):
-        raise ValueError(f"n_values must be an integer >= 2, got n_values={n_values!r}.")
+    if not (isinstance(n_values, Integral) and 2 <= n_values <= 2**53):
+        raise ValueError(f"n_values must be an integer in [2, 2**53], got n_values={n_values!r} "
+                         "(the draws resolve no larger domain).")
     values = np.asarray(values)
     in_domain = np.issubdtype(values.dtype, np.integer) and np.all((values >= 0) & (values < n_values))
     if not in_domain:

@@ -430,3 +430,18 @@ def test_a_users_cost_value_does_not_depend_on_the_rows_simulated_beside_it(cost
     blocked = [in_blocks(lambda rows: cost(rows, centers), X, sizes) for sizes in ([3], [7, 2048])]
     same = all(np.array_equal(alone, values) for values in blocked)
     assert same is (cost is _ldp._own_cost)
+
+
+def test_the_device_refuses_a_round_below_the_resolution_before_any_noise():
+    # Re-review V2: the device drew the block vector's noise, then refused the index report.
+    public_round = _ball_round(epsilon=1e-15)
+    rng = np.random.default_rng(0)
+    state = rng.bit_generator.state
+    with pytest.raises(ValueError, match="too small for randomized response"):
+        user_randomizer(np.zeros(public_round.data_center.shape), public_round, rng)
+    assert rng.bit_generator.state == state
+
+
+def test_randomized_response_refuses_a_domain_its_draws_cannot_resolve():
+    with pytest.raises(ValueError, match=r"n_values must be an integer in \[2, 2\*\*53\]"):
+        randomized_response(0, n_values=2**53 + 1, epsilon=701.0, rng=np.random.default_rng(0))

@@ -201,3 +201,14 @@ def test_an_epsilon_below_the_index_reports_resolution_is_refused_before_any_ran
         LocalPrivateStableKMeans(n_clusters, epsilon=1e-14, data_radius=5.0, random_state=rng,
                                  accountant=accountant).fit(X)
     assert accountant.ledger == [] and rng.bit_generator.state == state
+
+
+@pytest.mark.parametrize("epsilon", [1e-16, 1e-300])
+def test_an_epsilon_below_the_resolution_is_refused_by_name_before_the_utility_estimate(epsilon):
+    # Re-review V2: the utility estimate ran first and divided by p - q = 0 (ZeroDivisionError).
+    X = np.random.default_rng(0).normal(size=(2000, 2))
+    accountant = BudgetAccountant()
+    with pytest.raises(ValueError, match="is too small for the region-index reports"):
+        LocalPrivateStableKMeans(2, epsilon=epsilon, data_radius=5.0, random_state=0,
+                                 accountant=accountant).fit(X)
+    assert accountant.ledger == []

@@ -504,8 +504,8 @@ def _median_descent(counts, unit_sums, centers, radii, *, epsilon, delta, rng, n
         step_sizes = step_scale * radii / math.sqrt(step + 1)
         iterates = _project_onto_ball(iterates - step_sizes * gradients / divisors, centers, radii)
         if step >= n_iter // 2:
-            suffix_sum += iterates
-    return suffix_sum / (n_iter - n_iter // 2), _median_event(
+            suffix_sum += iterates - centers  # offsets: a sum of iterates near 1e308 overflowed
+    return centers + suffix_sum / (n_iter - n_iter // 2), _median_event(
         epsilon, delta, count_event, gradient_event, n_iter, step_scale, len(centers))
 
 

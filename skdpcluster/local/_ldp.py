@@ -36,6 +36,7 @@ from skdpcluster.cluster._stable_init import (
     within_radii,
 )
 from skdpcluster.mechanisms import (
+    _check_rr_resolution,
     _rr_keep_probability,
     gaussian_mechanism,
     gaussian_sigma,
@@ -406,6 +407,8 @@ def user_randomizer(x, public_round, rng, *, max_epsilon=None, max_delta=None):
         (``epsilon``, ``delta``)-DP in ``x``.
     """
     _check_device_caps(public_round, max_epsilon, max_delta)
+    if isinstance(public_round, AverageRound):  # refused before the block vector's noise
+        _check_rr_resolution(public_round.oracle_epsilon, public_round.regions.n_regions + 1)
     x = np.asarray(x, dtype=float)
     if x.ndim != 1 or x.shape != np.shape(public_round.data_center) or not np.all(np.isfinite(x)):
         raise ValueError(

@@ -318,6 +318,9 @@ class LocalPrivateStableKMeans(_BasePrivateClusterer):
         epsilon = 1 (cost 9.4 and 7.9 times the optimum), 0.096 at 4e6
         (1.44), and 0.053 at n = 1e6, epsilon = 4 (1.06).
         """
+        # An epsilon too small for the index reports is refused first, by name (its
+        # frequency-noise scale divides by p - q = 0: re-review V2).
+        self._check_index_resolution(n_features)
         public_round = AverageRound("estimate", None, float(self.epsilon), float(self.delta),
                                     None, None)
         sigma, k = public_round.sigma, self.n_clusters
