@@ -1030,12 +1030,14 @@ def test_one_median_refuses_a_step_scale_whose_steps_overflow_before_any_randomn
     assert accountant.ledger == []
 
 
-def test_one_median_of_a_domain_near_the_float_range_is_finite():
+def test_one_median_refuses_a_domain_whose_iterates_would_overflow_before_any_randomness():
     # Re-review V2: a centre at -1.5e308 (radius 1e100) released [-inf, -inf]: the suffix
-    # average added up 25 iterates near -1.5e308. It now adds their offsets from the centre.
+    # average adds up 25 iterates near -1.5e308.
     from skdpcluster.averaging import private_one_median
 
-    median, _ = private_one_median(np.full((20, 2), -1.5e308), center=np.full(2, -1.5e308),
-                                   radius=1e100, epsilon=1.0, delta=1e-6,
-                                   rng=np.random.default_rng(0))
-    assert np.all(np.isfinite(median)) and np.all(np.abs(median + 1.5e308) <= 1e100)
+    rng = np.random.default_rng(0)
+    state = rng.bit_generator.state
+    with pytest.raises(ValueError, match="suffix iterates would overflow"):
+        private_one_median(np.full((20, 2), -1.5e308), center=np.full(2, -1.5e308), radius=1e100,
+                           epsilon=1.0, delta=1e-6, rng=rng)
+    assert rng.bit_generator.state == state

@@ -344,6 +344,13 @@ def private_one_medians(
         )
     epsilon, delta = check_epsilon_delta(epsilon, delta, allow_zero_delta=False)
     n_iter = _check_positive_int(n_iter, "n_iter")
+    reach = float(np.max(np.abs(centers))) + float(np.max(radii))
+    if not (n_iter - n_iter // 2) * reach < np.finfo(float).max:
+        raise ValueError(
+            f"centers and radii reach {reach:.3g}: the sum of the {n_iter - n_iter // 2} suffix "
+            "iterates would overflow float64 (re-review V2: a centre at -1.5e308 released -inf); "
+            "translate the points and the centres (the 1-median is equivariant under "
+            "translation).")
     step_scale = _check_real(step_scale, "step_scale")
     if step_scale > MAX_STEP_SCALE:
         raise ValueError(
@@ -504,8 +511,8 @@ def _median_descent(counts, unit_sums, centers, radii, *, epsilon, delta, rng, n
         step_sizes = step_scale * radii / math.sqrt(step + 1)
         iterates = _project_onto_ball(iterates - step_sizes * gradients / divisors, centers, radii)
         if step >= n_iter // 2:
-            suffix_sum += iterates - centers  # offsets: a sum of iterates near 1e308 overflowed
-    return centers + suffix_sum / (n_iter - n_iter // 2), _median_event(
+            suffix_sum += iterates
+    return suffix_sum / (n_iter - n_iter // 2), _median_event(
         epsilon, delta, count_event, gradient_event, n_iter, step_scale, len(centers))
 
 
