@@ -519,13 +519,19 @@ def select_privately(candidates, X, *, data_radius, epsilon, random_state=None, 
                 f"a candidate has privacy_unit={unit!r}: select_privately's sensitivity 4 Lambda^2 is "
                 "that of one row, and one client holds many; choose among privacy_unit='sample' fits.")
     accountant = BudgetAccountant.default() if accountant is None else accountant
-    accountant.check(epsilon, 0.0)
+    # The choice is epsilon-DP under both relations (one row added, removed or replaced moves
+    # each clipped cost by at most 4 Lambda^2): it is charged under the ledger's relation
+    # (re-review V1: charged as replace-one, it was refused on an add/remove ledger).
+    ledger = accountant.ledger
+    relation = accountant.neighbouring or (ledger[0].neighbouring if ledger else "replace_one")
+    accountant.check(epsilon, 0.0, neighbouring=relation)
     rng = check_random_state(random_state)
     ceiling = (2.0 * data_radius) ** 2
     scores = np.array([-_clipped_cost(X, c.cluster_centers_, ceiling) for c in candidates])
     index, event = exponential_mechanism(scores, epsilon=epsilon, sensitivity=ceiling, rng=rng,
-                                         label="select_privately")
-    accountant.spend(epsilon, 0.0, label="select_privately", events=[event])
+                                         label="select_privately", neighbouring=relation)
+    accountant.spend(epsilon, 0.0, label="select_privately", events=[event],
+                     neighbouring=relation)
     return index
 
 

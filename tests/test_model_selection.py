@@ -347,3 +347,17 @@ def test_held_out_clipped_cost_clips_every_row():
     fitted = SimpleNamespace(cluster_centers_=np.array([[0.0], [10.0]]))
     assert scorer(fitted, np.array([[1.0], [5.0], [9.0], [100.0]])) == -(1.0 + 4.0 + 1.0 + 4.0)
     assert scorer(SimpleNamespace(cluster_centers_=None), np.zeros((3, 1))) == -12.0
+
+
+def test_select_privately_is_charged_under_the_ledgers_relation(small):
+    """Re-review V1: select_privately always spent as replace-one, so after add/remove fits on
+    one accountant it was refused; the choice is epsilon-DP under both relations."""
+    candidates = [PrivateStableKMeans(2, data_radius=600.0, neighbouring="add_remove",
+                                      random_state=seed, accountant=BudgetAccountant()).fit(small)
+                  for seed in (1, 2)]
+    for acc in (BudgetAccountant(), BudgetAccountant(neighbouring="add_remove")):
+        acc.spend(1.0, 0.0, label="fit", neighbouring="add_remove")
+        select_privately(candidates, small, data_radius=600.0, epsilon=0.5, random_state=0,
+                         accountant=acc)
+        assert [entry.neighbouring for entry in acc.ledger] == ["add_remove", "add_remove"]
+        assert acc.total() == pytest.approx((1.5, 0.0))
