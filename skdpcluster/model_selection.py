@@ -475,7 +475,9 @@ def select_privately(candidates, X, *, data_radius, epsilon, random_state=None, 
     The candidates themselves must have been fitted privately (their budgets
     are already charged); the total is their costs plus ``epsilon`` by basic
     composition. The bound is for one row per person: candidates fitted with
-    ``privacy_unit="client"`` are refused.
+    ``privacy_unit="client"`` are refused. The charge is recorded under the
+    accountant's relation (its ``neighbouring``, else that of its first
+    entry, else replace-one), so it composes with the candidates' own fits.
 
     Parameters
     ----------
