@@ -377,7 +377,7 @@ class _PrivateFitMixin:
 
     def _commit(self, plan, result, spent):
         # A data-derived public value is used by the private step, but never stored exactly,
-        # nor any value computed from it (e.g. the located grid width, data_radius / 128).
+        # nor any value computed from it (e.g. the located grid width, 2 data_radius sqrt(2)^-j).
         hidden = {name: np.nan for name in plan.unproven if name.endswith("_")}
         attributes = {**plan.attributes, **result.attributes, **hidden}
         if plan.unproven:

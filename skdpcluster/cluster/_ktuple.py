@@ -334,7 +334,7 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
 
     #: ``fit`` accepts Dask input: tuples from blocks inside the chunks, row passes map-reduced.
     _CHUNKED_INPUT = True
-    #: The located method's grid width is the bound / 128 (hidden with a data-derived bound).
+    #: The located grid width is 2 * bound * sqrt(2)**-j: hidden with a data-derived bound.
     _BOUND_DERIVED_ENTRIES = {"located_info_": ("width",), "quality_": ("located_width",)}
 
     _parameter_constraints: dict = {

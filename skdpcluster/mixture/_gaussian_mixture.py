@@ -778,7 +778,7 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
 
     #: Every pass over the rows is a map-reduce of :mod:`skdpcluster.utils._data` (Dask input).
     _CHUNKED_INPUT = True
-    #: The located method's grid width is the bound / 128 (hidden with a data-derived bound).
+    #: The located grid width is 2 * bound * sqrt(2)**-j: hidden with a data-derived bound.
     _BOUND_DERIVED_ENTRIES = {"located_info_": ("width",), "quality_": ("located_width",)}
 
     def _check_n_clusters(self):
