@@ -88,6 +88,10 @@ owner's name) and warns (:class:`NoiseReuseWarning`), or refuses with
 ``on_repeated_noise="raise"``. :meth:`~BudgetAccountant.reserve` records the
 stream atomically with the check, so two concurrent fits with one seed cannot
 both pass it; the reservation is released if the fit ends without spending.
+A spend that pays for several streams (a search charged up front by
+``skdpcluster.model_selection.fit_search_charged``, whose seeded fits and
+private choice each draw one) passes a tuple of fingerprints, and its entry
+records them all.
 
 The default accountant
 ----------------------
@@ -159,9 +163,11 @@ class LedgerEntry:
         Who spent it (for example ``"KTupleClusterer.fit"``).
     events : tuple of PrivacyEvent
         The mechanism-level releases behind the charge, for audit.
-    noise_key : str or None
-        :func:`noise_fingerprint` of the fit's noise stream, or ``None`` for
-        fresh OS entropy.
+    noise_key : str, tuple of str or None
+        :func:`noise_fingerprint` of the fit's noise stream, a tuple of them
+        for a charge that paid for several streams (a search charged up front
+        by ``fit_search_charged``; a JSON list in :meth:`to_dict`), or
+        ``None`` for fresh OS entropy.
     neighbouring : {"replace_one", "add_remove"}, default="replace_one"
         The neighbouring relation under which ``(epsilon, delta)`` holds. An
         entry saved before this field existed loads as ``"add_remove"`` when
@@ -173,7 +179,7 @@ class LedgerEntry:
     delta: float
     label: str = ""
     events: tuple = field(default=(), compare=False)
-    noise_key: str | None = None
+    noise_key: str | tuple | None = None
     neighbouring: str = DEFAULT_NEIGHBOURING
 
     def __post_init__(self):
@@ -185,8 +191,10 @@ class LedgerEntry:
         events_ok = isinstance(self.events, tuple) and all(isinstance(e, PrivacyEvent) for e in self.events)
         if not events_ok:
             raise ValueError(f"events must be a tuple of PrivacyEvent, got events={self.events!r}.")
-        if not (self.noise_key is None or isinstance(self.noise_key, str)):
-            raise ValueError(f"noise_key must be a str or None, got noise_key={self.noise_key!r}.")
+        keys = self.noise_key if isinstance(self.noise_key, tuple) else (self.noise_key,)
+        if not (self.noise_key is None or (keys and all(isinstance(key, str) for key in keys))):
+            raise ValueError("noise_key must be a str, a non-empty tuple of str or None, got "
+                             f"noise_key={self.noise_key!r}.")
         _check_neighbouring(self.neighbouring)
 
     def __setstate__(self, state):
@@ -243,7 +251,9 @@ class LedgerEntry:
         if not isinstance(events, list):
             raise ValueError(f"events must be a list, got events={events!r}.")
         events = tuple(_event_from_dict(event, position) for position, event in enumerate(events))
-        return cls(data["epsilon"], data["delta"], data.get("label", ""), events, data.get("noise_key"),
+        noise_key = data.get("noise_key")
+        noise_key = tuple(noise_key) if isinstance(noise_key, list) else noise_key  # several streams
+        return cls(data["epsilon"], data["delta"], data.get("label", ""), events, noise_key,
                    data.get("neighbouring", _relation_of_events(events)))
 
 
@@ -350,6 +360,12 @@ def _plain_ints(value):
 def noise_stream(noise_key):
     """The stream digest of a :func:`noise_fingerprint` (the part after the owner), or ``None``."""
     return None if noise_key is None else noise_key.rsplit(":", 1)[-1]
+
+
+def _owned_streams(noise_key):
+    """``(owner, stream)`` of every fingerprint in ``noise_key`` (a str, a tuple of them, or None)."""
+    keys = () if noise_key is None else (noise_key,) if isinstance(noise_key, str) else noise_key
+    return [(key.rsplit(":", 1)[0], noise_stream(key)) for key in keys]
 
 
 def _delta_from_log_keep(log_keep):
@@ -633,9 +649,10 @@ class BudgetAccountant:
             )
 
     def _check_noise_locked(self, noise_key):
-        stream = noise_stream(noise_key)
-        if stream is None:
-            return
+        for owner, stream in _owned_streams(noise_key):
+            self._check_stream_locked(owner, stream)
+
+    def _check_stream_locked(self, owner, stream):
         if stream in self._noise_keys:
             earlier = f"{self._noise_keys[stream]} was already charged to this accountant"
         elif stream in self._reserved:
@@ -644,7 +661,7 @@ class BudgetAccountant:
             return
         message = (
             f"{earlier} with the same random_state (the same noise stream), so this fit of "
-            f"{noise_key.rsplit(':', 1)[0]} would draw exactly the same noise: the difference of the "
+            f"{owner} would draw exactly the same noise: the difference of the "
             "two releases would be free of noise and the accountant's composition would not hold. "
             "Use a different seed for every fit charged to one accountant, or random_state=None."
         )
@@ -664,11 +681,13 @@ class BudgetAccountant:
         ----------
         epsilon, delta : float
             The guarantee a fit is about to spend.
-        noise_key : str, default=None
-            :func:`noise_fingerprint` of the fit's noise stream. If the ledger
-            already holds that stream, or a fit on it is under way
-            (:meth:`reserve`), warn (:class:`NoiseReuseWarning`) or raise
-            (:class:`NoiseReuseError`) as ``on_repeated_noise`` says.
+        noise_key : str or tuple of str, default=None
+            :func:`noise_fingerprint` of the fit's noise stream, or a tuple of
+            them for a spend that pays for several (a search charged up
+            front). If the ledger already holds one of those streams, or a fit
+            on it is under way (:meth:`reserve`), warn
+            (:class:`NoiseReuseWarning`) or raise (:class:`NoiseReuseError`)
+            as ``on_repeated_noise`` says.
         neighbouring : {"replace_one", "add_remove"}, default="replace_one"
             The relation under which ``(epsilon, delta)`` holds.
 
@@ -689,7 +708,7 @@ class BudgetAccountant:
             self._check_noise_locked(noise_key)
 
     def reserve(self, epsilon, delta=0.0, *, noise_key=None, neighbouring=DEFAULT_NEIGHBOURING):
-        """:meth:`check`, and mark the noise stream as under way, atomically.
+        """:meth:`check`, and mark the noise stream(s) as under way, atomically.
 
         Use it as a context manager around a fit: inside, :meth:`check` and
         :meth:`reserve` with the same stream see a repeat, so two concurrent
@@ -704,21 +723,21 @@ class BudgetAccountant:
         context manager
         """
         entry = self._entry(epsilon, delta, None, (), noise_key, neighbouring)
-        stream = noise_stream(noise_key)
+        streams = _owned_streams(noise_key)
         with self._lock:
             self._check_locked(entry)
             self._check_noise_locked(noise_key)
-            if stream is not None:
-                owner = noise_key.rsplit(":", 1)[0]
+            for owner, stream in streams:
                 self._reserved.setdefault(stream, [owner, 0])[1] += 1
-        return _Reservation(self, stream)
+        return _Reservation(self, [stream for _, stream in streams])
 
-    def _release(self, stream):
+    def _release(self, streams):
         with self._lock:
-            mark = self._reserved[stream]
-            mark[1] -= 1
-            if mark[1] == 0:
-                del self._reserved[stream]
+            for stream in streams:
+                mark = self._reserved[stream]
+                mark[1] -= 1
+                if mark[1] == 0:
+                    del self._reserved[stream]
 
     def spend(self, epsilon, delta=0.0, label=None, events=(), *, noise_key=None,
               neighbouring=DEFAULT_NEIGHBOURING):
@@ -732,9 +751,10 @@ class BudgetAccountant:
             Who spent it.
         events : iterable of PrivacyEvent, default=()
             The releases behind the charge, kept for audit.
-        noise_key : str, default=None
-            :func:`noise_fingerprint` of the noise the spend paid for, kept so
-            that :meth:`check` can notice a repeat. A repeat is recorded
+        noise_key : str or tuple of str, default=None
+            :func:`noise_fingerprint` of the noise the spend paid for (a tuple
+            of them for several streams), kept so that :meth:`check` can
+            notice a repeat. A repeat is recorded
             without complaint here: the spend comes after the noise was drawn,
             and it must not fail for that reason.
         neighbouring : {"replace_one", "add_remove"}, default="replace_one"
@@ -754,9 +774,12 @@ class BudgetAccountant:
         with self._lock:
             self._check_locked(entry)
             self._entries.append(entry)
-            stream = noise_stream(noise_key)
-            if stream is not None:
-                self._noise_keys.setdefault(stream, noise_key.rsplit(":", 1)[0])
+            self._record_streams(entry)
+
+    def _record_streams(self, entry):
+        """Remember the noise streams ``entry`` paid for, each with the owner that first drew it."""
+        for owner, stream in _owned_streams(entry.noise_key):
+            self._noise_keys.setdefault(stream, owner)
 
     # -- default accountant ------------------------------------------------------
     @classmethod
@@ -866,8 +889,7 @@ class BudgetAccountant:
         self._entries = list(entries)
         self._noise_keys = {}
         for entry in entries:
-            if entry.noise_key is not None:
-                self._noise_keys.setdefault(noise_stream(entry.noise_key), entry.noise_key.rsplit(":", 1)[0])
+            self._record_streams(entry)
 
     def to_json(self):
         """Serialise the ceiling, options and ledger to a JSON string."""
@@ -926,16 +948,15 @@ class BudgetAccountant:
 
 
 class _Reservation:
-    """What :meth:`BudgetAccountant.reserve` returns: releases the noise stream's mark on exit."""
+    """What :meth:`BudgetAccountant.reserve` returns: releases the noise streams' marks on exit."""
 
-    def __init__(self, accountant, stream):
-        self._accountant, self._stream = accountant, stream
+    def __init__(self, accountant, streams):
+        self._accountant, self._streams = accountant, streams
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc_info):
-        if self._stream is not None:
-            self._accountant._release(self._stream)
-            self._stream = None
+        self._accountant._release(self._streams)
+        self._streams = []
         return False

@@ -32,6 +32,8 @@ Four facts shape this module.
 4. **Two fits with the same seed draw the same noise.** The folds of a search
    share most rows, so a fixed ``random_state`` makes the difference of two
    releases nearly noise-free. Search with ``random_state=None``.
+   :func:`fit_search_charged` checks the streams of a seeded search against
+   the accountant before charging, and records them with the charge.
 """
 
 import math
@@ -49,7 +51,7 @@ from sklearn.model_selection import (
 from sklearn.pipeline import Pipeline
 from sklearn.utils.validation import _num_samples, check_array
 
-from skdpcluster.accountant import BudgetAccountant
+from skdpcluster.accountant import BudgetAccountant, noise_fingerprint, noise_stream
 from skdpcluster.exceptions import NoiseReuseError, NoiseReuseWarning, PrivacyLeakWarning
 from skdpcluster.mechanisms import exponential_mechanism
 from skdpcluster.utils import check_random_state
@@ -222,14 +224,37 @@ def _pinned_inputs(search, X, y, groups):
     return pinned
 
 
-def _check_search_seeds(search, candidates, n_fits, accountant):
-    """Warn, or refuse, before any spend, when the fits of a search would share a seed."""
-    seeds = {
-        repr(component.random_state)
+def _seeded_components(search, candidates):
+    """The private components of the candidates that have a ``random_state`` (a fixed noise stream)."""
+    return [
+        component
         for params in candidates
         for component in _private_components(clone(search.estimator).set_params(**params)).values()
         if getattr(component, "random_state", None) is not None
-    }
+    ]
+
+
+def _search_noise_keys(seeded_components, choice_random_state):
+    """The distinct noise streams a search draws from fixed seeds, as :func:`noise_fingerprint` keys.
+
+    Those of its seeded private components (every fit of a candidate draws
+    its component's stream) and of the private choice (``None`` when it is
+    not private or not seeded). ``None`` when there is none: every stream is
+    fresh OS entropy.
+    """
+    keys = [noise_fingerprint(type(component).__name__, component.random_state)
+            for component in seeded_components]
+    keys.append(noise_fingerprint("fit_search_charged/selection", choice_random_state))
+    distinct = {}
+    for key in keys:
+        if key is not None:
+            distinct.setdefault(noise_stream(key), key)
+    return tuple(distinct.values()) or None
+
+
+def _check_search_seeds(seeded_components, n_fits, accountant):
+    """Warn, or refuse, before any spend, when the fits of a search would share a seed."""
+    seeds = {repr(component.random_state) for component in seeded_components}
     if not seeds or n_fits < 2:
         return
     message = (
@@ -390,7 +415,12 @@ def fit_search_charged(search, X, y=None, *, accountant=None, groups=None, selec
         ``random_state`` should be ``None``: a fixed seed makes every fit draw
         the same noise (:class:`NoiseReuseWarning`, or
         :class:`NoiseReuseError` from an accountant with
-        ``on_repeated_noise="raise"``).
+        ``on_repeated_noise="raise"``). The noise streams of the seeded
+        private estimators (over all candidates) and of a seeded private
+        choice are checked against ``accountant`` before the charge (a
+        stream already in its ledger, or a fit on it under way, warns or
+        refuses in the same way) and recorded in the charge's ledger entry,
+        so that a later fit with one of those seeds is noticed too.
     X, y : array-like
     accountant : BudgetAccountant, default=None
         Charged with the search's cost; ``None`` uses the private estimator's
@@ -445,13 +475,19 @@ def fit_search_charged(search, X, y=None, *, accountant=None, groups=None, selec
                 data_radius=data_radius, random_state=random_state)
             overrides["refit"] = choice
             epsilon += selection_epsilon
-        _check_search_seeds(search, candidates, n_fits, accountant)
+        seeded = _seeded_components(search, candidates)
+        _check_search_seeds(seeded, n_fits, accountant)
+        noise_keys = _search_noise_keys(seeded, random_state if choice is not None else None)
         if selection == "non_private":
             warn_user("fit_search_charged(selection='non_private'): best_params_, the refit and "
                       "cv_results_ come from exact scores on the private data and are not private; "
                       "only the fits are.", PrivacyLeakWarning)
-        accountant.spend(epsilon, delta, label=f"{type(search).__name__}: {n_fits} fits"
-                         f"{' and a private choice' if choice else ''} charged up front")
+        # The seeded streams are checked against the ledger (and fits under way) and recorded with
+        # the charge, so that a later fit with one of those seeds is noticed too (re-review V1-6).
+        with accountant.reserve(epsilon, delta, noise_key=noise_keys):
+            accountant.spend(epsilon, delta, label=f"{type(search).__name__}: {n_fits} fits"
+                             f"{' and a private choice' if choice else ''} charged up front",
+                             noise_key=noise_keys)
         with _temporarily(search, **overrides):
             search.fit(X, y, groups=groups, **fit_params)
     if choice is not None:

@@ -490,6 +490,30 @@ def test_reserved_stream_is_a_repeat_until_released():
         pass
 
 
+def test_a_spend_can_record_several_noise_streams():
+    """Re-review V1-6: a search charged up front pays for the streams of all its seeded components
+    in one entry; every one is a repeat afterwards, in a saved or pickled ledger too, and a
+    reservation marks and releases them all."""
+    keys = (noise_fingerprint("PrivateStableKMeans", 1), noise_fingerprint("KTupleClusterer", 2))
+    acc = BudgetAccountant(on_repeated_noise="raise")
+    with acc.reserve(0.5, noise_key=keys):
+        with pytest.raises(NoiseReuseError, match="a fit of KTupleClusterer is under way"):
+            acc.check(0.1, noise_key=noise_fingerprint("A", 2))
+        acc.spend(0.5, label="search", noise_key=keys)
+    assert acc._reserved == {}
+    restored = BudgetAccountant.from_json(acc.to_json())
+    assert json.loads(acc.to_json())["ledger"][0]["noise_key"] == list(keys)
+    for holder in (acc, restored, pickle.loads(pickle.dumps(acc))):
+        assert holder.ledger[0].noise_key == keys
+    for seed, owner in ((1, "PrivateStableKMeans"), (2, "KTupleClusterer")):
+        with pytest.raises(NoiseReuseError, match=f"{owner} was already charged"):
+            restored.check(0.1, noise_key=noise_fingerprint("A", seed))
+    restored.check(0.1, noise_key=noise_fingerprint("A", 3))
+    for bad in ((), ("a", 1), ["a"]):
+        with pytest.raises(ValueError, match="noise_key must be"):
+            LedgerEntry(0.1, 0.0, noise_key=bad)
+
+
 class _FirstSpendWaits(BudgetAccountant):
     """Pins the timing only: the first spend waits until the test lets it go (the fit path is the real one)."""
 

@@ -311,6 +311,57 @@ def test_seeded_search_warns_or_refuses_before_charging(small):
         GridSearchCV(_fast(accountant=in_process, random_state=0), {"epsilon": [1e5]}, cv=3).fit(small)
 
 
+def _one_fit_search(random_state):
+    """A search of one fit (one candidate, one split, no refit): no repeat within the search itself."""
+    return GridSearchCV(_fast(random_state=random_state), {"epsilon": [1e5]}, refit=False,
+                        cv=ShuffleSplit(1, test_size=0.25, random_state=0))
+
+
+_ONE_FIT = pytest.mark.filterwarnings("ignore::skdpcluster.PrivacyLeakWarning")  # refit=False: non_private
+
+
+@_ONE_FIT
+@pytest.mark.parametrize("on_repeated_noise", ["raise", "warn"])
+def test_a_seeded_search_after_a_fit_with_its_seed_is_a_repeat(small, on_repeated_noise):
+    """Re-review V1-6: fit_search_charged spent with no noise key, so a fit with seed 7 and then a
+    one-fit search with seed 7 (the same noise stream) passed even with on_repeated_noise='raise'."""
+    acc = BudgetAccountant(on_repeated_noise=on_repeated_noise)
+    _fast(random_state=7, accountant=acc).fit(small)
+    search = _one_fit_search(7)
+    if on_repeated_noise == "raise":
+        with pytest.raises(NoiseReuseError, match="KTupleClusterer was already charged"):
+            fit_search_charged(search, small, accountant=acc, selection="non_private")
+        assert len(acc.ledger) == 1 and acc._reserved == {} and not hasattr(search, "cv_results_")
+    else:
+        with pytest.warns(NoiseReuseWarning, match="KTupleClusterer was already charged"):
+            fit_search_charged(search, small, accountant=acc, selection="non_private")
+        assert len(acc.ledger) == 2
+
+
+@_ONE_FIT
+@pytest.mark.parametrize("on_repeated_noise", ["raise", "warn"])
+@pytest.mark.parametrize("seeded", ["estimator", "choice"])
+def test_a_fit_after_a_seeded_search_with_its_seed_is_a_repeat(small, seeded, on_repeated_noise):
+    """Re-review V1-6: after a search with seed 8 (its estimator's, or its private choice's), a fit
+    with seed 8 was accepted silently: the search's charge recorded no noise stream."""
+    acc = BudgetAccountant(on_repeated_noise=on_repeated_noise)
+    if seeded == "estimator":
+        fit_search_charged(_one_fit_search(8), small, accountant=acc, selection="non_private")
+    else:  # a private choice refits; the estimator is unseeded, so the search repeats nothing itself
+        fit_search_charged(_one_fit_search(None).set_params(refit=True), small, accountant=acc,
+                           data_radius=600.0, random_state=8)
+    (search_entry,) = acc.ledger
+    later = _fast(random_state=8, accountant=acc)
+    if on_repeated_noise == "raise":
+        with pytest.raises(NoiseReuseError, match="already charged"):
+            later.fit(small)
+        assert acc.ledger == [search_entry] and not hasattr(later, "cluster_centers_")
+    else:
+        with pytest.warns(NoiseReuseWarning, match="already charged"):
+            later.fit(small)
+        assert len(acc.ledger) == 2
+
+
 def _selection_draws(X_test, n_draws, seed, sensitivity_factor=1.0):
     """Indices chosen by the private choice of a one-split search between two fixed candidates."""
     search = GridSearchCV(_fast(data_radius=1.0), {"epsilon": [1e5]})
