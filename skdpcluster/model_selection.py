@@ -338,8 +338,31 @@ class _PrivateChoice:
         return int(index)
 
 
+def _check_no_local_model(search, candidates):
+    """Refuse a private choice over a local-model estimator: it scores raw rows at a curator.
+
+    The choice computes every candidate's clipped cost on the raw held-out
+    rows in one place, as a trusted curator would. That is a central-model
+    release: it is private, but a local-model estimator promises that no
+    party, not even the server, sees a raw row.
+    """
+    for params in candidates:
+        for component in _private_components(clone(search.estimator).set_params(**params)).values():
+            if getattr(component, "_LOCAL_MODEL", False):
+                name = type(component).__name__
+                raise ValueError(
+                    f"selection='private' over {name}: the private choice scores the raw held-out "
+                    "rows in one place, at a trusted curator, but a local-model estimator promises "
+                    "that no party (not even the server) sees a raw row. Choose its parameters by "
+                    "public considerations (public data, or the public noise estimate that its "
+                    "UtilityWarning reports). If a curator that may see the rows does exist, use a "
+                    "central estimator, or choose with select_privately (a central-model choice) or "
+                    "selection='non_private' (not private).")
+
+
 def _private_selection(search, candidates, splits, n_samples, *, epsilon, data_radius, random_state):
     """The scorer and the ``refit`` callable of a private choice; validated before any spend."""
+    _check_no_local_model(search, candidates)
     if isinstance(epsilon, bool) or not isinstance(epsilon, Real) or not (
             math.isfinite(epsilon) and epsilon > 0):
         raise ValueError(
@@ -408,6 +431,16 @@ def fit_search_charged(search, X, y=None, *, accountant=None, groups=None, selec
     boundaries) or ``privacy_unit="client"`` (one client's rows change at once,
     in every test fold) are refused with a ``ValueError`` before any spend.
 
+    **Central model only.** The private choice scores the raw held-out rows in
+    one place, as a trusted curator would. A local-model estimator
+    (:class:`~skdpcluster.local.LocalPrivateStableKMeans`) promises that no
+    party, not even the server, sees a raw row, so ``selection="private"``
+    over one is refused with a ``ValueError`` before any spend: choose its
+    parameters by public considerations (public data, or the public noise
+    estimate of its :class:`~skdpcluster.UtilityWarning`), or, where a
+    curator may see the rows, use a central estimator, or choose with
+    :func:`select_privately` or ``selection="non_private"`` (not private).
+
     Parameters
     ----------
     search : GridSearchCV or RandomizedSearchCV
@@ -449,9 +482,10 @@ def fit_search_charged(search, X, y=None, *, accountant=None, groups=None, selec
     Raises
     ------
     ValueError
-        For invalid arguments, or a private estimator with
-        ``neighbouring="add_remove"`` or ``privacy_unit="client"``, before
-        anything is charged.
+        For invalid arguments, a private estimator with
+        ``neighbouring="add_remove"`` or ``privacy_unit="client"``, or
+        ``selection="private"`` over a local-model estimator, before anything
+        is charged.
     BudgetExceededError
         If the search's cost does not fit in ``accountant``; nothing is charged.
     """
@@ -514,6 +548,9 @@ def select_privately(candidates, X, *, data_radius, epsilon, random_state=None, 
     ``privacy_unit="client"`` are refused. The charge is recorded under the
     accountant's relation (its ``neighbouring``, else that of its first
     entry, else replace-one), so it composes with the candidates' own fits.
+    The scores are computed on the raw rows in one place, so this is a
+    central-model choice: it needs a curator trusted with the rows, also
+    for candidates of the local model.
 
     Parameters
     ----------

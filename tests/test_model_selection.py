@@ -25,6 +25,7 @@ from skdpcluster import (
     PrivateStableKMeans,
 )
 from skdpcluster.datasets import make_separated_mixture
+from skdpcluster.local import LocalPrivateStableKMeans
 from skdpcluster.model_selection import (
     _HeldOutClippedCost,
     _private_selection,
@@ -286,6 +287,25 @@ def test_search_names_the_parameter_that_the_grid_or_a_pipeline_sets(small):
     with pytest.raises(ValueError, match="privatestablekmeans__neighbouring='add_remove'"):
         fit_search_charged(search, small, accountant=acc)
     assert acc.ledger == []
+
+
+@pytest.mark.parametrize("in_pipeline", [False, True], ids=["estimator", "pipeline"])
+def test_a_private_choice_over_the_local_model_is_refused_before_spending(small, in_pipeline):
+    """Task H1: the private choice scores raw held-out rows at a curator, which the local model's
+    trust assumption (nobody sees a raw row) rules out; it was accepted and charged."""
+    local = LocalPrivateStableKMeans(n_clusters=2, data_radius=600.0)
+    estimator = make_pipeline(StandardScaler(), local) if in_pipeline else local
+    grid = {f"{'localprivatestablekmeans__' if in_pipeline else ''}epsilon": [0.5, 1.0]}
+    search = GridSearchCV(estimator, grid, cv=3)
+    acc = BudgetAccountant(100.0, 1e-3)
+    acc.spend(0.5, 1e-6, label="earlier fit")
+    before = (acc.ledger, acc.total())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # and nothing warned
+        with pytest.raises(ValueError, match="LocalPrivateStableKMeans.*no party.*public considerations"):
+            fit_search_charged(search, small, accountant=acc)
+    assert (acc.ledger, acc.total()) == before and acc._reserved == {}
+    assert not hasattr(search, "cv_results_")
 
 
 def test_select_privately_refuses_client_level_candidates_before_spending(small):

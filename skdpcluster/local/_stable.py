@@ -290,6 +290,10 @@ class LocalPrivateStableKMeans(_BasePrivateClusterer):
     #: Every row is randomized: the noise of a centre falls as ``1 / sqrt(n)``.
     _NOISE_RATE = 0.5
 
+    #: No party sees a raw row, so nothing may score rows centrally
+    #: (``fit_search_charged`` refuses a private choice over this estimator).
+    _LOCAL_MODEL = True
+
     def _noise_fraction(self, n_samples, n_features):
         r"""Public estimate of a released centre's noise, as a fraction of :math:`\Lambda`.
 
