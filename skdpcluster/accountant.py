@@ -102,7 +102,11 @@ the process-wide default below every block. A thread with no block of its own
 while another thread is inside one (a worker thread of a threaded search
 started in a ``with`` block, for example) cannot tell which accountant it is
 meant to charge, so :meth:`~BudgetAccountant.default` refuses there with a
-ValueError, before anything is spent: pass ``accountant=`` explicitly.
+ValueError, before anything is spent: pass ``accountant=`` explicitly. A
+block is closed by the thread or task that entered it: ``__exit__`` anywhere
+else raises ValueError and leaves it open. A block left open by a thread that
+has ended (an explicit ``__enter__`` without its ``__exit__``) no longer
+counts, so it cannot make every other thread refuse for good.
 """
 
 import contextvars
@@ -452,10 +456,10 @@ class BudgetAccountant:
     #: The process-wide default (below every ``with`` block), created on first use.
     _base_default = None
     _default_lock = threading.RLock()
-    #: The ``with`` blocks of the current thread or task, innermost last.
+    #: The ``with`` blocks (:class:`_Block`) of the current thread or task, innermost last.
     _context_stack = contextvars.ContextVar("skdpcluster_accountant_blocks", default=())
-    #: Number of ``with`` blocks open in the whole process (every thread).
-    _open_blocks = 0
+    #: The ``with`` blocks open in the whole process (every thread), as :class:`_Block`.
+    _open_blocks = set()
 
     #: Whether a copy made by unpickling may spend. Only the throw-away
     #: accountants of a search that was charged up front in the parent process
@@ -795,16 +799,17 @@ class BudgetAccountant:
         Raises
         ------
         ValueError
-            If this thread has no ``with`` block while another thread is
-            inside one: the fit may be meant for that block's accountant (a
-            worker thread of a threaded search, for example), which this
-            thread cannot see. Pass ``accountant=`` explicitly.
+            If this thread has no ``with`` block while another thread (one
+            that has not ended) is inside one: the fit may be meant for that
+            block's accountant (a worker thread of a threaded search, for
+            example), which this thread cannot see. Pass ``accountant=``
+            explicitly.
         """
         blocks = cls._context_stack.get()
         if blocks:
-            return blocks[-1]
+            return blocks[-1].accountant
         with cls._default_lock:
-            if BudgetAccountant._open_blocks:
+            if cls._a_running_thread_has_a_block():
                 raise ValueError(
                     "no accountant= was given and this thread has no 'with accountant:' block, but "
                     "another thread is inside one: the spend may be meant for that block's "
@@ -821,22 +826,50 @@ class BudgetAccountant:
             BudgetAccountant._base_default = self
         return self
 
+    @staticmethod
+    def _a_running_thread_has_a_block():
+        """Whether a thread that has not ended has a ``with`` block open; call it under the lock.
+
+        A block left open by a thread that has ended (entered by a bare
+        ``__enter__`` with no ``__exit__`` in that thread) is forgotten: no
+        fit can run inside it any more. Counted instead, it made
+        :meth:`default` refuse in every thread without a block for the rest
+        of the process (re-review V1-7).
+        """
+        ended = {block for block in BudgetAccountant._open_blocks if not block.thread.is_alive()}
+        BudgetAccountant._open_blocks.difference_update(ended)
+        return bool(BudgetAccountant._open_blocks)
+
     def __enter__(self):
+        block = _Block(self, threading.current_thread())
         with self._default_lock:
-            self._context_stack.set((*self._context_stack.get(), self))
-            BudgetAccountant._open_blocks += 1
+            self._context_stack.set((*self._context_stack.get(), block))
+            BudgetAccountant._open_blocks.add(block)
         return self
 
     def __exit__(self, *exc_info):
+        """Close the innermost block of ``self`` in this thread or task.
+
+        Raises
+        ------
+        ValueError
+            If this thread or task has no open block of ``self``: it was
+            entered in another thread or task (an explicit ``__enter__`` there),
+            whose default it stays until that thread exits it or ends.
+        """
         with self._default_lock:
             blocks = list(self._context_stack.get())
-            # Remove the innermost occurrence of self (blocks are properly nested).
-            for position in range(len(blocks) - 1, -1, -1):
-                if blocks[position] is self:
-                    del blocks[position]
-                    BudgetAccountant._open_blocks -= 1
-                    break
+            mine = [position for position, block in enumerate(blocks) if block.accountant is self]
+            if not mine:
+                raise ValueError(
+                    "BudgetAccountant.__exit__: this thread (or asyncio task) has no open 'with' "
+                    "block of this accountant; it was entered in another thread or task, whose "
+                    "default it is, and only that thread or task can exit it (it is forgotten when "
+                    "that thread ends). Use 'with accountant:' statements, which enter and exit in "
+                    "one thread, or pass accountant= to the estimators.")
+            block = blocks.pop(mine[-1])
             self._context_stack.set(tuple(blocks))
+            BudgetAccountant._open_blocks.discard(block)
         return False
 
     # -- scikit-learn, pickle and JSON ---------------------------------------------
@@ -945,6 +978,18 @@ class BudgetAccountant:
                 raise ValueError(f"ledger[{position}]: {exc}") from exc
         accountant._load_entries(entries)
         return accountant
+
+
+class _Block:
+    """One open ``with accountant:`` block: the accountant and the thread that entered it.
+
+    Compared by identity, so that two blocks of one accountant are two blocks.
+    """
+
+    __slots__ = ("accountant", "thread")
+
+    def __init__(self, accountant, thread):
+        self.accountant, self.thread = accountant, thread
 
 
 class _Reservation:

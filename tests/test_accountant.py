@@ -597,7 +597,7 @@ def test_with_block_is_the_default_of_its_own_thread_only(one_cluster_pair):
         thread.join()
     assert seen == {"a": acc_a, "b": acc_b}
     assert len(acc_a.ledger) == 1 and acc_b.ledger == []
-    assert BudgetAccountant._open_blocks == 0
+    assert BudgetAccountant._open_blocks == set()
 
 
 def test_a_thread_without_a_block_refuses_while_another_thread_has_one():
@@ -622,6 +622,47 @@ def test_a_thread_without_a_block_refuses_while_another_thread_has_one():
         leave.set()
         thread.join()
     assert BudgetAccountant.default() is not acc
+
+
+def test_a_block_left_open_by_a_thread_that_ended_does_not_stick():
+    """Re-review V1-7: a block entered in a thread that then ended and "exited" from the main thread
+    kept the process-wide count at 1, so default() refused in every thread for good. The exit from
+    the wrong thread is refused, and the block is forgotten because its thread has ended."""
+    base, acc = BudgetAccountant.default(), BudgetAccountant()
+    thread = threading.Thread(target=acc.__enter__)
+    thread.start()
+    thread.join()
+    assert BudgetAccountant.default() is base  # before: ValueError, "another thread is inside one"
+    with pytest.raises(ValueError, match="has no open 'with' block of this accountant"):
+        acc.__exit__(None, None, None)
+    assert BudgetAccountant.default() is base and BudgetAccountant._open_blocks == set()
+
+
+def test_a_block_exited_from_another_thread_stays_open_while_its_thread_runs():
+    """The guarantee of review RA-5 holds through a wrong exit: while the thread that entered a block
+    runs, its block is its default and threads without a block refuse; its own exit closes it."""
+    acc, inside, leave, seen = BudgetAccountant(), threading.Event(), threading.Event(), {}
+
+    def holder():
+        acc.__enter__()
+        inside.set()
+        leave.wait(60)
+        seen["default"] = BudgetAccountant.default()
+        acc.__exit__(None, None, None)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    try:
+        assert inside.wait(60)
+        with pytest.raises(ValueError, match="entered in another thread"):
+            acc.__exit__(None, None, None)
+        with pytest.raises(ValueError, match="Pass accountant= explicitly"):
+            BudgetAccountant.default()
+    finally:
+        leave.set()
+        thread.join()
+    assert seen["default"] is acc
+    assert BudgetAccountant.default() is not acc and BudgetAccountant._open_blocks == set()
 
 
 def test_mixed_relations_are_refused_by_default(one_cluster_pair):
