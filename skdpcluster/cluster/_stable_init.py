@@ -41,6 +41,7 @@ The kernels (:func:`nearest_centers`, :func:`noisy_cell_sums`,
 :func:`lloyd_step`, ...) trust their input: the estimators validate it.
 """
 
+import contextlib
 import functools
 import math
 import warnings
@@ -76,6 +77,7 @@ __all__ = [
     "noisy_cell_sums",
     "random_ball_points",
     "rounding_margin",
+    "short_grid_warning_silenced",
     "sure_nearest",
     "within_radii",
 ]
@@ -639,6 +641,8 @@ GRID_MAX_UNPROJECTED_DIM = 4
 #: Lambda / 4 from the data in high dimension: breast_cancer at epsilon = 0.5 (no heavy
 #: cell) cost 2.50 x KMeans, one centre 1.47 x.
 GRID_FILLER_RADIUS = 1e-3
+#: How :class:`GridInitializer`'s warning about fewer heavy cells than clusters begins.
+SHORT_GRID_WARNING = "GridInitializer: only"
 #: Grid resolutions tried (cells per axis), coarsest first (spec §9.6 step 3).
 GRID_LEVELS = (2, 4, 8, 16, 32, 64)
 #: Largest tolerated noise of a coreset point relative to Lambda (tau_acc of step 4).
@@ -1078,7 +1082,7 @@ class GridInitializer:
                                 rng)
         if n_fit < n_clusters:
             warn_user(
-                f"GridInitializer: only {len(points)} heavy grid cells for n_clusters={n_clusters}"
+                f"{SHORT_GRID_WARNING} {len(points)} heavy grid cells for n_clusters={n_clusters}"
                 f"; {n_clusters - n_fit} initial centres are placed near the centre of the data "
                 "ball. There is too little data for this epsilon (or data_radius is much too "
                 "large).", UserWarning)
@@ -1102,6 +1106,19 @@ class GridInitializer:
             events += noisy.events
             fallbacks.append(int(fallback.sum()))
         return centers, events, fallbacks
+
+
+@contextlib.contextmanager
+def short_grid_warning_silenced():
+    """Silence the grid's generic warning about too few heavy cells, for a caller that reports it.
+
+    The stable estimators report it themselves after the fit, from the
+    released number of heavy cells: a :class:`~skdpcluster.UtilityWarning`
+    naming the rows that would help, and ``quality_["heavy_cells_short"]``.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=SHORT_GRID_WARNING, category=UserWarning)
+        yield
 
 
 def _second_moment(chunk):
