@@ -217,10 +217,10 @@ class SampleAggregateStableKMeans(PrivateStableKMeans):
         private test, so no ``"fallback"``); ``"failure"`` only when a
         private step raised.
     quality_ : dict
-        As in :class:`PrivateStableKMeans`, plus ``"heavy_cells_short"``
+        As in :class:`PrivateStableKMeans`, with ``"heavy_cells_short"``
         (the released number of heavy cells of the aggregation is below
-        ``n_clusters``: a :class:`~skdpcluster.UtilityWarning` was emitted)
-        ``"chunks_suggested"`` (public: chunks that clear the aggregation's
+        ``n_clusters``: a :class:`~skdpcluster.UtilityWarning` was emitted),
+        plus ``"chunks_suggested"`` (public: chunks that clear the aggregation's
         noise threshold with a margin of
         :data:`~skdpcluster.cluster._stable.HEAVY_CELL_MARGIN`) and
         ``"rows_suggested"`` (public: rows at which ``n_chunks="auto"``

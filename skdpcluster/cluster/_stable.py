@@ -1152,15 +1152,26 @@ _SHARED_ATTRIBUTES = r"""
         ``None``), ``"test_passed"`` (its released outcome, or ``None``),
         ``"selected"`` (the selection's choice; it releases no cost),
         ``"n_heavy_cells"`` (of the grid initializer, from its released
-        noisy counts) and the ``estimate_cost`` keys of
-        :class:`~skdpcluster.KTupleClusterer` (``None`` unless
-        ``estimate_cost=True``).
+        noisy counts), ``"heavy_cells_short"`` (True when that number is
+        below ``n_clusters``: the missing initial centres were filler points
+        near the centre of the data ball, the later steps move one only where
+        their noisy counts accept it, so some released centres are usually
+        still filler points, and a :class:`~skdpcluster.UtilityWarning` says
+        so after the fit), ``"rows_suggested"`` (public: the rows at which an
+        average cluster clears the grid's noise threshold twice over) and the
+        ``estimate_cost`` keys of :class:`~skdpcluster.KTupleClusterer`
+        (``None`` unless ``estimate_cost=True``). The grid keys are ``None``
+        when the grid did not run (``"ktuple"`` that passed, public centres,
+        one cluster); with the grid fallback they are the fallback's.
     status_ : {"success", "fallback", "failure"}
         Centres are always released: ``"success"`` when the initializer
         returned centres, ``"fallback"`` when it failed and its reserved share
         ran the fallback (``initializer_status_`` says which); ``"failure"``
         only when the private step failed (a
         :class:`~skdpcluster.exceptions.PrivateStepFailedWarning`; nothing released).
+        It reports the initializer's private test, which the grid has none
+        of: ``"success"`` with ``quality_["heavy_cells_short"]`` means some
+        released centres are likely filler points.
     labels_ : ndarray of shape (n_samples,)
         Index of the nearest released centre for every training row.
         **Not private**: a function of the training data, outside the DP
