@@ -13,7 +13,7 @@ from sklearn.cluster import KMeans
 from skdpcluster.ktuple._tuples import generate_tuples
 from skdpcluster.ktuple.averages import project_to_ball
 from skdpcluster.cluster._stable import PrivateStableKMeans, _store_parameters
-from skdpcluster.cluster._stable_init import GridInitializer, short_grid_warning_silenced
+from skdpcluster.cluster._stable_init import GridInitializer
 from skdpcluster.utils._compat import HasMethods, Interval, StrOptions
 from skdpcluster.utils._docstrings import shared_params
 
@@ -46,10 +46,10 @@ def aggregate_chunk_centers(points, n_clusters, *, rho, data_radius, neighbourin
     info : dict
     """
     group = _group_factor(n_clusters)
-    with short_grid_warning_silenced():  # the estimator warns, naming what would help
-        centers, events, info = GridInitializer().fit_centers(
-            points, n_clusters, budget={"rho": rho / group}, data_radius=data_radius,
-            neighbouring=neighbouring, rng=rng)
+    # Too few heavy cells: the estimator warns (UtilityWarning), naming what would help.
+    centers, events, info = GridInitializer(warn_few_heavy_cells=False).fit_centers(
+        points, n_clusters, budget={"rho": rho / group}, data_radius=data_radius,
+        neighbouring=neighbouring, rng=rng)
     events = [replace(event, rho=event.rho * group,
                       label=event.label.replace("stable/grid_init", "sample_aggregate"),
                       details={**event.details, "group_privacy": (

@@ -13,7 +13,6 @@ guaranteed; every noisy release goes through :mod:`skdpcluster.mechanisms`
 or :mod:`skdpcluster.averaging`.
 """
 
-import contextlib
 import functools
 import itertools
 import math
@@ -50,7 +49,6 @@ from skdpcluster.cluster._stable_init import (
     nearest_costs,
     noisy_cell_sums,
     random_ball_points,
-    short_grid_warning_silenced,
     within_radii,
 )
 from skdpcluster.exceptions import PrivacyAccountingError, UtilityWarning
@@ -537,7 +535,7 @@ class _PrivateStableBase(CostEstimateMixin, _BasePrivateClusterer):
         ktuple_args = {"base_estimator": self.base_estimator, "beta": self.beta,
                        "n_jobs": self.n_jobs}
         if isinstance(init, str) and init == "grid":
-            return GridInitializer(), "grid"
+            return GridInitializer(warn_few_heavy_cells=False), "grid"  # see _commit
         if isinstance(init, (str, KTupleClusterer)):
             if self.neighbouring != "replace_one":
                 raise ValueError("the k-tuple initializer is private under replace-one only; "
@@ -780,7 +778,7 @@ class _PrivateStableBase(CostEstimateMixin, _BasePrivateClusterer):
         """The initializer run on the "fallback" share when a fallible one fails."""
         if self.fallback == "highdim":
             return HighDimInitializer(objective="kmeans" if self._POWER == 2 else "kmedian")
-        return GridInitializer()
+        return GridInitializer(warn_few_heavy_cells=False)  # see _commit
 
     def _initial_centers(self, data, initializer, budget, rng):
         """Run the initializer (and the grid fallback); B projected and in canonical order."""
@@ -813,17 +811,10 @@ class _PrivateStableBase(CostEstimateMixin, _BasePrivateClusterer):
         return outcome
 
     def _run_initializer(self, initializer, data, budget, rng):
-        """Call ``fit_centers`` and check its output and its spend against the protocol.
-
-        The grid's generic warning about too few heavy cells is replaced by the
-        estimator's (:meth:`_commit`) where the estimator runs the grid itself
-        (not a user's subclass, whose budget use it does not know).
-        """
-        reported = type(initializer) is GridInitializer
-        with short_grid_warning_silenced() if reported else contextlib.nullcontext():
-            result = initializer.fit_centers(
-                data.initializer_input(), self.n_clusters, budget=budget,
-                data_radius=data.radius, neighbouring=self.neighbouring, rng=rng)
+        """Call ``fit_centers`` and check its output and its spend against the protocol."""
+        result = initializer.fit_centers(data.initializer_input(), self.n_clusters, budget=budget,
+                                         data_radius=data.radius, neighbouring=self.neighbouring,
+                                         rng=rng)
         centers, events, info = (*result, {})[:3] if len(result) == 2 else result
         events = list(events)
         _check_initializer_spend(initializer, events, budget)

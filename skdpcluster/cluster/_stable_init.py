@@ -41,7 +41,6 @@ The kernels (:func:`nearest_centers`, :func:`noisy_cell_sums`,
 :func:`lloyd_step`, ...) trust their input: the estimators validate it.
 """
 
-import contextlib
 import functools
 import math
 import warnings
@@ -77,7 +76,6 @@ __all__ = [
     "noisy_cell_sums",
     "random_ball_points",
     "rounding_margin",
-    "short_grid_warning_silenced",
     "sure_nearest",
     "within_radii",
 ]
@@ -641,8 +639,6 @@ GRID_MAX_UNPROJECTED_DIM = 4
 #: Lambda / 4 from the data in high dimension: breast_cancer at epsilon = 0.5 (no heavy
 #: cell) cost 2.50 x KMeans, one centre 1.47 x.
 GRID_FILLER_RADIUS = 1e-3
-#: How :class:`GridInitializer`'s warning about fewer heavy cells than clusters begins.
-SHORT_GRID_WARNING = "GridInitializer: only"
 #: Grid resolutions tried (cells per axis), coarsest first (spec §9.6 step 3).
 GRID_LEVELS = (2, 4, 8, 16, 32, 64)
 #: Largest tolerated noise of a coreset point relative to Lambda (tau_acc of step 4).
@@ -900,6 +896,12 @@ class GridInitializer:
         Largest dense grid.
     n_restarts : int, default=10
         k-means++ restarts on the coreset.
+    warn_few_heavy_cells : bool, default=True
+        Warn (``UserWarning``) when step 5 needs filler centres. The stable
+        estimators pass False and report it themselves after the fit, from
+        the released number of heavy cells: a
+        :class:`~skdpcluster.UtilityWarning` naming the rows that would help,
+        and ``quality_["heavy_cells_short"]``.
     """
 
     privacy_model = "zcdp"
@@ -907,11 +909,13 @@ class GridInitializer:
     #: ``fit_centers`` also takes a rows object of :mod:`skdpcluster.utils._data` (Dask input).
     accepts_chunked_rows = True
 
-    def __init__(self, projection_dim=None, n_lloyd_steps=2, max_grid_cells=2**18, n_restarts=10):
+    def __init__(self, projection_dim=None, n_lloyd_steps=2, max_grid_cells=2**18, n_restarts=10,
+                 warn_few_heavy_cells=True):
         self.projection_dim = projection_dim
         self.n_lloyd_steps = n_lloyd_steps
         self.max_grid_cells = max_grid_cells
         self.n_restarts = n_restarts
+        self.warn_few_heavy_cells = warn_few_heavy_cells
 
     def fit_centers(self, X, n_clusters, *, budget, data_radius, neighbouring, rng):
         """Private initial centres of ``X`` (rows in B(0, data_radius)); see the class docstring.
@@ -1080,9 +1084,9 @@ class GridInitializer:
             directions = np.eye(points.shape[1])
         filler = filler_centers(n_clusters - n_fit, directions, GRID_FILLER_RADIUS * data_radius,
                                 rng)
-        if n_fit < n_clusters:
+        if n_fit < n_clusters and self.warn_few_heavy_cells:
             warn_user(
-                f"{SHORT_GRID_WARNING} {len(points)} heavy grid cells for n_clusters={n_clusters}"
+                f"GridInitializer: only {len(points)} heavy grid cells for n_clusters={n_clusters}"
                 f"; {n_clusters - n_fit} initial centres are placed near the centre of the data "
                 "ball. There is too little data for this epsilon (or data_radius is much too "
                 "large).", UserWarning)
@@ -1106,19 +1110,6 @@ class GridInitializer:
             events += noisy.events
             fallbacks.append(int(fallback.sum()))
         return centers, events, fallbacks
-
-
-@contextlib.contextmanager
-def short_grid_warning_silenced():
-    """Silence the grid's generic warning about too few heavy cells, for a caller that reports it.
-
-    The stable estimators report it themselves after the fit, from the
-    released number of heavy cells: a :class:`~skdpcluster.UtilityWarning`
-    naming the rows that would help, and ``quality_["heavy_cells_short"]``.
-    """
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=SHORT_GRID_WARNING, category=UserWarning)
-        yield
 
 
 def _second_moment(chunk):
