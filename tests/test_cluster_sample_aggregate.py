@@ -15,7 +15,7 @@ from skdpcluster import (
     SampleAggregateStableKMeans,
     UtilityWarning,
 )
-from skdpcluster.cluster import _sample_aggregate, _stable_init
+from skdpcluster.cluster import _sample_aggregate, _stable, _stable_init
 from skdpcluster.cluster._stable_init import GRID_LEVELS, GRID_SHARES
 from skdpcluster.datasets import make_separated_mixture
 
@@ -164,10 +164,10 @@ def test_the_advice_for_a_fixed_number_of_chunks_is_more_chunks_not_more_rows():
     # many rows still had 10 chunks and the same warning.
     auto = SampleAggregateStableKMeans(n_clusters=3, data_radius=20.0)
     fixed = clone(auto).set_params(n_chunks=10)
-    rho_init = _sample_aggregate.plan_budget("zcdp", auto._fractions("zcdp", False), 1.0,
-                                             1e-6).initializer["rho"]
+    rho_init = _stable.plan_budget("zcdp", auto._fractions("zcdp", False), 1.0,
+                                   1e-6).initializer["rho"]
     threshold, chunks, rows = auto._heavy_cell_need(2, rho_init)
-    assert chunks == math.ceil(_sample_aggregate.HEAVY_CELL_MARGIN * threshold)
+    assert chunks == math.ceil(_stable.HEAVY_CELL_MARGIN * threshold)
     assert rows == chunks * _sample_aggregate.ROWS_PER_CLUSTER * 3
     with warnings.catch_warnings():
         warnings.simplefilter("error", UtilityWarning)

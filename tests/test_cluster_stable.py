@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 import warnings
 from pathlib import Path
 
@@ -20,11 +21,17 @@ from skdpcluster.cluster._stable import (
     core_statistics,
     core_step,
     one_median_privacy,
+    plan_budget,
 )
 from skdpcluster.cluster._cost_estimate import COST_KEYS
 from skdpcluster.cluster._stable_init import SUM_COUNT_SENSITIVITY, GridInitializer
 from skdpcluster.datasets import make_separated_mixture
-from skdpcluster.exceptions import InsufficientDataError, PrivacyLeakWarning
+from skdpcluster.exceptions import (
+    BudgetExceededError,
+    InsufficientDataError,
+    PrivacyLeakWarning,
+    UtilityWarning,
+)
 from skdpcluster.mechanisms import zcdp_gaussian_mechanism, zcdp_rho_for_dp, zcdp_to_dp
 
 ESTIMATORS = [PrivateStableKMeans, PrivateStableKMedian]
@@ -52,12 +59,16 @@ def ledger_cost(events):
 def test_recovers_the_separated_mixture(mixture, Estimator):
     X, y, optimum = mixture
     acc = BudgetAccountant(epsilon=1.0, delta=1e-6)
-    est = Estimator(n_clusters=4, data_radius=RADIUS, accountant=acc, random_state=0).fit(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UtilityWarning)  # 5000 rows a cluster: enough for the grid
+        est = Estimator(n_clusters=4, data_radius=RADIUS, accountant=acc, random_state=0).fit(X)
     assert est.status_ == "success" and est.initializer_ == "grid"
     assert est.initializer_status_ == "success"
     # quality_ (issue #14): the grid has no private test; released values only
+    rows = est._heavy_cell_need(4, est.budget_["initializer"]["rho"])[2]
     assert est.quality_ == {"test": None, "test_passed": None, "selected": est.selected_,
                             "n_heavy_cells": est.initializer_info_["n_heavy_cells"],
+                            "heavy_cells_short": False, "rows_suggested": rows,
                             **dict.fromkeys(COST_KEYS)}
     assert adjusted_rand_score(y, est.labels_) >= 0.99
     assert kmeans_cost(X, est.cluster_centers_) <= 1.01 * optimum
@@ -786,6 +797,99 @@ def test_no_heavy_cell_gives_centres_near_the_one_centre_solution():
                                                  random_state=seed, accountant=BudgetAccountant())
                           .fit(X).cluster_centers_) / one_centre for seed in range(5)]
     assert np.median(ratios) <= 1.02, ratios
+
+
+# -- honest utility signals of the grid initializer (issue #14) -----------------------------
+
+
+def _blobs_300():
+    """The report of 2026-11-24: 100 rows a cluster, no heavy cell, 2 of 3 centres fillers."""
+    from sklearn.datasets import make_blobs
+    return make_blobs(300, centers=3, n_features=2, random_state=0)[0]
+
+
+def _public_grid_need(Estimator, n_features, epsilon=1.0, **params):
+    """tau, and the rows suggested, from public values only (the grid's share of the budget)."""
+    est = Estimator(3, epsilon=epsilon, **params)
+    rho = plan_budget("zcdp", est._fractions("zcdp", False), epsilon, 1e-6).initializer["rho"]
+    threshold = GridInitializer().heavy_cell_threshold(n_features, rho, est.neighbouring)
+    return threshold, 3 * math.ceil(2.0 * threshold)
+
+
+@pytest.mark.parametrize("Estimator", ESTIMATORS)
+def test_too_few_rows_a_cluster_for_the_grid_warn_before_spending(Estimator):
+    """100 rows a cluster against a threshold of about 283 (k-means; 310 for k-median) said
+    nothing before the fit. The numbers are the public ones; the accountant is untouched."""
+    threshold, rows = _public_grid_need(Estimator, 2)
+    accountant = BudgetAccountant(epsilon=0.5)
+    match = (rf"with 300 rows and n_clusters=3, an average cluster has about 100 rows, fewer "
+             rf"than the about {threshold:.0f} .* About {rows} rows \(or epsilon=")
+    with pytest.warns(UtilityWarning, match=match) as record:
+        with pytest.raises(BudgetExceededError):
+            Estimator(3, data_radius=20.0, accountant=accountant).fit(_blobs_300())
+    assert accountant.ledger == []
+    epsilon = float(re.search(r"or epsilon=([0-9.e+]+)", str(record[0].message)).group(1))
+    assert 1.0 < epsilon < 20.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UtilityWarning)
+        Estimator(3)._warn_if_noise_dominates(rows, 2)  # the rows it names are enough
+        Estimator(3, epsilon=epsilon)._warn_if_noise_dominates(300, 2)  # and so is its epsilon
+
+
+@pytest.mark.parametrize("params, warns", [
+    pytest.param({}, True, id="grid"),
+    pytest.param({"neighbouring": "add_remove"}, False, id="add_remove"),
+    pytest.param({"initializer": "ktuple"}, False, id="ktuple"),
+    pytest.param({"initializer": np.zeros((3, 2))}, False, id="public"),
+])
+def test_the_grid_forecast_needs_a_public_row_count_and_the_grid(params, warns):
+    """Under add/remove the warning would tell n apart (review RC-01); the k-tuple and public
+    initializers have no grid (the grid of a k-tuple fallback is reported after the fit)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        PrivateStableKMeans(3, **params)._warn_if_noise_dominates(300, 2)
+    assert any("cell of the grid initializer" in str(w.message) for w in caught) is warns
+    assert all(w.category is UtilityWarning for w in caught)
+
+
+@pytest.mark.parametrize("Estimator", ESTIMATORS)
+@pytest.mark.parametrize("neighbouring", ["replace_one", "add_remove"])
+def test_fewer_heavy_cells_than_clusters_is_a_utility_warning_and_in_quality(Estimator,
+                                                                             neighbouring):
+    """The fit said status_='success' with a plain UserWarning of the grid; now a UtilityWarning
+    from the released count (free, so under add/remove too) and quality_['heavy_cells_short']."""
+    X = _blobs_300()
+    rows = _public_grid_need(Estimator, 2, neighbouring=neighbouring)[1]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est = Estimator(3, data_radius=20.0, neighbouring=neighbouring, random_state=0,
+                        accountant=BudgetAccountant()).fit(X)
+    n_heavy = est.quality_["n_heavy_cells"]
+    assert n_heavy < 3 and est.quality_["heavy_cells_short"] is True
+    assert est.quality_["rows_suggested"] == rows and est.status_ == "success"
+    short = [w for w in caught if "heavy grid cells" in str(w.message)]
+    assert len(short) == 1 and short[0].category is UtilityWarning  # the grid's text is replaced
+    assert str(short[0].message).startswith(
+        f"{Estimator.__name__}: the grid initializer found {n_heavy} heavy grid cells for "
+        f"n_clusters=3 (a function of its released noisy counts), so {3 - n_heavy} initial")
+    assert f"About {rows} rows" in str(short[0].message)
+    if Estimator is PrivateStableKMeans and neighbouring == "replace_one":
+        fillers = np.all(np.abs(est.cluster_centers_) <= 1e-3 * 20.0 + 1e-12, axis=1)
+        assert fillers.sum() == 2  # what the docs say: released centres still at the fillers
+
+
+def test_the_grid_of_a_ktuple_fallback_is_reported_on_its_share():
+    """After a failed k-tuple test the grid runs on the 'fallback' share: its advice uses it.
+    One tight blob: the k-tuple test fails, and the grid finds one heavy cell for k = 3."""
+    X = np.random.default_rng(0).normal(3.0, 0.01, size=(2000, 2))
+    with pytest.warns(UtilityWarning, match="found 1 heavy grid cells for n_clusters=3"):
+        est = PrivateStableKMeans(3, initializer="ktuple", data_radius=20.0, random_state=0,
+                                  accountant=BudgetAccountant()).fit(X)
+    assert est.initializer_status_ == "fallback_grid" and est.status_ == "fallback"
+    threshold = GridInitializer().heavy_cell_threshold(2, est.budget_["rho_fallback"],
+                                                       "replace_one")
+    assert est.quality_["heavy_cells_short"] is True
+    assert est.quality_["rows_suggested"] == 3 * math.ceil(2.0 * threshold)
 
 
 #: Fits whose releases were recorded from main at 038aa15 (before issue #17's speed work) and

@@ -395,18 +395,28 @@ def test_warnings_do_not_tell_neighbours_apart_where_the_row_count_is_private(ma
             fit_params["client_ids"] = np.arange(len(rows))
         fits.append(_warnings_of(estimator, rows, **fit_params))
     assert fits[0] == fits[1]
-    assert not any("rows" in message and "About" in message for _, message in fits[1])
+    # Only the post-fit heavy-cell warning may name rows: it reads the released counts and
+    # public values (epsilon, delta, d, k), not n.
+    assert not any("rows" in message and "About" in message for _, message in fits[1]
+                   if "released noisy counts" not in message)
+    assert not any("56 rows" in message for _, message in fits[1])
 
 
 def test_rows_named_by_the_warning_are_enough():
     X = np.random.default_rng(0).normal(size=(60, 3))
     with pytest.warns(UtilityWarning, match=r"About (\d+) rows") as record:
         PrivateStableKMeans(data_radius=5.0, accountant=BudgetAccountant(), random_state=0).fit(X)
-    needed = int(re.search(r"About (\d+) rows", str(record[0].message)).group(1))
-    assert needed == 278  # ceil(2 * 8 * sqrt(3) / 0.1)
+    noise, grid = [int(re.search(r"About (\d+) rows", str(w.message)).group(1))
+                   for w in record[:2]]
+    assert noise == 278  # ceil(2 * 8 * sqrt(3) / 0.1)
+    assert grid == 4608  # 8 clusters of 2 x 288 rows, the grid's heavy-cell threshold
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*noise of each released centre",
+                                category=UtilityWarning)
+        PrivateStableKMeans()._warn_if_noise_dominates(noise, 3)
     with warnings.catch_warnings():
         warnings.simplefilter("error", UtilityWarning)
-        PrivateStableKMeans()._warn_if_noise_dominates(needed, 3)
+        PrivateStableKMeans()._warn_if_noise_dominates(grid, 3)
 
 
 @pytest.mark.parametrize("data_radius", [None, 30.0])

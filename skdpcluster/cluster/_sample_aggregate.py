@@ -5,8 +5,6 @@ the chunks' T·k centres into k initial centres, then the core steps of
 :class:`~skdpcluster.PrivateStableKMeans` on the rows.
 """
 
-import math
-import warnings
 from dataclasses import replace
 from numbers import Integral
 
@@ -14,24 +12,16 @@ from sklearn.cluster import KMeans
 
 from skdpcluster.ktuple._tuples import generate_tuples
 from skdpcluster.ktuple.averages import project_to_ball
-from skdpcluster.cluster._stable import PrivateStableKMeans, _store_parameters, plan_budget
+from skdpcluster.cluster._stable import PrivateStableKMeans, _store_parameters
 from skdpcluster.cluster._stable_init import GridInitializer
 from skdpcluster.utils._compat import HasMethods, Interval, StrOptions
-from skdpcluster.exceptions import UtilityWarning
 from skdpcluster.utils._docstrings import shared_params
-from skdpcluster.utils._warnings import warn_user
 
 __all__ = ["SampleAggregateStableKMeans"]
 
 #: Rows per cluster and chunk of ``n_chunks="auto"`` (spec §9.9: non-private k-means
 #: recovers every cluster from about 50 rows of it).
 ROWS_PER_CLUSTER = 50
-#: Margin of the rows suggested by the utility warnings over the bare threshold: a cluster's
-#: chunk centres can straddle a cell boundary of the (randomly shifted) grid and split their
-#: count. Measured at k = d = 4, epsilon = 1 (``benchmarks/bench_local.py``'s mixture, radius 20,
-#: seeds 0 and 1): 2e5 rows (1x) gave 2 and 1 heavy cells (cost 4.7 and 8.1 x sklearn's), 4e5
-#: (2x) gave 4 and 4 (1.003 and 1.93 x): enough heavy cells are needed, not always sufficient.
-HEAVY_CELL_MARGIN = 2.0
 
 
 def _group_factor(n_clusters):
@@ -56,12 +46,10 @@ def aggregate_chunk_centers(points, n_clusters, *, rho, data_radius, neighbourin
     info : dict
     """
     group = _group_factor(n_clusters)
-    with warnings.catch_warnings():
-        # Too few heavy cells: the estimator warns (UtilityWarning), naming what would help.
-        warnings.filterwarnings("ignore", message="GridInitializer: only", category=UserWarning)
-        centers, events, info = GridInitializer().fit_centers(
-            points, n_clusters, budget={"rho": rho / group}, data_radius=data_radius,
-            neighbouring=neighbouring, rng=rng)
+    # Too few heavy cells: the estimator warns (UtilityWarning), naming what would help.
+    centers, events, info = GridInitializer(warn_few_heavy_cells=False).fit_centers(
+        points, n_clusters, budget={"rho": rho / group}, data_radius=data_radius,
+        neighbouring=neighbouring, rng=rng)
     events = [replace(event, rho=event.rho * group,
                       label=event.label.replace("stable/grid_init", "sample_aggregate"),
                       details={**event.details, "group_privacy": (
@@ -229,11 +217,12 @@ class SampleAggregateStableKMeans(PrivateStableKMeans):
         private test, so no ``"fallback"``); ``"failure"`` only when a
         private step raised.
     quality_ : dict
-        As in :class:`PrivateStableKMeans`, plus ``"heavy_cells_short"``
+        As in :class:`PrivateStableKMeans`, with ``"heavy_cells_short"``
         (the released number of heavy cells of the aggregation is below
-        ``n_clusters``: a :class:`~skdpcluster.UtilityWarning` was emitted)
-        ``"chunks_suggested"`` (public: chunks that clear the aggregation's
-        noise threshold with a margin of :data:`HEAVY_CELL_MARGIN`) and
+        ``n_clusters``: a :class:`~skdpcluster.UtilityWarning` was emitted),
+        plus ``"chunks_suggested"`` (public: chunks that clear the aggregation's
+        noise threshold with a margin of
+        :data:`~skdpcluster.cluster._stable.HEAVY_CELL_MARGIN`) and
         ``"rows_suggested"`` (public: rows at which ``n_chunks="auto"``
         makes that many chunks; with an integer ``n_chunks`` more rows alone
         do not help, more chunks do).
@@ -315,29 +304,23 @@ class SampleAggregateStableKMeans(PrivateStableKMeans):
             plan.values["initializer"].resolved_chunks(X.shape[0], self.n_clusters)
         return plan
 
-    # -- honest utility signals -------------------------------------------------------
-    def _heavy_cell_need(self, n_features, rho_init):
-        r"""Chunk centres a heavy cell needs, and the chunks and rows that give it (public).
+    # -- honest utility signals: the stable ones, for the grid on the chunk centres ----------
+    def _grid_initializes(self):
+        """The aggregation is always the grid initializer (on the chunk centres)."""
+        return True
 
-        Each chunk gives about one centre per cluster, so a cluster brings about
-        T = ``n_chunks`` points to the aggregation's grid, whose noisy counts
-        (budget :math:`\rho/k^2`, group privacy) must clear the threshold
-        :math:`\tau` of :meth:`GridInitializer.heavy_cell_threshold`. The
-        suggestion is :data:`HEAVY_CELL_MARGIN` times that many chunks, and the
-        rows at which ``n_chunks="auto"`` (:math:`T = n/(50k)`) makes them.
+    def _grid_point_rho(self, rho):
+        """The grid's budget per chunk centre: :math:`\\rho/k^2` (group privacy)."""
+        return rho / _group_factor(self.n_clusters)
 
-        Returns
-        -------
-        threshold : float
-        chunks : int
-            Chunks suggested, :math:`\lceil 2\tau\rceil`.
-        rows : int
-            Rows suggested: ``chunks`` chunks of :data:`ROWS_PER_CLUSTER` rows per cluster.
-        """
-        threshold = GridInitializer().heavy_cell_threshold(
-            n_features, rho_init / _group_factor(self.n_clusters), self.neighbouring)
-        chunks = math.ceil(HEAVY_CELL_MARGIN * threshold)
-        return threshold, chunks, chunks * ROWS_PER_CLUSTER * self.n_clusters
+    def _grid_points_per_cluster(self, n_samples):
+        """Each chunk gives about one centre per cluster: T = ``n_chunks`` points (public)."""
+        return SampleAggregateInitializer(self.n_chunks).resolved_chunks(n_samples,
+                                                                        self.n_clusters)
+
+    def _rows_for_grid_points(self, points):
+        """Rows at which ``n_chunks="auto"`` (:math:`T = n/(50k)`) makes ``points`` chunks."""
+        return points * ROWS_PER_CLUSTER * self.n_clusters
 
     def _what_would_help(self, chunks, rows):
         """The advice of the utility warnings: more rows with ``"auto"`` chunks, else more chunks."""
@@ -348,42 +331,32 @@ class SampleAggregateStableKMeans(PrivateStableKMeans):
                 f"n_chunks={chunks} if every chunk keeps about "
                 f"{ROWS_PER_CLUSTER * self.n_clusters} rows (or a larger epsilon)")
 
-    def _warn_if_noise_dominates(self, n_samples, n_features):
-        """Also warn, before spending, when the chunks are too few for any heavy cell (public)."""
-        super()._warn_if_noise_dominates(n_samples, n_features)
-        if self.n_clusters == 1:
-            return
-        fractions = self._fractions("zcdp", False)
-        rho_init = plan_budget("zcdp", fractions, self.epsilon, self.delta).initializer["rho"]
-        threshold, chunks, rows = self._heavy_cell_need(n_features, rho_init)
-        n_chunks = SampleAggregateInitializer(self.n_chunks).resolved_chunks(n_samples,
-                                                                            self.n_clusters)
-        if n_chunks < threshold:
-            warn_user(
-                f"{type(self).__name__}: with {n_samples} rows there are {n_chunks} chunks, so "
-                f"each cluster gives about {n_chunks} chunk centres, fewer than the about "
-                f"{threshold:.0f} a grid cell of the private aggregation needs to clear its "
-                f"noise (epsilon={self.epsilon}, group privacy over {self.n_clusters} centres "
-                "per chunk; a public estimate): the initial centres are likely to be filler "
-                f"points. {self._what_would_help(chunks, rows)}; "
-                "PrivateStableKMeans needs far fewer rows.", UtilityWarning)
+    def _few_grid_points_message(self, n_samples, per_cluster, threshold, points, rows, epsilon):
+        """Too few chunks for any heavy cell of the aggregation (public values)."""
+        return (
+            f"{type(self).__name__}: with {n_samples} rows there are {per_cluster} chunks, so "
+            f"each cluster gives about {per_cluster} chunk centres, fewer than the about "
+            f"{threshold:.0f} a grid cell of the private aggregation needs to clear its "
+            f"noise (epsilon={self.epsilon}, group privacy over {self.n_clusters} centres "
+            "per chunk; a public estimate): the initial centres are likely to be filler "
+            f"points. {self._what_would_help(points, rows)}; "
+            "PrivateStableKMeans needs far fewer rows.")
 
     def _quality(self, start, chosen, values):
-        """The stable ``quality_``, and a :class:`UtilityWarning` when the aggregation's released
-        number of heavy cells is below ``n_clusters`` (post-processing: free)."""
-        quality = super()._quality(start, chosen, values)
-        n_heavy, info = quality["n_heavy_cells"], start["info"]
-        _, chunks, rows = self._heavy_cell_need(values["center"].size,
-                                                values["budget"].initializer["rho"])
-        quality.update(heavy_cells_short=n_heavy < self.n_clusters, chunks_suggested=chunks,
-                       rows_suggested=rows)
-        if n_heavy < self.n_clusters:
-            warn_user(
-                f"{type(self).__name__}: the private aggregation of the {info['n_chunks']} "
-                f"chunks' centres found {n_heavy} heavy grid cells for n_clusters="
-                f"{self.n_clusters} (a function of its released noisy counts), so "
-                f"{self.n_clusters - n_heavy} initial centres are filler points and the core "
-                "steps may not recover the clusters; status_ stays 'success' (the aggregation "
-                f"has no private test). {self._what_would_help(chunks, rows)}; "
-                "PrivateStableKMeans needs far fewer rows.", UtilityWarning)
-        return quality
+        """The stable ``quality_``, with ``"chunks_suggested"`` (public)."""
+        _, chunks, _ = self._heavy_cell_need(values["center"].size,
+                                             values["budget"].initializer["rho"])
+        return {**super()._quality(start, chosen, values), "chunks_suggested": chunks}
+
+    def _short_grid_message(self):
+        """The aggregation's released number of heavy cells is below ``n_clusters``."""
+        n_heavy, quality = self.quality_["n_heavy_cells"], self.quality_
+        return (
+            f"{type(self).__name__}: the private aggregation of the "
+            f"{self.initializer_info_['n_chunks']} chunks' centres found {n_heavy} heavy grid "
+            f"cells for n_clusters={self.n_clusters} (a function of its released noisy counts), "
+            f"so {self.n_clusters - n_heavy} initial centres are filler points and the core "
+            "steps may not recover the clusters; status_ stays 'success' (the aggregation "
+            "has no private test). "
+            f"{self._what_would_help(quality['chunks_suggested'], quality['rows_suggested'])}; "
+            "PrivateStableKMeans needs far fewer rows.")

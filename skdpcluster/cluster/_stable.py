@@ -51,7 +51,7 @@ from skdpcluster.cluster._stable_init import (
     random_ball_points,
     within_radii,
 )
-from skdpcluster.exceptions import PrivacyAccountingError
+from skdpcluster.exceptions import PrivacyAccountingError, UtilityWarning
 from skdpcluster.mechanisms import (
     PrivacyEvent,
     _log_gaussian_delta,
@@ -73,6 +73,15 @@ __all__ = ["PrivateStableKMeans", "PrivateStableKMedian"]
 #: can never push the converted epsilon above the request.
 _RHO_SAFETY = 1.0 - 1e-10
 _PRIVACY_MODELS = ("zcdp", "dp", "public")
+#: Margin of the rows suggested by the heavy-cell utility warnings over the bare threshold
+#: (:meth:`_PrivateStableBase._heavy_cell_need`): a cluster can straddle a cell boundary of the
+#: (randomly shifted) grid and split its count. Measured at k = d = 4, epsilon = 1, radius 20
+#: (seeds 0 and 1): PrivateStableKMeans on ``benchmarks/bench_stable.py``'s mixture had 2 and 2
+#: heavy cells at 1x (10^3 rows; 6.7 and 9.3 x scikit-learn's cost), 4 and 4 at 2x (2.9 and
+#: 2.1 x), 7 and 6 at 4x (1.01 x); SampleAggregateStableKMeans on ``benchmarks/bench_local.py``'s
+#: had 2 and 1 at 1x (2e5 rows; 4.7 and 8.1 x), 4 and 4 at 2x (1.003 and 1.93 x). Enough heavy
+#: cells are needed, not always sufficient.
+HEAVY_CELL_MARGIN = 2.0
 #: Blocks of ``CHUNK_ROWS`` rows per run of :meth:`_ClippedData.nearest` on threads.
 NEAREST_RUN_BLOCKS = 16
 
@@ -474,7 +483,8 @@ class _PrivateStableBase(CostEstimateMixin, _BasePrivateClusterer):
                       "initializer_info_": {}, "budget_": None,
                       "quality_": {"test": None, "test_passed": None,
                                    "selected": f"private_{self._ONE_CLUSTER}",
-                                   "n_heavy_cells": None, **dict.fromkeys(COST_KEYS)}}
+                                   "n_heavy_cells": None, "heavy_cells_short": None,
+                                   "rows_suggested": None, **dict.fromkeys(COST_KEYS)}}
         if self._ONE_CLUSTER == "mean":
             attributes.update(core_noisy_counts_=None, core_fallback_=None)
         return plan_one_cluster(self, X, self._ONE_CLUSTER, attributes)
@@ -525,7 +535,7 @@ class _PrivateStableBase(CostEstimateMixin, _BasePrivateClusterer):
         ktuple_args = {"base_estimator": self.base_estimator, "beta": self.beta,
                        "n_jobs": self.n_jobs}
         if isinstance(init, str) and init == "grid":
-            return GridInitializer(), "grid"
+            return GridInitializer(warn_few_heavy_cells=False), "grid"  # see _commit
         if isinstance(init, (str, KTupleClusterer)):
             if self.neighbouring != "replace_one":
                 raise ValueError("the k-tuple initializer is private under replace-one only; "
@@ -640,8 +650,11 @@ class _PrivateStableBase(CostEstimateMixin, _BasePrivateClusterer):
 
         Only released values: the initializer's status (its private test's
         outcome), the exponential mechanism's choice and the number of heavy
-        grid cells (a function of the released noisy counts). The selection
-        releases an index, not a cost: there is no noisy cost to report.
+        grid cells (a function of the released noisy counts), whether it is
+        below ``n_clusters`` and the public rows that would clear the grid's
+        threshold (:meth:`_heavy_cell_need`), where the grid ran. The
+        selection releases an index, not a cost: there is no noisy cost to
+        report.
         """
         initializer = values["initializer"]
         fallible = bool(getattr(initializer, "can_fail", True))
@@ -650,9 +663,113 @@ class _PrivateStableBase(CostEstimateMixin, _BasePrivateClusterer):
             test = ("ktuple" if isinstance(initializer, KTupleInitializer)
                     else type(initializer).__name__)
         info = start["info"].get("fallback", start["info"])
+        n_heavy, rho_grid = info.get("n_heavy_cells"), self._grid_rho(start, values)
+        short = rows = None
+        if rho_grid is not None:
+            short = n_heavy < self.n_clusters
+            rows = self._heavy_cell_need(values["center"].size, rho_grid)[2]
         return {"test": test, "test_passed": start["status"] == "success" if fallible else None,
-                "selected": chosen, "n_heavy_cells": info.get("n_heavy_cells"),
-                **dict.fromkeys(COST_KEYS)}
+                "selected": chosen, "n_heavy_cells": n_heavy, "heavy_cells_short": short,
+                "rows_suggested": rows, **dict.fromkeys(COST_KEYS)}
+
+    # -- honest utility signals of the grid initializer (issue #14) ----------------------
+    def _grid_initializes(self):
+        """Whether the grid initializer gives B: ``initializer="grid"`` (a public parameter)."""
+        return isinstance(self.initializer, str) and self.initializer == "grid"
+
+    def _grid_rho(self, start, values):
+        """The zCDP budget the grid initializer ran on in this fit; ``None`` if it did not run."""
+        if start["status"] == "fallback_grid":
+            return values["budget"].rho_fallback
+        if self._grid_initializes():
+            return values["budget"].initializer["rho"]
+        return None
+
+    def _grid_point_rho(self, rho):
+        """The grid's zCDP budget per point it counts, from the grid's budget ``rho`` (a hook)."""
+        return rho
+
+    def _grid_points_per_cluster(self, n_samples):
+        """Points an average cluster brings to the grid: its :math:`n/k` rows (a hook)."""
+        return n_samples / self.n_clusters
+
+    def _rows_for_grid_points(self, points):
+        """Rows at which an average cluster brings ``points`` points to the grid (a hook)."""
+        return points * self.n_clusters
+
+    def _heavy_cell_need(self, n_features, rho):
+        r"""Points a heavy grid cell needs, and the points and rows suggested (public values).
+
+        The noisy counts of the grid initializer (budget ``rho``) must clear
+        the threshold :math:`\tau` of
+        :meth:`~skdpcluster.cluster._stable_init.GridInitializer.heavy_cell_threshold`
+        (spec §9.6 step 3) for a cluster to get a heavy cell of its own; an
+        average cluster brings :meth:`_grid_points_per_cluster` points. The
+        suggestion is :data:`HEAVY_CELL_MARGIN` times :math:`\tau` points per
+        cluster, and the rows that give them (:meth:`_rows_for_grid_points`).
+
+        Returns
+        -------
+        threshold : float
+            :math:`\tau`.
+        points : int
+            Points per cluster suggested, :math:`\lceil 2\tau\rceil`.
+        rows : int
+            Rows suggested.
+        """
+        threshold = GridInitializer().heavy_cell_threshold(
+            n_features, self._grid_point_rho(rho), self.neighbouring)
+        points = math.ceil(HEAVY_CELL_MARGIN * threshold)
+        return threshold, points, self._rows_for_grid_points(points)
+
+    def _warn_if_noise_dominates(self, n_samples, n_features):
+        r"""Also warn, before spending, when an average cluster is too small for a heavy grid cell.
+
+        Public values only (the number of rows, public under replace-one
+        neighbours: :meth:`_row_count_is_public`, review RC-01), and only
+        where the grid initializer runs from the start (not a fallback). The
+        suggested epsilon uses that every noise scale of the grid, hence
+        :math:`\tau`, is proportional to :math:`\rho^{-1/2}`.
+        """
+        super()._warn_if_noise_dominates(n_samples, n_features)
+        if (self.n_clusters == 1 or not self._grid_initializes()
+                or not self._row_count_is_public()):
+            return
+        budget = plan_budget("zcdp", self._fractions("zcdp", False), self.epsilon, self.delta)
+        threshold, points, rows = self._heavy_cell_need(n_features, budget.initializer["rho"])
+        per_cluster = self._grid_points_per_cluster(n_samples)
+        if per_cluster < threshold:
+            epsilon = zcdp_to_dp(budget.rho_total * (points / per_cluster) ** 2, self.delta)
+            warn_user(self._few_grid_points_message(n_samples, per_cluster, threshold, points,
+                                                    rows, epsilon), UtilityWarning)
+
+    def _few_grid_points_message(self, n_samples, per_cluster, threshold, points, rows, epsilon):
+        """The pre-spend warning's text: too few rows per cluster for the grid (public values)."""
+        return (
+            f"{type(self).__name__}: with {n_samples} rows and n_clusters={self.n_clusters}, an "
+            f"average cluster has about {per_cluster:.0f} rows, fewer than the about "
+            f"{threshold:.0f} a cell of the grid initializer needs to clear its noise "
+            f"(epsilon={self.epsilon}; a public estimate): initial centres are likely to be "
+            "filler points near the centre of the data ball, which the later steps often cannot "
+            f"move. About {rows} rows (or epsilon={epsilon:.2g} with these rows) would help.")
+
+    def _commit(self, plan, result, spent):
+        """Commit the fit, then warn when the grid released fewer heavy cells than clusters."""
+        super()._commit(plan, result, spent)
+        if (self.quality_ or {}).get("heavy_cells_short"):
+            warn_user(self._short_grid_message(), UtilityWarning)
+
+    def _short_grid_message(self):
+        """The post-fit warning's text, from the fitted (released) ``quality_``."""
+        n_heavy, k = self.quality_["n_heavy_cells"], self.n_clusters
+        return (
+            f"{type(self).__name__}: the grid initializer found {n_heavy} heavy grid cells for "
+            f"n_clusters={k} (a function of its released noisy counts), so {k - n_heavy} initial "
+            "centres started as filler points near the centre of the data ball, and some of the "
+            "released centres are likely still there (quality_['heavy_cells_short']); "
+            f"status_={self.status_!r} does not report it (it is about a private test, and the "
+            f"grid has none). About {self.quality_['rows_suggested']} rows (or a larger epsilon) "
+            "would help.")
 
     def _report_fallback(self):
         """Nothing to add: the initializer's fallback has already warned, naming what ran."""
@@ -661,7 +778,7 @@ class _PrivateStableBase(CostEstimateMixin, _BasePrivateClusterer):
         """The initializer run on the "fallback" share when a fallible one fails."""
         if self.fallback == "highdim":
             return HighDimInitializer(objective="kmeans" if self._POWER == 2 else "kmedian")
-        return GridInitializer()
+        return GridInitializer(warn_few_heavy_cells=False)  # see _commit
 
     def _initial_centers(self, data, initializer, budget, rng):
         """Run the initializer (and the grid fallback); B projected and in canonical order."""
@@ -1026,15 +1143,26 @@ _SHARED_ATTRIBUTES = r"""
         ``None``), ``"test_passed"`` (its released outcome, or ``None``),
         ``"selected"`` (the selection's choice; it releases no cost),
         ``"n_heavy_cells"`` (of the grid initializer, from its released
-        noisy counts) and the ``estimate_cost`` keys of
-        :class:`~skdpcluster.KTupleClusterer` (``None`` unless
-        ``estimate_cost=True``).
+        noisy counts), ``"heavy_cells_short"`` (True when that number is
+        below ``n_clusters``: the missing initial centres were filler points
+        near the centre of the data ball, the later steps move one only where
+        their noisy counts accept it, so some released centres are usually
+        still filler points, and a :class:`~skdpcluster.UtilityWarning` says
+        so after the fit), ``"rows_suggested"`` (public: the rows at which an
+        average cluster clears the grid's noise threshold twice over) and the
+        ``estimate_cost`` keys of :class:`~skdpcluster.KTupleClusterer`
+        (``None`` unless ``estimate_cost=True``). The grid keys are ``None``
+        when the grid did not run (``"ktuple"`` that passed, public centres,
+        one cluster); with the grid fallback they are the fallback's.
     status_ : {"success", "fallback", "failure"}
         Centres are always released: ``"success"`` when the initializer
         returned centres, ``"fallback"`` when it failed and its reserved share
         ran the fallback (``initializer_status_`` says which); ``"failure"``
         only when the private step failed (a
         :class:`~skdpcluster.exceptions.PrivateStepFailedWarning`; nothing released).
+        It reports the initializer's private test, which the grid has none
+        of: ``"success"`` with ``quality_["heavy_cells_short"]`` means some
+        released centres are likely filler points.
     labels_ : ndarray of shape (n_samples,)
         Index of the nearest released centre for every training row.
         **Not private**: a function of the training data, outside the DP

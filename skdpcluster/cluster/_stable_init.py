@@ -896,6 +896,12 @@ class GridInitializer:
         Largest dense grid.
     n_restarts : int, default=10
         k-means++ restarts on the coreset.
+    warn_few_heavy_cells : bool, default=True
+        Warn (``UserWarning``) when step 5 needs filler centres. The stable
+        estimators pass False and report it themselves after the fit, from
+        the released number of heavy cells: a
+        :class:`~skdpcluster.UtilityWarning` naming the rows that would help,
+        and ``quality_["heavy_cells_short"]``.
     """
 
     privacy_model = "zcdp"
@@ -903,11 +909,13 @@ class GridInitializer:
     #: ``fit_centers`` also takes a rows object of :mod:`skdpcluster.utils._data` (Dask input).
     accepts_chunked_rows = True
 
-    def __init__(self, projection_dim=None, n_lloyd_steps=2, max_grid_cells=2**18, n_restarts=10):
+    def __init__(self, projection_dim=None, n_lloyd_steps=2, max_grid_cells=2**18, n_restarts=10,
+                 warn_few_heavy_cells=True):
         self.projection_dim = projection_dim
         self.n_lloyd_steps = n_lloyd_steps
         self.max_grid_cells = max_grid_cells
         self.n_restarts = n_restarts
+        self.warn_few_heavy_cells = warn_few_heavy_cells
 
     def fit_centers(self, X, n_clusters, *, budget, data_radius, neighbouring, rng):
         """Private initial centres of ``X`` (rows in B(0, data_radius)); see the class docstring.
@@ -1076,7 +1084,7 @@ class GridInitializer:
             directions = np.eye(points.shape[1])
         filler = filler_centers(n_clusters - n_fit, directions, GRID_FILLER_RADIUS * data_radius,
                                 rng)
-        if n_fit < n_clusters:
+        if n_fit < n_clusters and self.warn_few_heavy_cells:
             warn_user(
                 f"GridInitializer: only {len(points)} heavy grid cells for n_clusters={n_clusters}"
                 f"; {n_clusters - n_fit} initial centres are placed near the centre of the data "
