@@ -126,10 +126,11 @@ from skdpcluster.exceptions import (
     NoiseReuseWarning,
 )
 from skdpcluster.mechanisms import PrivacyEvent
+from skdpcluster.utils._random import check_random_state
 from skdpcluster.utils._validation import check_epsilon_delta
 from skdpcluster.utils._warnings import warn_user
 
-__all__ = ["BudgetAccountant", "LedgerEntry", "noise_fingerprint", "noise_stream"]
+__all__ = ["BudgetAccountant", "LedgerEntry", "drawn_noise_key", "noise_fingerprint", "noise_stream"]
 
 # Budget splits are computed in floating point; a split that sums to the
 # ceiling mathematically may exceed it by a few ulps. This relative tolerance
@@ -316,31 +317,40 @@ def _event_from_dict(data, position):
 
 
 def noise_fingerprint(owner, random_state):
-    """Fingerprint of the noise stream a fit seeded with ``random_state`` will draw.
+    """Fingerprints of the noise a fit seeded with ``random_state`` can draw.
 
-    The fingerprint covers the generator's state and its seed sequence's
-    spawn counter, since fits draw both directly and through
-    ``Generator.spawn`` children. The accountant compares only this stream
-    digest (:func:`noise_stream`): fits of different estimator classes with
-    one stream draw the same noise too.
+    A fit draws its noise from two sources, and either one repeats on its
+    own: directly from the generator (fixed by its bit generator's state),
+    and from ``Generator.spawn`` children, whose seeds depend only on the
+    seed sequence (its entropy, spawn key and spawn counter
+    ``n_children_spawned``), whatever the state. Each source gets its own
+    fingerprint, so that a fit repeats noise when *either* is in the ledger:
+    a Generator moved by a direct draw (a new state) still spawns the
+    children an earlier fit on a copy of it spawned (review R1-1). A third
+    fingerprint covers both together: the single fingerprint that ledgers
+    saved before this split recorded, compared so that they keep working.
+    The accountant compares only the stream digests (:func:`noise_stream`):
+    fits of different estimator classes with one stream draw the same noise
+    too. A fit records only the sources it drew from
+    (:func:`drawn_noise_key`).
 
     Parameters
     ----------
     owner : str
         Who draws the noise (the estimator's class name), for messages only.
-    random_state : None, int or numpy.random.Generator
+    random_state : None, int, numpy.random.SeedSequence or numpy.random.Generator
         As given to the fit. It is not advanced.
 
     Returns
     -------
-    str or None
-        ``"owner:sha256-hex"``, or ``None`` for ``random_state=None`` (fresh
-        OS entropy, never repeated).
+    tuple of three str, or None
+        ``"owner:sha256-hex"`` of the direct draws, of the spawned children
+        and of both together, or ``None`` for ``random_state=None`` (fresh OS
+        entropy, never repeated).
     """
     if random_state is None:
         return None
-    generator = (random_state if isinstance(random_state, np.random.Generator)
-                 else np.random.default_rng(random_state))
+    generator = check_random_state(random_state)
     bit_generator = generator.bit_generator
     # ``seed_seq`` is public from numpy 1.25; ``_seed_seq`` before.
     seed_seq = getattr(bit_generator, "seed_seq", None) or getattr(bit_generator, "_seed_seq", None)
@@ -348,8 +358,42 @@ def noise_fingerprint(owner, random_state):
     # entropies' reprs differ under numpy 2 (re-review V1).
     spawned = tuple(_plain_ints(getattr(seed_seq, name, None))
                     for name in ("entropy", "spawn_key", "n_children_spawned"))
-    digest = hashlib.sha256(repr((bit_generator.state, spawned)).encode()).hexdigest()
-    return f"{owner}:{digest}"
+    sources = (("direct", bit_generator.state),
+               ("spawned", type(bit_generator).__name__, spawned),
+               (bit_generator.state, spawned))  # the fingerprint of ledgers saved before the split
+    return tuple(f"{owner}:{hashlib.sha256(repr(source).encode()).hexdigest()}" for source in sources)
+
+
+def drawn_noise_key(noise_key, generator):
+    """The fingerprints of ``noise_key`` whose sources ``generator`` has drawn from since: a fit's record.
+
+    A source counts as drawn from when it has moved: the bit generator's
+    state for direct draws, the spawn counter for spawned children. A fit
+    records only those, since an unused source is still fresh: a fit that
+    only spawns leaves the state where it was, and recording it would make
+    the next fit's direct draws on the same Generator look like a repeat.
+
+    Parameters
+    ----------
+    noise_key : tuple of str or None
+        :func:`noise_fingerprint` of the fit's ``random_state``, taken before
+        the fit.
+    generator : numpy.random.Generator
+        The generator the fit drew from (``check_random_state`` of that
+        ``random_state``), after the fit.
+
+    Returns
+    -------
+    tuple of str or None
+        The fingerprints of the direct draws and/or of the spawned children,
+        or ``None`` when the fit drew nothing or ``noise_key`` is ``None``.
+    """
+    if noise_key is None:
+        return None
+    now = noise_fingerprint("", generator)
+    drawn = tuple(key for key, key_now in zip(noise_key[:2], now[:2])
+                  if noise_stream(key) != noise_stream(key_now))
+    return drawn or None
 
 
 def _plain_ints(value):

@@ -235,20 +235,22 @@ def _seeded_components(search, candidates):
 
 
 def _search_noise_keys(seeded_components, choice_random_state):
-    """The distinct noise streams a search draws from fixed seeds, as :func:`noise_fingerprint` keys.
+    """The distinct noise fingerprints a search draws from fixed seeds (:func:`noise_fingerprint`).
 
-    Those of its seeded private components (every fit of a candidate draws
-    its component's stream) and of the private choice (``None`` when it is
-    not private or not seeded). ``None`` when there is none: every stream is
-    fresh OS entropy.
+    Every fingerprint of each seeded private component (the candidates' fits
+    draw from clones of its generator, through both sources), and the first,
+    that of the direct draws, of a seeded private choice (``None`` when the
+    choice is not private): its exponential mechanism never spawns, so a
+    later fit spawning from the same Generator is no repeat. ``None`` when
+    there is none: every stream is fresh OS entropy.
     """
-    keys = [noise_fingerprint(type(component).__name__, component.random_state)
-            for component in seeded_components]
-    keys.append(noise_fingerprint("fit_search_charged/selection", choice_random_state))
+    keys = [key for component in seeded_components
+            for key in noise_fingerprint(type(component).__name__, component.random_state)]
+    choice = noise_fingerprint("fit_search_charged/selection", choice_random_state)
+    keys.extend(choice[:1] if choice else ())
     distinct = {}
     for key in keys:
-        if key is not None:
-            distinct.setdefault(noise_stream(key), key)
+        distinct.setdefault(noise_stream(key), key)
     return tuple(distinct.values()) or None
 
 

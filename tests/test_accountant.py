@@ -20,9 +20,10 @@ from skdpcluster import (
     PrivateHighDimKMeans,
     PrivateStableKMeans,
 )
-from skdpcluster.accountant import LedgerEntry, noise_fingerprint
+from skdpcluster.accountant import LedgerEntry, drawn_noise_key, noise_fingerprint
 from skdpcluster.datasets import make_separated_mixture
 from skdpcluster.mechanisms import PrivacyEvent
+from skdpcluster.preprocessing import PrivateStandardScaler
 
 
 def test_ceiling_is_enforced_before_recording():
@@ -494,7 +495,7 @@ def test_a_spend_can_record_several_noise_streams():
     """Re-review V1-6: a search charged up front pays for the streams of all its seeded components
     in one entry; every one is a repeat afterwards, in a saved or pickled ledger too, and a
     reservation marks and releases them all."""
-    keys = (noise_fingerprint("PrivateStableKMeans", 1), noise_fingerprint("KTupleClusterer", 2))
+    keys = noise_fingerprint("PrivateStableKMeans", 1) + noise_fingerprint("KTupleClusterer", 2)
     acc = BudgetAccountant(on_repeated_noise="raise")
     with acc.reserve(0.5, noise_key=keys):
         with pytest.raises(NoiseReuseError, match="a fit of KTupleClusterer is under way"):
@@ -512,6 +513,95 @@ def test_a_spend_can_record_several_noise_streams():
     for bad in ((), ("a", 1), ["a"]):
         with pytest.raises(ValueError, match="noise_key must be"):
             LedgerEntry(0.1, 0.0, noise_key=bad)
+
+
+def test_noise_fingerprint_has_one_fingerprint_per_source():
+    """Review R1-1: direct draws move only the state's fingerprint, spawns only the children's."""
+    generator = np.random.default_rng(0)
+    before = noise_fingerprint("A", generator)
+    assert before == noise_fingerprint("A", 0) == noise_fingerprint("A", np.random.SeedSequence(0))
+    generator.random()
+    moved = noise_fingerprint("A", generator)
+    assert moved[0] != before[0] and moved[1] == before[1]
+    assert drawn_noise_key(before, generator) == before[:1]
+    generator.spawn(1)
+    assert noise_fingerprint("A", generator)[1:] != moved[1:]
+    assert noise_fingerprint("A", generator)[0] == moved[0]
+    assert drawn_noise_key(moved, generator) == moved[1:2]
+    assert drawn_noise_key(noise_fingerprint("A", generator), generator) is None  # drew nothing
+    assert noise_fingerprint("A", None) is None and drawn_noise_key(None, generator) is None
+
+
+@pytest.mark.parametrize("on_repeated_noise", ["raise", "warn"])
+def test_a_generator_moved_by_a_direct_draw_still_repeats_its_spawned_noise(small_data, on_repeated_noise):
+    """Review R1-1: the fingerprint hashed a Generator's state and spawn counter together, but fits
+    draw from spawned children, whose seeds depend on the seed sequence alone. A fit on a clone (a
+    copy of the Generator), a direct draw on the Generator, then a fit on it: a new fingerprint,
+    identical noise, accepted even with on_repeated_noise='raise'."""
+    generator = np.random.default_rng(2026)
+    acc = BudgetAccountant(on_repeated_noise=on_repeated_noise)
+    estimator = _fast(accountant=acc, random_state=generator)
+    first = clone(estimator).fit(small_data)
+    generator.permutation(10)  # the state moves, the spawn counter does not
+    if on_repeated_noise == "raise":
+        with pytest.raises(NoiseReuseError, match="KTupleClusterer was already charged"):
+            estimator.fit(small_data)
+        assert len(acc.ledger) == 1 and not hasattr(estimator, "cluster_centers_")
+    else:
+        with pytest.warns(NoiseReuseWarning, match="same noise stream"):
+            estimator.fit(small_data)
+        # The reason: the same children, so the same noise and the same release.
+        assert np.array_equal(estimator.cluster_centers_, first.cluster_centers_)
+
+
+def test_fits_one_after_another_on_one_generator_are_not_repeats(small_data):
+    """A fit records only the sources it drew from (review R1-1's fix): a clusterer only spawns and
+    leaves the Generator's state as it was, PrivateStandardScaler only draws directly and leaves
+    the spawn counter, so the next fit on the same Generator draws fresh noise and is accepted."""
+    generator = np.random.default_rng(5)
+    acc = BudgetAccountant(on_repeated_noise="raise")
+    scaler = PrivateStandardScaler(epsilon=1.0, data_radius=600.0, accountant=acc, random_state=generator)
+    clusterer = _fast(accountant=acc, random_state=generator)
+    recorded = []
+    for estimator in (scaler, clusterer, clusterer, scaler, scaler, clusterer):
+        before = noise_fingerprint(type(estimator).__name__, generator)
+        estimator.fit(small_data)
+        recorded.append(before[:1] if estimator is scaler else before[1:2])
+    assert [entry.noise_key for entry in acc.ledger] == recorded
+
+
+def test_an_int_seed_is_one_stream_whatever_the_fit_draws(small_data):
+    """Int seeds keep their rule after review R1-1: every fit starts a new Generator from the seed,
+    so a second fit with seed 0 is a repeat, whether the fits draw directly or spawn."""
+    acc = BudgetAccountant(on_repeated_noise="raise")
+    PrivateStandardScaler(epsilon=1.0, data_radius=600.0, accountant=acc, random_state=0).fit(small_data)
+    for repeat in (PrivateStandardScaler(epsilon=1.0, data_radius=600.0, accountant=acc, random_state=0),
+                   _fast(accountant=acc, random_state=0)):
+        with pytest.raises(NoiseReuseError, match="PrivateStandardScaler was already charged"):
+            repeat.fit(small_data)
+    _fast(accountant=acc, random_state=1).fit(small_data)
+    with pytest.raises(NoiseReuseError, match="KTupleClusterer was already charged"):
+        _fast(accountant=acc, random_state=np.random.default_rng(1)).fit(small_data)
+    assert len(acc.ledger) == 2
+
+
+def test_a_ledger_saved_with_one_fingerprint_per_fit_still_notices_repeats(small_data):
+    """Ledgers saved before review R1-1's fix hold one fingerprint per fit, of the state and the
+    spawn counter together: a fit with that seed, or on an equal Generator, is still a repeat."""
+    saved = json.dumps({"epsilon": "inf", "delta": 1.0, "slack": 0.0, "on_repeated_noise": "raise",
+                        "ledger": [{"epsilon": 1.0, "delta": 0.0, "label": "KTupleClusterer.fit",
+                                    "noise_key": _SEED_3_BEFORE_R1_1}]})
+    for restored in (BudgetAccountant.from_json(saved),
+                     BudgetAccountant.from_json(BudgetAccountant.from_json(saved).to_json())):
+        for seed in (3, np.random.default_rng(3)):
+            with pytest.raises(NoiseReuseError, match="KTupleClusterer was already charged"):
+                _fast(accountant=restored, random_state=seed).fit(small_data)
+        _fast(accountant=restored, random_state=4).fit(small_data)
+        assert len(restored.ledger) == 2
+
+
+#: noise_fingerprint("KTupleClusterer", 3) before review R1-1's fix (commit 225244e).
+_SEED_3_BEFORE_R1_1 = "KTupleClusterer:445f53ebf6e8b3f1ff1abf621bf2c261168ddf69c9dc881e46e702a21e337901"
 
 
 class _FirstSpendWaits(BudgetAccountant):

@@ -24,6 +24,7 @@ from skdpcluster import (
     PrivateHighDimKMeans,
     PrivateStableKMeans,
 )
+from skdpcluster.accountant import noise_fingerprint
 from skdpcluster.datasets import make_separated_mixture
 from skdpcluster.local import LocalPrivateStableKMeans
 from skdpcluster.model_selection import (
@@ -380,6 +381,37 @@ def test_a_fit_after_a_seeded_search_with_its_seed_is_a_repeat(small, seeded, on
         with pytest.warns(NoiseReuseWarning, match="already charged"):
             later.fit(small)
         assert len(acc.ledger) == 2
+
+
+def test_a_fit_after_a_search_whose_choice_moved_its_generator_is_a_repeat(small):
+    """Review R1-1 (part B): with one Generator as the estimator's and the private choice's
+    random_state, the choice's direct draws moved its state but not its spawn counter, and a later
+    fit on it drew the noise of the search's refit (a clone spawning the same children), unnoticed."""
+    generator = np.random.default_rng(7)
+    acc = BudgetAccountant()
+    estimator = _fast(accountant=acc, random_state=generator)
+    search = GridSearchCV(estimator, {"epsilon": [1e5]}, cv=ShuffleSplit(1, test_size=0.25, random_state=0))
+    with pytest.warns(NoiseReuseWarning, match="draw the same noise"):  # its fold and its refit
+        fit_search_charged(search, small, accountant=acc, data_radius=600.0, random_state=generator)
+    with pytest.warns(NoiseReuseWarning, match="KTupleClusterer was already charged"):
+        estimator.fit(small)
+    assert np.array_equal(estimator.cluster_centers_, search.best_estimator_.cluster_centers_)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NoiseReuseWarning)
+        estimator.fit(small)  # the Generator has spawned since: fresh children
+
+
+def test_a_private_choice_records_only_its_direct_draws(small):
+    """The exponential mechanism of the private choice draws from its Generator directly and never
+    spawns: a later fit spawning from that Generator draws fresh noise and is accepted."""
+    generator = np.random.default_rng(9)
+    acc = BudgetAccountant(on_repeated_noise="raise")
+    direct = noise_fingerprint("fit_search_charged/selection", generator)[:1]
+    fit_search_charged(_one_fit_search(None).set_params(refit=True), small, accountant=acc,
+                       data_radius=600.0, random_state=generator)
+    assert acc.ledger[0].noise_key == direct
+    _fast(accountant=acc, random_state=generator).fit(small)
+    assert len(acc.ledger) == 2
 
 
 def _selection_draws(X_test, n_draws, seed, sensitivity_factor=1.0):

@@ -29,7 +29,7 @@ from sklearn.metrics import pairwise_distances_argmin_min
 from sklearn.metrics.pairwise import euclidean_distances
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from skdpcluster.accountant import BudgetAccountant, noise_fingerprint
+from skdpcluster.accountant import BudgetAccountant, drawn_noise_key, noise_fingerprint
 from skdpcluster.bounds import BOUNDS_SHARE, GRID_RANGE, RADIUS_SAFETY, plan_bounds, private_bounds
 from skdpcluster.exceptions import (
     DetachedAccountantError,
@@ -316,8 +316,9 @@ class _PrivateFitMixin:
                 raise RuntimeError(
                     f"internal accounting error: the fit spent {spent}, more than planned {plan.cost}."
                 )
+            # Only the sources the fit drew from are recorded: an unused one is still fresh (R1-1).
             accountant.spend(*spent, label=f"{type(self).__name__}.fit", events=result.events,
-                             noise_key=noise_key, neighbouring=relation)
+                             noise_key=drawn_noise_key(noise_key, rng), neighbouring=relation)
         return plan, result, spent
 
     def _run_private_step(self, private_step, data, plan, rng):
