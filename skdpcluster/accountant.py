@@ -80,18 +80,32 @@ Repeated noise
 --------------
 Fits pass :func:`noise_fingerprint` of their ``random_state`` to
 :meth:`~BudgetAccountant.reserve` and :meth:`~BudgetAccountant.spend`. Two
-fits with the same noise stream draw the same noise, whatever their estimator
-classes (with ``n_clusters=1`` several classes release the same private mean
-from it), so that the difference of the two releases is free of noise. The
-accountant compares the streams alone (the part of the fingerprint after the
-owner's name) and warns (:class:`NoiseReuseWarning`), or refuses with
-``on_repeated_noise="raise"``. :meth:`~BudgetAccountant.reserve` records the
-stream atomically with the check, so two concurrent fits with one seed cannot
-both pass it; the reservation is released if the fit ends without spending.
-A spend that pays for several streams (a search charged up front by
+fits with the same noise stream draw the same noise, whatever their
+estimator classes (with ``n_clusters=1`` several classes release the same
+private mean from it), so that the difference of the two releases is free of
+noise. A generator has two sources of noise, and each has its own
+fingerprint: its bit generator's state (direct draws) and its seed sequence
+with its spawn counter (``Generator.spawn`` children, which do not depend on
+the state). A fit repeats noise when *either* fingerprint is in the ledger,
+so a Generator moved by a direct draw still repeats the children that a fit
+on a copy of it spawned (review R1-1). A fit records only the sources it
+drew from (:func:`drawn_noise_key`; the clusterers' fits spawn, that of
+``PrivateStandardScaler`` draws directly): a source a fit did not use is
+still fresh, so fits one after another on one Generator are not repeats. An
+int seed gives every fit a new generator from the seed, so two fits with one
+int seed are a repeat, whatever they draw. The accountant compares the
+streams alone (the part of the fingerprint after the owner's name) and warns
+(:class:`NoiseReuseWarning`), or refuses with ``on_repeated_noise="raise"``.
+:meth:`~BudgetAccountant.reserve` records the streams atomically with the
+check, so two concurrent fits with one seed cannot both pass it; the
+reservation is released if the fit ends without spending. A spend that pays
+for several streams (a search charged up front by
 ``skdpcluster.model_selection.fit_search_charged``, whose seeded fits and
-private choice each draw one) passes a tuple of fingerprints, and its entry
-records them all.
+private choice each draw some) passes a tuple of fingerprints, and its entry
+records them all. A ledger saved before review R1-1 holds one fingerprint
+per fit, of the state and the spawn counter together;
+:func:`noise_fingerprint` still computes it, so such a ledger notices the
+same repeats as before.
 
 The default accountant
 ----------------------
@@ -130,7 +144,8 @@ from skdpcluster.utils._random import check_random_state
 from skdpcluster.utils._validation import check_epsilon_delta
 from skdpcluster.utils._warnings import warn_user
 
-__all__ = ["BudgetAccountant", "LedgerEntry", "drawn_noise_key", "noise_fingerprint", "noise_stream"]
+__all__ = ["BudgetAccountant", "LedgerEntry", "drawn_noise_key", "noise_fingerprint",
+           "noise_stream"]
 
 # Budget splits are computed in floating point; a split that sums to the
 # ceiling mathematically may exceed it by a few ulps. This relative tolerance
@@ -169,10 +184,11 @@ class LedgerEntry:
     events : tuple of PrivacyEvent
         The mechanism-level releases behind the charge, for audit.
     noise_key : str, tuple of str or None
-        :func:`noise_fingerprint` of the fit's noise stream, a tuple of them
-        for a charge that paid for several streams (a search charged up front
-        by ``fit_search_charged``; a JSON list in :meth:`to_dict`), or
-        ``None`` for fresh OS entropy.
+        The fingerprints of the noise the charge paid for: those of the
+        sources a fit drew from (:func:`drawn_noise_key`), or of every stream
+        of a search charged up front by ``fit_search_charged`` (a JSON list
+        in :meth:`to_dict`); a single fingerprint in ledgers saved before
+        review R1-1; ``None`` for fresh OS entropy.
     neighbouring : {"replace_one", "add_remove"}, default="replace_one"
         The neighbouring relation under which ``(epsilon, delta)`` holds. An
         entry saved before this field existed loads as ``"add_remove"`` when
@@ -327,8 +343,8 @@ def noise_fingerprint(owner, random_state):
     fingerprint, so that a fit repeats noise when *either* is in the ledger:
     a Generator moved by a direct draw (a new state) still spawns the
     children an earlier fit on a copy of it spawned (review R1-1). A third
-    fingerprint covers both together: the single fingerprint that ledgers
-    saved before this split recorded, compared so that they keep working.
+    fingerprint covers both together: the single fingerprint of ledgers saved
+    before review R1-1, compared so that they keep working.
     The accountant compares only the stream digests (:func:`noise_stream`):
     fits of different estimator classes with one stream draw the same noise
     too. A fit records only the sources it drew from
@@ -360,12 +376,13 @@ def noise_fingerprint(owner, random_state):
                     for name in ("entropy", "spawn_key", "n_children_spawned"))
     sources = (("direct", bit_generator.state),
                ("spawned", type(bit_generator).__name__, spawned),
-               (bit_generator.state, spawned))  # the fingerprint of ledgers saved before the split
-    return tuple(f"{owner}:{hashlib.sha256(repr(source).encode()).hexdigest()}" for source in sources)
+               (bit_generator.state, spawned))  # that of ledgers saved before review R1-1
+    return tuple(f"{owner}:{hashlib.sha256(repr(source).encode()).hexdigest()}"
+                 for source in sources)
 
 
 def drawn_noise_key(noise_key, generator):
-    """The fingerprints of ``noise_key`` whose sources ``generator`` has drawn from since: a fit's record.
+    """The fingerprints of ``noise_key`` whose sources ``generator`` has drawn from since.
 
     A source counts as drawn from when it has moved: the bit generator's
     state for direct draws, the spawn counter for spawned children. A fit
@@ -406,7 +423,7 @@ def _plain_ints(value):
 
 
 def noise_stream(noise_key):
-    """The stream digest of a :func:`noise_fingerprint` (the part after the owner), or ``None``."""
+    """The digest of one fingerprint of :func:`noise_fingerprint` (after the owner), or ``None``."""
     return None if noise_key is None else noise_key.rsplit(":", 1)[-1]
 
 
@@ -708,8 +725,9 @@ class BudgetAccountant:
         else:
             return
         message = (
-            f"{earlier} with the same random_state (the same noise stream), so this fit of "
-            f"{owner} would draw exactly the same noise: the difference of the "
+            f"{earlier} with the same random_state (the same noise stream; for a Generator, "
+            "an equal state, or an equal seed sequence and spawn counter, as in a copy of it), "
+            f"so this fit of {owner} would draw exactly the same noise: the difference of the "
             "two releases would be free of noise and the accountant's composition would not hold. "
             "Use a different seed for every fit charged to one accountant, or random_state=None."
         )
@@ -730,12 +748,12 @@ class BudgetAccountant:
         epsilon, delta : float
             The guarantee a fit is about to spend.
         noise_key : str or tuple of str, default=None
-            :func:`noise_fingerprint` of the fit's noise stream, or a tuple of
-            them for a spend that pays for several (a search charged up
-            front). If the ledger already holds one of those streams, or a fit
-            on it is under way (:meth:`reserve`), warn
-            (:class:`NoiseReuseWarning`) or raise (:class:`NoiseReuseError`)
-            as ``on_repeated_noise`` says.
+            :func:`noise_fingerprint` of the fit's ``random_state`` (one
+            fingerprint per source of noise), or the fingerprints of several
+            streams (a search charged up front). If the ledger already holds
+            one of those streams, or a fit on it is under way
+            (:meth:`reserve`), warn (:class:`NoiseReuseWarning`) or raise
+            (:class:`NoiseReuseError`) as ``on_repeated_noise`` says.
         neighbouring : {"replace_one", "add_remove"}, default="replace_one"
             The relation under which ``(epsilon, delta)`` holds.
 
@@ -800,9 +818,9 @@ class BudgetAccountant:
         events : iterable of PrivacyEvent, default=()
             The releases behind the charge, kept for audit.
         noise_key : str or tuple of str, default=None
-            :func:`noise_fingerprint` of the noise the spend paid for (a tuple
-            of them for several streams), kept so that :meth:`check` can
-            notice a repeat. A repeat is recorded
+            The fingerprints of the noise the spend paid for (for a fit, those
+            of the sources it drew from: :func:`drawn_noise_key`), kept so
+            that :meth:`check` can notice a repeat. A repeat is recorded
             without complaint here: the spend comes after the noise was drawn,
             and it must not fail for that reason.
         neighbouring : {"replace_one", "add_remove"}, default="replace_one"

@@ -533,7 +533,8 @@ def test_noise_fingerprint_has_one_fingerprint_per_source():
 
 
 @pytest.mark.parametrize("on_repeated_noise", ["raise", "warn"])
-def test_a_generator_moved_by_a_direct_draw_still_repeats_its_spawned_noise(small_data, on_repeated_noise):
+def test_a_generator_moved_by_a_direct_draw_still_repeats_its_spawned_noise(small_data,
+                                                                            on_repeated_noise):
     """Review R1-1: the fingerprint hashed a Generator's state and spawn counter together, but fits
     draw from spawned children, whose seeds depend on the seed sequence alone. A fit on a clone (a
     copy of the Generator), a direct draw on the Generator, then a fit on it: a new fingerprint,
@@ -554,13 +555,18 @@ def test_a_generator_moved_by_a_direct_draw_still_repeats_its_spawned_noise(smal
         assert np.array_equal(estimator.cluster_centers_, first.cluster_centers_)
 
 
+def _scaler(**params):
+    """A PrivateStandardScaler for ``small_data``: its fit draws directly and never spawns."""
+    return PrivateStandardScaler(epsilon=1.0, data_radius=600.0, **params)
+
+
 def test_fits_one_after_another_on_one_generator_are_not_repeats(small_data):
     """A fit records only the sources it drew from (review R1-1's fix): a clusterer only spawns and
     leaves the Generator's state as it was, PrivateStandardScaler only draws directly and leaves
     the spawn counter, so the next fit on the same Generator draws fresh noise and is accepted."""
     generator = np.random.default_rng(5)
     acc = BudgetAccountant(on_repeated_noise="raise")
-    scaler = PrivateStandardScaler(epsilon=1.0, data_radius=600.0, accountant=acc, random_state=generator)
+    scaler = _scaler(accountant=acc, random_state=generator)
     clusterer = _fast(accountant=acc, random_state=generator)
     recorded = []
     for estimator in (scaler, clusterer, clusterer, scaler, scaler, clusterer):
@@ -574,8 +580,8 @@ def test_an_int_seed_is_one_stream_whatever_the_fit_draws(small_data):
     """Int seeds keep their rule after review R1-1: every fit starts a new Generator from the seed,
     so a second fit with seed 0 is a repeat, whether the fits draw directly or spawn."""
     acc = BudgetAccountant(on_repeated_noise="raise")
-    PrivateStandardScaler(epsilon=1.0, data_radius=600.0, accountant=acc, random_state=0).fit(small_data)
-    for repeat in (PrivateStandardScaler(epsilon=1.0, data_radius=600.0, accountant=acc, random_state=0),
+    _scaler(accountant=acc, random_state=0).fit(small_data)
+    for repeat in (_scaler(accountant=acc, random_state=0),
                    _fast(accountant=acc, random_state=0)):
         with pytest.raises(NoiseReuseError, match="PrivateStandardScaler was already charged"):
             repeat.fit(small_data)
@@ -601,7 +607,8 @@ def test_a_ledger_saved_with_one_fingerprint_per_fit_still_notices_repeats(small
 
 
 #: noise_fingerprint("KTupleClusterer", 3) before review R1-1's fix (commit 225244e).
-_SEED_3_BEFORE_R1_1 = "KTupleClusterer:445f53ebf6e8b3f1ff1abf621bf2c261168ddf69c9dc881e46e702a21e337901"
+_SEED_3_BEFORE_R1_1 = ("KTupleClusterer:"
+                       "445f53ebf6e8b3f1ff1abf621bf2c261168ddf69c9dc881e46e702a21e337901")
 
 
 class _FirstSpendWaits(BudgetAccountant):

@@ -386,7 +386,8 @@ def test_a_fit_after_a_seeded_search_with_its_seed_is_a_repeat(small, seeded, on
 def test_a_fit_after_a_search_whose_choice_moved_its_generator_is_a_repeat(small):
     """Review R1-1 (part B): with one Generator as the estimator's and the private choice's
     random_state, the choice's direct draws moved its state but not its spawn counter, and a later
-    fit on it drew the noise of the search's refit (a clone spawning the same children), unnoticed."""
+    fit on it drew the noise of the search's refit (a clone spawning the same children),
+    unnoticed."""
     generator = np.random.default_rng(7)
     acc = BudgetAccountant()
     estimator = _fast(accountant=acc, random_state=generator)
