@@ -224,14 +224,39 @@ def _pinned_inputs(search, X, y, groups):
     return pinned
 
 
+def _candidate_components(search, candidates):
+    """``(prefix, component)`` for every private component of every candidate, in the search's order."""
+    for params in candidates:
+        yield from _private_components(clone(search.estimator).set_params(**params)).items()
+
+
+def _named_accountant(search, candidates):
+    """The one accountant the candidates' private components name, or the default accountant.
+
+    Every private component of every candidate counts (a grid may swap a
+    step), not only the first (review R1-2: a pipeline whose scaler names no
+    accountant and whose clusterer names ``acc`` was charged to the default
+    accountant). Refused before any spend when they name several.
+    """
+    named = {}  # id(accountant) -> (accountant, the steps that name it)
+    for prefix, component in _candidate_components(search, candidates):
+        if component.accountant is not None:
+            step = prefix[:-2] or type(component).__name__
+            named.setdefault(id(component.accountant), (component.accountant, set()))[1].add(step)
+    if len(named) > 1:
+        steps = "; ".join(f"accountant {number} by {', '.join(sorted(names))}"
+                          for number, (_, names) in enumerate(named.values(), start=1))
+        raise ValueError(
+            f"fit_search_charged: the private steps name {len(named)} different accountants "
+            f"({steps}), and a search is charged up front to one ledger. Pass accountant= to "
+            "fit_search_charged, or give every private step the same accountant.")
+    return next(iter(named.values()))[0] if named else BudgetAccountant.default()
+
+
 def _seeded_components(search, candidates):
     """The private components of the candidates that have a ``random_state`` (a fixed noise stream)."""
-    return [
-        component
-        for params in candidates
-        for component in _private_components(clone(search.estimator).set_params(**params)).values()
-        if getattr(component, "random_state", None) is not None
-    ]
+    return [component for _, component in _candidate_components(search, candidates)
+            if getattr(component, "random_state", None) is not None]
 
 
 def _search_noise_keys(seeded_components, choice_random_state):
@@ -346,18 +371,17 @@ def _check_no_local_model(search, candidates):
     release: it is private, but a local-model estimator promises that no
     party, not even the server, sees a raw row.
     """
-    for params in candidates:
-        for component in _private_components(clone(search.estimator).set_params(**params)).values():
-            if getattr(component, "_LOCAL_MODEL", False):
-                name = type(component).__name__
-                raise ValueError(
-                    f"selection='private' over {name}: the private choice scores the raw held-out "
-                    "rows in one place, at a trusted curator, but a local-model estimator promises "
-                    "that no party (not even the server) sees a raw row. Choose its parameters by "
-                    "public considerations (public data, or the public noise estimate that its "
-                    "UtilityWarning reports). If a curator that may see the rows does exist, use a "
-                    "central estimator, or choose with select_privately (a central-model choice) or "
-                    "selection='non_private' (not private).")
+    for _, component in _candidate_components(search, candidates):
+        if getattr(component, "_LOCAL_MODEL", False):
+            name = type(component).__name__
+            raise ValueError(
+                f"selection='private' over {name}: the private choice scores the raw held-out "
+                "rows in one place, at a trusted curator, but a local-model estimator promises "
+                "that no party (not even the server) sees a raw row. Choose its parameters by "
+                "public considerations (public data, or the public noise estimate that its "
+                "UtilityWarning reports). If a curator that may see the rows does exist, use a "
+                "central estimator, or choose with select_privately (a central-model choice) or "
+                "selection='non_private' (not private).")
 
 
 def _private_selection(search, candidates, splits, n_samples, *, epsilon, data_radius, random_state):
@@ -456,8 +480,11 @@ def fit_search_charged(search, X, y=None, *, accountant=None, groups=None, selec
         so that a later fit with one of those seeds is noticed too.
     X, y : array-like
     accountant : BudgetAccountant, default=None
-        Charged with the search's cost; ``None`` uses the private estimator's
-        own ``accountant`` parameter, or the default accountant.
+        Charged with the search's cost. ``None`` uses the accountant that the
+        private estimators name (their ``accountant`` parameter, over every
+        step and every candidate), or the default accountant when none names
+        one; a ``ValueError`` naming the steps is raised, before any spend,
+        when they name different accountants.
     groups : array-like, default=None
     selection : {"private", "non_private"}, default="private"
         How the refitted candidate is chosen, see above. ``"private"``
@@ -483,9 +510,10 @@ def fit_search_charged(search, X, y=None, *, accountant=None, groups=None, selec
     ------
     ValueError
         For invalid arguments, a private estimator with
-        ``neighbouring="add_remove"`` or ``privacy_unit="client"``, or
-        ``selection="private"`` over a local-model estimator, before anything
-        is charged.
+        ``neighbouring="add_remove"`` or ``privacy_unit="client"``,
+        ``selection="private"`` over a local-model estimator, or, with
+        ``accountant=None``, private steps that name different accountants,
+        before anything is charged.
     BudgetExceededError
         If the search's cost does not fit in ``accountant``; nothing is charged.
     """
@@ -494,12 +522,12 @@ def fit_search_charged(search, X, y=None, *, accountant=None, groups=None, selec
         raise ValueError("search.estimator holds no private estimator (with epsilon, delta, accountant).")
     if selection not in ("private", "non_private"):
         raise ValueError(f"selection must be 'private' or 'non_private', got selection={selection!r}.")
-    if accountant is None:
-        accountant = next(iter(components.values())).accountant or BudgetAccountant.default()
     pinned = _pinned_inputs(search, X, y, groups)
     with _temporarily(search, **pinned):
         epsilon, delta, n_fits = search_cost(search, X, y, groups)
         candidates = _candidates(search)
+        if accountant is None:
+            accountant = _named_accountant(search, candidates)
         sink = {f"{prefix}accountant": _PrepaidAccountant() for prefix in components}
         overrides = {"estimator": clone(search.estimator).set_params(**sink)}
         choice = None

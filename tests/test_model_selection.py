@@ -26,6 +26,7 @@ from skdpcluster import (
 )
 from skdpcluster.datasets import make_separated_mixture
 from skdpcluster.local import LocalPrivateStableKMeans
+from skdpcluster.preprocessing import PrivateStandardScaler
 from skdpcluster.model_selection import (
     _HeldOutClippedCost,
     _private_selection,
@@ -274,6 +275,45 @@ def test_search_refuses_neighbours_other_than_one_row_replaced_before_spending(s
         with pytest.raises(ValueError, match=match):
             search_cost(search, small)
     assert acc.ledger == [] and not hasattr(search, "cv_results_")
+
+
+def _scaled_search(clusterer, scaler_accountant=None, grid=None):
+    """A search over a pipeline of a private scaler and ``clusterer``: two private steps."""
+    pipe = make_pipeline(PrivateStandardScaler(epsilon=1.0, data_radius=600.0, accountant=scaler_accountant),
+                         clusterer)
+    return GridSearchCV(pipe, grid or {"ktupleclusterer__epsilon": [1e5, 2e5]},
+                        cv=ShuffleSplit(2, test_size=0.25, random_state=0))
+
+
+def test_a_search_is_charged_to_the_accountant_a_later_private_step_names(small, monkeypatch):
+    """Review R1-2: only the first private step's accountant was read, so a pipeline whose private
+    scaler names none and whose clusterer names acc was charged to the default accountant."""
+    default = BudgetAccountant()
+    monkeypatch.setattr(BudgetAccountant, "_base_default", default)
+    acc = BudgetAccountant()
+    search = _scaled_search(_fast(accountant=acc, data_radius=10.0))
+    fit_search_charged(search, small, data_radius=10.0)
+    assert default.ledger == []  # before the fix: the whole search, and acc.ledger == []
+    (entry,) = acc.ledger
+    assert entry.epsilon == pytest.approx(search_cost(search, small)[0] + 0.1)
+    assert search.best_estimator_[-1].accountant is acc
+
+
+@pytest.mark.parametrize("swapped_by", ["pipeline", "grid"])
+def test_a_search_whose_private_steps_name_different_accountants_is_refused(small, swapped_by):
+    """Review R1-2: the search was charged to the first step's accountant, whatever the others name;
+    a grid that swaps in a step naming another accountant counts too."""
+    first, second = BudgetAccountant(), BudgetAccountant()
+    if swapped_by == "pipeline":
+        search = _scaled_search(_fast(accountant=second, data_radius=10.0), scaler_accountant=first)
+    else:
+        search = _scaled_search(_fast(data_radius=10.0), scaler_accountant=first,
+                                grid={"ktupleclusterer": [_fast(accountant=second, data_radius=10.0)]})
+    with pytest.raises(ValueError, match=r"name 2 different accountants \(accountant 1 by "
+                                         r"privatestandardscaler; accountant 2 by ktupleclusterer\)"):
+        fit_search_charged(search, small, data_radius=10.0)
+    assert first.ledger == second.ledger == [] and first._reserved == second._reserved == {}
+    assert not hasattr(search, "cv_results_")
 
 
 def test_search_names_the_parameter_that_the_grid_or_a_pipeline_sets(small):
