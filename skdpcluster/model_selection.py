@@ -593,6 +593,12 @@ def select_privately(candidates, X, *, data_radius, epsilon, random_state=None, 
     epsilon : float
         Budget of the selection.
     random_state : None, int or Generator
+        Randomness of the choice. Its noise stream is checked against
+        ``accountant`` before the draw and recorded with the charge, as a
+        fit's is: a seed already in the ledger, or on a fit under way, warns
+        (:class:`~skdpcluster.NoiseReuseWarning`) or, with
+        ``on_repeated_noise="raise"``, refuses
+        (:class:`~skdpcluster.NoiseReuseError`) before anything is spent.
     accountant : BudgetAccountant, default=None
         Charged with ``epsilon``; ``None`` uses the default accountant.
 
@@ -627,14 +633,17 @@ def select_privately(candidates, X, *, data_radius, epsilon, random_state=None, 
     # (re-review V1: charged as replace-one, it was refused on an add/remove ledger).
     ledger = accountant.ledger
     relation = accountant.neighbouring or (ledger[0].neighbouring if ledger else "replace_one")
-    accountant.check(epsilon, 0.0, neighbouring=relation)
-    rng = check_random_state(random_state)
-    ceiling = (2.0 * data_radius) ** 2
-    scores = np.array([-_clipped_cost(X, c.cluster_centers_, ceiling) for c in candidates])
-    index, event = exponential_mechanism(scores, epsilon=epsilon, sensitivity=ceiling, rng=rng,
-                                         label="select_privately", neighbouring=relation)
-    accountant.spend(epsilon, 0.0, label="select_privately", events=[event],
-                     neighbouring=relation)
+    # The noise stream is reserved with the check, atomically, and recorded with the spend, as a
+    # fit's is (review R1-3: a seeded choice repeated, or followed by a fit on its seed, passed).
+    noise_key = noise_fingerprint("select_privately", random_state)
+    with accountant.reserve(epsilon, 0.0, noise_key=noise_key, neighbouring=relation):
+        rng = check_random_state(random_state)
+        ceiling = (2.0 * data_radius) ** 2
+        scores = np.array([-_clipped_cost(X, c.cluster_centers_, ceiling) for c in candidates])
+        index, event = exponential_mechanism(scores, epsilon=epsilon, sensitivity=ceiling, rng=rng,
+                                             label="select_privately", neighbouring=relation)
+        accountant.spend(epsilon, 0.0, label="select_privately", events=[event],
+                         noise_key=noise_key, neighbouring=relation)
     return index
 
 

@@ -24,6 +24,7 @@ from skdpcluster import (
     PrivateHighDimKMeans,
     PrivateStableKMeans,
 )
+from skdpcluster.accountant import noise_fingerprint
 from skdpcluster.datasets import make_separated_mixture
 from skdpcluster.local import LocalPrivateStableKMeans
 from skdpcluster.preprocessing import PrivateStandardScaler
@@ -472,3 +473,32 @@ def test_select_privately_is_charged_under_the_ledgers_relation(small):
                          accountant=acc)
         assert [entry.neighbouring for entry in acc.ledger] == ["add_remove", "add_remove"]
         assert acc.total() == pytest.approx((1.5, 0.0))
+
+
+@pytest.mark.parametrize("on_repeated_noise", ["raise", "warn"])
+def test_select_privately_checks_and_records_its_noise_stream(small, on_repeated_noise):
+    """Review R1-3: select_privately passed no noise key, so two choices with seed 7 (the same Gumbel
+    draws), and a fit with seed 7 after them, passed even with on_repeated_noise='raise'."""
+    acc = BudgetAccountant(on_repeated_noise=on_repeated_noise)
+    candidates = [SimpleNamespace(cluster_centers_=np.array([[-512.0], [512.0]])),
+                  SimpleNamespace(cluster_centers_=np.array([[0.0]]))]
+
+    def choose():
+        return select_privately(candidates, small, data_radius=600.0, epsilon=1.0, random_state=7,
+                                accountant=acc)
+
+    choose()
+    (entry,) = acc.ledger
+    assert entry.noise_key == noise_fingerprint("select_privately", 7)  # before: None
+    later = _fast(random_state=7, accountant=acc)
+    if on_repeated_noise == "raise":
+        with pytest.raises(NoiseReuseError, match="select_privately was already charged"):
+            choose()
+        with pytest.raises(NoiseReuseError, match="select_privately was already charged"):
+            later.fit(small)
+        assert acc.ledger == [entry]
+    else:
+        with pytest.warns(NoiseReuseWarning, match="select_privately was already charged"):
+            choose()
+        assert len(acc.ledger) == 2
+    assert acc._reserved == {}
