@@ -850,16 +850,23 @@ class BudgetAccountant:
     def __exit__(self, *exc_info):
         """Close the innermost block of ``self`` in this thread or task.
 
+        With an exception propagating and no open block of ``self`` here,
+        nothing is raised: the exception goes on unchanged (review R1-4), and
+        the block stays open where it was entered.
+
         Raises
         ------
         ValueError
-            If this thread or task has no open block of ``self``: it was
-            entered in another thread or task (an explicit ``__enter__`` there),
-            whose default it stays until that thread exits it or ends.
+            If this thread or task has no open block of ``self`` and no
+            exception is propagating: it was entered in another thread or task
+            (an explicit ``__enter__`` there), whose default it stays until that
+            thread exits it or ends.
         """
         with self._default_lock:
             blocks = list(self._context_stack.get())
             mine = [position for position, block in enumerate(blocks) if block.accountant is self]
+            if not mine and exc_info[0] is not None:
+                return False  # never replace the exception that is propagating
             if not mine:
                 raise ValueError(
                     "BudgetAccountant.__exit__: this thread (or asyncio task) has no open 'with' "

@@ -665,6 +665,35 @@ def test_a_block_exited_from_another_thread_stays_open_while_its_thread_runs():
     assert BudgetAccountant.default() is not acc and BudgetAccountant._open_blocks == set()
 
 
+def test_an_exception_propagating_through_a_block_of_another_thread_is_not_replaced():
+    """Review R1-4: a generator holding `with acc:` around a yield, entered in the main thread, had
+    an exception thrown into it from another thread: __exit__ replaced it with its ValueError."""
+    base, acc = BudgetAccountant.default(), BudgetAccountant()
+
+    def holding():
+        with acc:
+            yield
+
+    generator, raised = holding(), []
+    next(generator)  # the block is entered in the main thread
+
+    def throw():
+        try:
+            generator.throw(KeyboardInterrupt())
+        except BaseException as exc:  # noqa: BLE001 - the test reports what came out
+            raised.append(exc)
+
+    thread = threading.Thread(target=throw)
+    thread.start()
+    thread.join()
+    try:
+        assert [type(exc) for exc in raised] == [KeyboardInterrupt]  # before: ValueError
+        assert BudgetAccountant.default() is acc  # the block stays open where it was entered
+    finally:
+        acc.__exit__(None, None, None)
+    assert BudgetAccountant.default() is base
+
+
 def test_mixed_relations_are_refused_by_default(one_cluster_pair):
     """Review RA-6: an add/remove fit and a replace-one fit at epsilon 1 each were accepted under a
     ceiling of 2 (total 2.0), but under replace-one the add/remove fit costs 2 epsilon (3.0 in all),
