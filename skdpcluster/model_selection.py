@@ -51,7 +51,7 @@ from sklearn.model_selection import (
 from sklearn.pipeline import Pipeline
 from sklearn.utils.validation import _num_samples, check_array
 
-from skdpcluster.accountant import BudgetAccountant, noise_fingerprint, noise_stream
+from skdpcluster.accountant import BudgetAccountant, _owned_streams, noise_fingerprint, noise_stream
 from skdpcluster.exceptions import NoiseReuseError, NoiseReuseWarning, PrivacyLeakWarning
 from skdpcluster.mechanisms import exponential_mechanism
 from skdpcluster.utils import check_random_state
@@ -277,16 +277,43 @@ def _search_noise_keys(seeded_components, choice_random_state):
     return tuple(distinct.values()) or None
 
 
-def _check_search_seeds(seeded_components, n_fits, accountant):
-    """Warn, or refuse, before any spend, when the fits of a search would share a seed."""
+def _steps_sharing_a_stream(search, candidates):
+    """The seeded private components of the first candidate in which two draw one noise stream, or ``[]``.
+
+    Such a candidate repeats noise in every fit, even in a search of one fit
+    (review R1-7: a pipeline of two private steps with one seed in a one-fit
+    search was charged silently; its ``Pipeline.fit`` is refused).
+    """
+    for params in candidates:
+        seeded = _seeded_components(search, [params])
+        streams = [stream for component in seeded for _, stream in
+                   _owned_streams(noise_fingerprint(type(component).__name__, component.random_state))]
+        if len(set(streams)) < len(streams):
+            return seeded
+    return []
+
+
+def _check_search_seeds(seeded_components, sharing, n_fits, accountant):
+    """Warn, or refuse, before any spend, when the fits of a search, or the steps of one fit, share a seed.
+
+    ``sharing`` is what :func:`_steps_sharing_a_stream` returns.
+    """
     seeds = {repr(component.random_state) for component in seeded_components}
-    if not seeds or n_fits < 2:
+    if sharing:
+        steps = ", ".join(f"{type(component).__name__}(random_state={component.random_state!r})"
+                          for component in sharing)
+        message = (
+            f"fit_search_charged: the private steps {steps} of one candidate draw the same noise "
+            "stream, so the differences of their releases are noise-free (a Pipeline.fit of them "
+            "is refused in the same way). Give every private step its own seed, or use "
+            "random_state=None.")
+    elif seeds and n_fits >= 2:
+        message = (
+            f"fit_search_charged: the private estimator has random_state={', '.join(sorted(seeds))}, "
+            f"so the {n_fits} fits of the search (on folds that share most rows) draw the same noise "
+            "and the differences of their releases are nearly noise-free. Use random_state=None.")
+    else:
         return
-    message = (
-        f"fit_search_charged: the private estimator has random_state={', '.join(sorted(seeds))}, so "
-        f"the {n_fits} fits of the search (on folds that share most rows) draw the same noise and "
-        "the differences of their releases are nearly noise-free. Use random_state=None."
-    )
     if accountant.on_repeated_noise == "raise":
         raise NoiseReuseError(message)
     warn_user(message, NoiseReuseWarning)
@@ -472,7 +499,8 @@ def fit_search_charged(search, X, y=None, *, accountant=None, groups=None, selec
         ``random_state`` should be ``None``: a fixed seed makes every fit draw
         the same noise (:class:`NoiseReuseWarning`, or
         :class:`NoiseReuseError` from an accountant with
-        ``on_repeated_noise="raise"``). The noise streams of the seeded
+        ``on_repeated_noise="raise"``), and so do two private steps of one
+        candidate on one seed, even in a search of one fit. The noise streams of the seeded
         private estimators (over all candidates) and of a seeded private
         choice are checked against ``accountant`` before the charge (a
         stream already in its ledger, or a fit on it under way, warns or
@@ -538,7 +566,7 @@ def fit_search_charged(search, X, y=None, *, accountant=None, groups=None, selec
             overrides["refit"] = choice
             epsilon += selection_epsilon
         seeded = _seeded_components(search, candidates)
-        _check_search_seeds(seeded, n_fits, accountant)
+        _check_search_seeds(seeded, _steps_sharing_a_stream(search, candidates), n_fits, accountant)
         noise_keys = _search_noise_keys(seeded, random_state if choice is not None else None)
         if selection == "non_private":
             warn_user("fit_search_charged(selection='non_private'): best_params_, the refit and "

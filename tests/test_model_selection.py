@@ -423,6 +423,40 @@ def test_a_fit_after_a_seeded_search_with_its_seed_is_a_repeat(small, seeded, on
         assert len(acc.ledger) == 2
 
 
+def _one_fit_pipeline_search(scaler_seed, clusterer_seed):
+    """A one-fit search over a pipeline of two seeded private steps."""
+    search = _scaled_search(_fast(random_state=clusterer_seed, data_radius=10.0),
+                            grid={"ktupleclusterer__epsilon": [1e5]})
+    search.estimator.set_params(privatestandardscaler__random_state=scaler_seed)
+    return search.set_params(refit=False, cv=ShuffleSplit(1, test_size=0.25, random_state=0))
+
+
+@_ONE_FIT
+@pytest.mark.parametrize("on_repeated_noise", ["raise", "warn"])
+def test_a_one_fit_search_whose_private_steps_share_a_seed_is_a_repeat(small, on_repeated_noise):
+    """Review R1-7: a one-fit search over a pipeline whose two private steps have random_state=3 was
+    charged silently (the repeat was only counted over 2 fits or more); its Pipeline.fit is refused."""
+    acc = BudgetAccountant(on_repeated_noise=on_repeated_noise)
+    search = _one_fit_pipeline_search(3, 3)
+    match = r"private steps PrivateStandardScaler\(random_state=3\), KTupleClusterer\(random_state=3\)"
+    if on_repeated_noise == "raise":
+        with pytest.raises(NoiseReuseError, match=match):
+            fit_search_charged(search, small, accountant=acc, selection="non_private")
+        assert acc.ledger == [] and acc._reserved == {} and not hasattr(search, "cv_results_")
+    else:
+        with pytest.warns(NoiseReuseWarning, match=match):
+            fit_search_charged(search, small, accountant=acc, selection="non_private")
+        assert len(acc.ledger) == 1
+
+
+@_ONE_FIT
+def test_a_one_fit_search_whose_private_steps_have_their_own_seeds_is_not_a_repeat(small):
+    acc = BudgetAccountant(on_repeated_noise="raise")
+    fit_search_charged(_one_fit_pipeline_search(3, 4), small, accountant=acc, selection="non_private")
+    (entry,) = acc.ledger
+    assert len(entry.noise_key) == 2  # both streams recorded
+
+
 def _selection_draws(X_test, n_draws, seed, sensitivity_factor=1.0):
     """Indices chosen by the private choice of a one-split search between two fixed candidates."""
     search = GridSearchCV(_fast(data_radius=1.0), {"epsilon": [1e5]})
