@@ -491,6 +491,11 @@ def fit_search_charged(search, X, y=None, *, accountant=None, groups=None, selec
     estimate of its :class:`~skdpcluster.UtilityWarning`), or, where a
     curator may see the rows, use a central estimator, or choose with
     :func:`select_privately` or ``selection="non_private"`` (not private).
+    The same holds for :class:`~skdpcluster.FederatedPrivateKMeans` deployed
+    with secure aggregation, where no party sees a row: its private choice
+    is accepted, because the search (like its default simulation) runs where
+    the rows are, so it needs a curator trusted with the rows
+    (:doc:`/federated`, "Choosing parameters").
 
     Parameters
     ----------
@@ -606,7 +611,8 @@ def select_privately(candidates, X, *, data_radius, epsilon, random_state=None, 
     entry, else replace-one), so it composes with the candidates' own fits.
     The scores are computed on the raw rows in one place, so this is a
     central-model choice: it needs a curator trusted with the rows, also
-    for candidates of the local model.
+    for candidates of the local model or of a federated deployment with
+    secure aggregation.
 
     Parameters
     ----------
