@@ -225,7 +225,7 @@ def _pinned_inputs(search, X, y, groups):
 
 
 def _candidate_components(search, candidates):
-    """``(prefix, component)`` for every private component of every candidate, in the search's order."""
+    """``(prefix, component)`` of every private component of every candidate, in order."""
     for params in candidates:
         yield from _private_components(clone(search.estimator).set_params(**params)).items()
 
@@ -278,7 +278,7 @@ def _search_noise_keys(seeded_components, choice_random_state):
 
 
 def _steps_sharing_a_stream(search, candidates):
-    """The seeded private components of the first candidate in which two draw one noise stream, or ``[]``.
+    """The seeded private components of the first candidate where two draw one stream, or ``[]``.
 
     Such a candidate repeats noise in every fit, even in a search of one fit
     (review R1-7: a pipeline of two private steps with one seed in a one-fit
@@ -286,15 +286,16 @@ def _steps_sharing_a_stream(search, candidates):
     """
     for params in candidates:
         seeded = _seeded_components(search, [params])
-        streams = [stream for component in seeded for _, stream in
-                   _owned_streams(noise_fingerprint(type(component).__name__, component.random_state))]
+        keys = [noise_fingerprint(type(component).__name__, component.random_state)
+                for component in seeded]
+        streams = [stream for key in keys for _, stream in _owned_streams(key)]
         if len(set(streams)) < len(streams):
             return seeded
     return []
 
 
 def _check_search_seeds(seeded_components, sharing, n_fits, accountant):
-    """Warn, or refuse, before any spend, when the fits of a search, or the steps of one fit, share a seed.
+    """Warn, or refuse, before any spend, when the fits, or the steps of one fit, share a seed.
 
     ``sharing`` is what :func:`_steps_sharing_a_stream` returns.
     """
@@ -305,13 +306,13 @@ def _check_search_seeds(seeded_components, sharing, n_fits, accountant):
         message = (
             f"fit_search_charged: the private steps {steps} of one candidate draw the same noise "
             "stream, so the differences of their releases are noise-free (a Pipeline.fit of them "
-            "is refused in the same way). Give every private step its own seed, or use "
-            "random_state=None.")
+            "repeats it too). Give every private step its own seed, or use random_state=None.")
     elif seeds and n_fits >= 2:
         message = (
-            f"fit_search_charged: the private estimator has random_state={', '.join(sorted(seeds))}, "
-            f"so the {n_fits} fits of the search (on folds that share most rows) draw the same noise "
-            "and the differences of their releases are nearly noise-free. Use random_state=None.")
+            "fit_search_charged: the private estimator has random_state="
+            f"{', '.join(sorted(seeds))}, so the {n_fits} fits of the search (on folds that share "
+            "most rows) draw the same noise and the differences of their releases are nearly "
+            "noise-free. Use random_state=None.")
     else:
         return
     if accountant.on_repeated_noise == "raise":

@@ -27,7 +27,6 @@ from skdpcluster import (
 from skdpcluster.accountant import noise_fingerprint
 from skdpcluster.datasets import make_separated_mixture
 from skdpcluster.local import LocalPrivateStableKMeans
-from skdpcluster.preprocessing import PrivateStandardScaler
 from skdpcluster.model_selection import (
     _HeldOutClippedCost,
     _private_selection,
@@ -35,6 +34,7 @@ from skdpcluster.model_selection import (
     search_cost,
     select_privately,
 )
+from skdpcluster.preprocessing import PrivateStandardScaler
 
 # The searches on `data` fix random_state=0 so that they are reproducible; every fit of such a
 # search draws the same noise, which the accountant rightly reports. The new tests below use
