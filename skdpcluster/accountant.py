@@ -109,18 +109,33 @@ same repeats as before.
 
 The default accountant
 ----------------------
-``with acc:`` makes ``acc`` the default accountant of the current thread (or
-asyncio task) inside the block: the stack of blocks is held in a
-:class:`contextvars.ContextVar`. :meth:`~BudgetAccountant.set_default` sets
-the process-wide default below every block. A thread with no block of its own
-while another thread is inside one (a worker thread of a threaded search
-started in a ``with`` block, for example) cannot tell which accountant it is
-meant to charge, so :meth:`~BudgetAccountant.default` refuses there with a
-ValueError, before anything is spent: pass ``accountant=`` explicitly. A
-block is closed by the thread or task that entered it: ``__exit__`` anywhere
-else raises ValueError and leaves it open. A block left open by a thread that
-has ended (an explicit ``__enter__`` without its ``__exit__``) no longer
-counts, so it cannot make every other thread refuse for good.
+``with acc:`` makes ``acc`` the default accountant of the current context
+inside the block: the stack of blocks is held in a
+:class:`contextvars.ContextVar`, so each thread and each asyncio task has its
+own, and a copy of a context made inside a block (``asyncio.to_thread``, a
+task created in the block, :func:`contextvars.copy_context`) holds that block
+too. :meth:`~BudgetAccountant.set_default` sets the process-wide default below
+every block. A block is open while any context holds it. A thread or task
+with no block of its own while one is open elsewhere (a worker thread of a
+threaded search started in a ``with`` block, for example) cannot tell which
+accountant it is meant to charge, so :meth:`~BudgetAccountant.default`
+refuses there with a ValueError, before anything is spent: pass
+``accountant=`` explicitly.
+
+``__exit__`` closes the block in the current context only: a copy that exits
+it leaves it open in the context it was copied from. In a context without a
+block of the accountant (a ``with`` in a generator resumed in another thread,
+for example) it raises ValueError and leaves the block open where it was
+entered, unless an exception is propagating, which then goes on unchanged.
+The set of open blocks holds them by weak reference, so a block is forgotten
+once no context holds it any more: a block entered by a bare ``__enter__``
+and never exited stops counting when its thread or task ends, or when its
+copied context is dropped. A context that is still referenced keeps its
+blocks open: a finished :class:`asyncio.Task` that is still referenced (or,
+from Python 3.14, a :class:`threading.Thread` object), a saved copy of a
+context, or a context in a reference cycle until the garbage collector frees
+it. Every access of the package to the set is under a lock; the weak
+references' own removals are single atomic set operations.
 """
 
 import contextvars
@@ -128,6 +143,7 @@ import hashlib
 import json
 import math
 import threading
+import weakref
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 
@@ -519,8 +535,9 @@ class BudgetAccountant:
     _default_lock = threading.RLock()
     #: The ``with`` blocks (:class:`_Block`) of the current thread or task, innermost last.
     _context_stack = contextvars.ContextVar("skdpcluster_accountant_blocks", default=())
-    #: The ``with`` blocks open in the whole process (every thread), as :class:`_Block`.
-    _open_blocks = set()
+    #: The ``with`` blocks (:class:`_Block`) that some context of the process holds: a block is
+    #: dropped from it once no context (of a thread, a task, or a copy) holds it any more.
+    _open_blocks = weakref.WeakSet()
 
     #: Whether a copy made by unpickling may spend. Only the throw-away
     #: accountants of a search that was charged up front in the parent process
@@ -861,17 +878,17 @@ class BudgetAccountant:
         Raises
         ------
         ValueError
-            If this thread has no ``with`` block while another thread (one
-            that has not ended) is inside one: the fit may be meant for that
-            block's accountant (a worker thread of a threaded search, for
-            example), which this thread cannot see. Pass ``accountant=``
-            explicitly.
+            If this thread or task has no ``with`` block while another context
+            holds one (another thread or task inside a block, or a copy of a
+            context made inside one): the fit may be meant for that block's
+            accountant (a worker thread of a threaded search, for example),
+            which this thread cannot see. Pass ``accountant=`` explicitly.
         """
         blocks = cls._context_stack.get()
         if blocks:
             return blocks[-1].accountant
         with cls._default_lock:
-            if cls._a_running_thread_has_a_block():
+            if BudgetAccountant._open_blocks:
                 raise ValueError(
                     "no accountant= was given and this thread has no 'with accountant:' block, but "
                     "another thread is inside one: the spend may be meant for that block's "
@@ -888,50 +905,51 @@ class BudgetAccountant:
             BudgetAccountant._base_default = self
         return self
 
-    @staticmethod
-    def _a_running_thread_has_a_block():
-        """Whether a thread that has not ended has a ``with`` block open; call it under the lock.
-
-        A block left open by a thread that has ended (entered by a bare
-        ``__enter__`` with no ``__exit__`` in that thread) is forgotten: no
-        fit can run inside it any more. Counted instead, it made
-        :meth:`default` refuse in every thread without a block for the rest
-        of the process (re-review V1-7).
-        """
-        ended = {block for block in BudgetAccountant._open_blocks if not block.thread.is_alive()}
-        BudgetAccountant._open_blocks.difference_update(ended)
-        return bool(BudgetAccountant._open_blocks)
-
     def __enter__(self):
-        block = _Block(self, threading.current_thread())
+        block = _Block(self)
         with self._default_lock:
             self._context_stack.set((*self._context_stack.get(), block))
             BudgetAccountant._open_blocks.add(block)
         return self
 
     def __exit__(self, *exc_info):
-        """Close the innermost block of ``self`` in this thread or task.
+        """Close the innermost block of ``self`` in the current context (thread or task).
+
+        Only the current context's stack changes. A copy of a context made
+        inside the block (``asyncio.to_thread``, a task created in it,
+        ``contextvars.copy_context``) that exits it leaves it open in the
+        context it was copied from, which still counts it (review R1-6). A
+        block is forgotten once no context holds it.
+
+        With an exception propagating and no open block of ``self`` here,
+        nothing is raised: the exception goes on unchanged (review R1-4), and
+        the block stays open where it was entered.
 
         Raises
         ------
         ValueError
-            If this thread or task has no open block of ``self``: it was
-            entered in another thread or task (an explicit ``__enter__`` there),
-            whose default it stays until that thread exits it or ends.
+            If the current context has no open block of ``self`` and no
+            exception is propagating: it was entered in another thread or task
+            (an explicit ``__enter__`` there, or a ``with`` in a generator
+            resumed here), whose default it stays until that context exits
+            it or is gone.
         """
         with self._default_lock:
             blocks = list(self._context_stack.get())
             mine = [position for position, block in enumerate(blocks) if block.accountant is self]
+            if not mine and exc_info[0] is not None:
+                return False  # never replace the exception that is propagating
             if not mine:
                 raise ValueError(
                     "BudgetAccountant.__exit__: this thread (or asyncio task) has no open 'with' "
                     "block of this accountant; it was entered in another thread or task, whose "
                     "default it is, and only that thread or task can exit it (it is forgotten when "
-                    "that thread ends). Use 'with accountant:' statements, which enter and exit in "
-                    "one thread, or pass accountant= to the estimators.")
-            block = blocks.pop(mine[-1])
+                    "no thread or task holds it any more). Use 'with accountant:' statements in "
+                    "code that is not resumed in another thread, or pass accountant= to the "
+                    "estimators.")
+            # The other contexts holding the block keep it in _open_blocks.
+            blocks.pop(mine[-1])
             self._context_stack.set(tuple(blocks))
-            BudgetAccountant._open_blocks.discard(block)
         return False
 
     # -- scikit-learn, pickle and JSON ---------------------------------------------
@@ -1043,15 +1061,17 @@ class BudgetAccountant:
 
 
 class _Block:
-    """One open ``with accountant:`` block: the accountant and the thread that entered it.
+    """One open ``with accountant:`` block of ``accountant``.
 
     Compared by identity, so that two blocks of one accountant are two blocks.
+    Weakly referenced by ``BudgetAccountant._open_blocks``: the contexts
+    whose stacks hold it keep it alive.
     """
 
-    __slots__ = ("accountant", "thread")
+    __slots__ = ("accountant", "__weakref__")
 
-    def __init__(self, accountant, thread):
-        self.accountant, self.thread = accountant, thread
+    def __init__(self, accountant):
+        self.accountant = accountant
 
 
 class _Reservation:

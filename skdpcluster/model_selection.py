@@ -51,7 +51,13 @@ from sklearn.model_selection import (
 from sklearn.pipeline import Pipeline
 from sklearn.utils.validation import _num_samples, check_array
 
-from skdpcluster.accountant import BudgetAccountant, noise_fingerprint, noise_stream
+from skdpcluster.accountant import (
+    BudgetAccountant,
+    _owned_streams,
+    drawn_noise_key,
+    noise_fingerprint,
+    noise_stream,
+)
 from skdpcluster.exceptions import NoiseReuseError, NoiseReuseWarning, PrivacyLeakWarning
 from skdpcluster.mechanisms import exponential_mechanism
 from skdpcluster.utils import check_random_state
@@ -224,14 +230,39 @@ def _pinned_inputs(search, X, y, groups):
     return pinned
 
 
+def _candidate_components(search, candidates):
+    """``(prefix, component)`` of every private component of every candidate, in order."""
+    for params in candidates:
+        yield from _private_components(clone(search.estimator).set_params(**params)).items()
+
+
+def _named_accountant(search, candidates):
+    """The one accountant the candidates' private components name, or the default accountant.
+
+    Every private component of every candidate counts (a grid may swap a
+    step), not only the first (review R1-2: a pipeline whose scaler names no
+    accountant and whose clusterer names ``acc`` was charged to the default
+    accountant). Refused before any spend when they name several.
+    """
+    named = {}  # id(accountant) -> (accountant, the steps that name it)
+    for prefix, component in _candidate_components(search, candidates):
+        if component.accountant is not None:
+            step = prefix[:-2] or type(component).__name__
+            named.setdefault(id(component.accountant), (component.accountant, set()))[1].add(step)
+    if len(named) > 1:
+        steps = "; ".join(f"accountant {number} by {', '.join(sorted(names))}"
+                          for number, (_, names) in enumerate(named.values(), start=1))
+        raise ValueError(
+            f"fit_search_charged: the private steps name {len(named)} different accountants "
+            f"({steps}), and a search is charged up front to one ledger. Pass accountant= to "
+            "fit_search_charged, or give every private step the same accountant.")
+    return next(iter(named.values()))[0] if named else BudgetAccountant.default()
+
+
 def _seeded_components(search, candidates):
     """The private components of the candidates that have a ``random_state`` (a fixed noise stream)."""
-    return [
-        component
-        for params in candidates
-        for component in _private_components(clone(search.estimator).set_params(**params)).values()
-        if getattr(component, "random_state", None) is not None
-    ]
+    return [component for _, component in _candidate_components(search, candidates)
+            if getattr(component, "random_state", None) is not None]
 
 
 def _search_noise_keys(seeded_components, choice_random_state):
@@ -254,16 +285,44 @@ def _search_noise_keys(seeded_components, choice_random_state):
     return tuple(distinct.values()) or None
 
 
-def _check_search_seeds(seeded_components, n_fits, accountant):
-    """Warn, or refuse, before any spend, when the fits of a search would share a seed."""
+def _steps_sharing_a_stream(search, candidates):
+    """The seeded private components of the first candidate where two draw one stream, or ``[]``.
+
+    Such a candidate repeats noise in every fit, even in a search of one fit
+    (review R1-7: a pipeline of two private steps with one seed in a one-fit
+    search was charged silently; its ``Pipeline.fit`` is refused).
+    """
+    for params in candidates:
+        seeded = _seeded_components(search, [params])
+        keys = [noise_fingerprint(type(component).__name__, component.random_state)
+                for component in seeded]
+        streams = [stream for key in keys for _, stream in _owned_streams(key)]
+        if len(set(streams)) < len(streams):
+            return seeded
+    return []
+
+
+def _check_search_seeds(seeded_components, sharing, n_fits, accountant):
+    """Warn, or refuse, before any spend, when the fits, or the steps of one fit, share a seed.
+
+    ``sharing`` is what :func:`_steps_sharing_a_stream` returns.
+    """
     seeds = {repr(component.random_state) for component in seeded_components}
-    if not seeds or n_fits < 2:
+    if sharing:
+        steps = ", ".join(f"{type(component).__name__}(random_state={component.random_state!r})"
+                          for component in sharing)
+        message = (
+            f"fit_search_charged: the private steps {steps} of one candidate draw the same noise "
+            "stream, so the differences of their releases are noise-free (a Pipeline.fit of them "
+            "repeats it too). Give every private step its own seed, or use random_state=None.")
+    elif seeds and n_fits >= 2:
+        message = (
+            "fit_search_charged: the private estimator has random_state="
+            f"{', '.join(sorted(seeds))}, so the {n_fits} fits of the search (on folds that share "
+            "most rows) draw the same noise and the differences of their releases are nearly "
+            "noise-free. Use random_state=None.")
+    else:
         return
-    message = (
-        f"fit_search_charged: the private estimator has random_state={', '.join(sorted(seeds))}, so "
-        f"the {n_fits} fits of the search (on folds that share most rows) draw the same noise and "
-        "the differences of their releases are nearly noise-free. Use random_state=None."
-    )
     if accountant.on_repeated_noise == "raise":
         raise NoiseReuseError(message)
     warn_user(message, NoiseReuseWarning)
@@ -348,18 +407,17 @@ def _check_no_local_model(search, candidates):
     release: it is private, but a local-model estimator promises that no
     party, not even the server, sees a raw row.
     """
-    for params in candidates:
-        for component in _private_components(clone(search.estimator).set_params(**params)).values():
-            if getattr(component, "_LOCAL_MODEL", False):
-                name = type(component).__name__
-                raise ValueError(
-                    f"selection='private' over {name}: the private choice scores the raw held-out "
-                    "rows in one place, at a trusted curator, but a local-model estimator promises "
-                    "that no party (not even the server) sees a raw row. Choose its parameters by "
-                    "public considerations (public data, or the public noise estimate that its "
-                    "UtilityWarning reports). If a curator that may see the rows does exist, use a "
-                    "central estimator, or choose with select_privately (a central-model choice) or "
-                    "selection='non_private' (not private).")
+    for _, component in _candidate_components(search, candidates):
+        if getattr(component, "_LOCAL_MODEL", False):
+            name = type(component).__name__
+            raise ValueError(
+                f"selection='private' over {name}: the private choice scores the raw held-out "
+                "rows in one place, at a trusted curator, but a local-model estimator promises "
+                "that no party (not even the server) sees a raw row. Choose its parameters by "
+                "public considerations (public data, or the public noise estimate that its "
+                "UtilityWarning reports). If a curator that may see the rows does exist, use a "
+                "central estimator, or choose with select_privately (a central-model choice) or "
+                "selection='non_private' (not private).")
 
 
 def _private_selection(search, candidates, splits, n_samples, *, epsilon, data_radius, random_state):
@@ -442,6 +500,11 @@ def fit_search_charged(search, X, y=None, *, accountant=None, groups=None, selec
     estimate of its :class:`~skdpcluster.UtilityWarning`), or, where a
     curator may see the rows, use a central estimator, or choose with
     :func:`select_privately` or ``selection="non_private"`` (not private).
+    The same holds for :class:`~skdpcluster.FederatedPrivateKMeans` deployed
+    with secure aggregation, where no party sees a row: its private choice
+    is accepted, because the search (like its default simulation) runs where
+    the rows are, so it needs a curator trusted with the rows
+    (:doc:`/federated`, "Choosing parameters").
 
     Parameters
     ----------
@@ -450,7 +513,8 @@ def fit_search_charged(search, X, y=None, *, accountant=None, groups=None, selec
         ``random_state`` should be ``None``: a fixed seed makes every fit draw
         the same noise (:class:`NoiseReuseWarning`, or
         :class:`NoiseReuseError` from an accountant with
-        ``on_repeated_noise="raise"``). The noise streams of the seeded
+        ``on_repeated_noise="raise"``), and so do two private steps of one
+        candidate on one seed, even in a search of one fit. The noise streams of the seeded
         private estimators (over all candidates) and of a seeded private
         choice are checked against ``accountant`` before the charge (a
         stream already in its ledger, or a fit on it under way, warns or
@@ -458,8 +522,11 @@ def fit_search_charged(search, X, y=None, *, accountant=None, groups=None, selec
         so that a later fit with one of those seeds is noticed too.
     X, y : array-like
     accountant : BudgetAccountant, default=None
-        Charged with the search's cost; ``None`` uses the private estimator's
-        own ``accountant`` parameter, or the default accountant.
+        Charged with the search's cost. ``None`` uses the accountant that the
+        private estimators name (their ``accountant`` parameter, over every
+        step and every candidate), or the default accountant when none names
+        one; a ``ValueError`` naming the steps is raised, before any spend,
+        when they name different accountants.
     groups : array-like, default=None
     selection : {"private", "non_private"}, default="private"
         How the refitted candidate is chosen, see above. ``"private"``
@@ -485,9 +552,10 @@ def fit_search_charged(search, X, y=None, *, accountant=None, groups=None, selec
     ------
     ValueError
         For invalid arguments, a private estimator with
-        ``neighbouring="add_remove"`` or ``privacy_unit="client"``, or
-        ``selection="private"`` over a local-model estimator, before anything
-        is charged.
+        ``neighbouring="add_remove"`` or ``privacy_unit="client"``,
+        ``selection="private"`` over a local-model estimator, or, with
+        ``accountant=None``, private steps that name different accountants,
+        before anything is charged.
     BudgetExceededError
         If the search's cost does not fit in ``accountant``; nothing is charged.
     """
@@ -496,12 +564,12 @@ def fit_search_charged(search, X, y=None, *, accountant=None, groups=None, selec
         raise ValueError("search.estimator holds no private estimator (with epsilon, delta, accountant).")
     if selection not in ("private", "non_private"):
         raise ValueError(f"selection must be 'private' or 'non_private', got selection={selection!r}.")
-    if accountant is None:
-        accountant = next(iter(components.values())).accountant or BudgetAccountant.default()
     pinned = _pinned_inputs(search, X, y, groups)
     with _temporarily(search, **pinned):
         epsilon, delta, n_fits = search_cost(search, X, y, groups)
         candidates = _candidates(search)
+        if accountant is None:
+            accountant = _named_accountant(search, candidates)
         sink = {f"{prefix}accountant": _PrepaidAccountant() for prefix in components}
         overrides = {"estimator": clone(search.estimator).set_params(**sink)}
         choice = None
@@ -512,7 +580,7 @@ def fit_search_charged(search, X, y=None, *, accountant=None, groups=None, selec
             overrides["refit"] = choice
             epsilon += selection_epsilon
         seeded = _seeded_components(search, candidates)
-        _check_search_seeds(seeded, n_fits, accountant)
+        _check_search_seeds(seeded, _steps_sharing_a_stream(search, candidates), n_fits, accountant)
         noise_keys = _search_noise_keys(seeded, random_state if choice is not None else None)
         if selection == "non_private":
             warn_user("fit_search_charged(selection='non_private'): best_params_, the refit and "
@@ -552,7 +620,8 @@ def select_privately(candidates, X, *, data_radius, epsilon, random_state=None, 
     entry, else replace-one), so it composes with the candidates' own fits.
     The scores are computed on the raw rows in one place, so this is a
     central-model choice: it needs a curator trusted with the rows, also
-    for candidates of the local model.
+    for candidates of the local model or of a federated deployment with
+    secure aggregation.
 
     Parameters
     ----------
@@ -567,6 +636,12 @@ def select_privately(candidates, X, *, data_radius, epsilon, random_state=None, 
     epsilon : float
         Budget of the selection.
     random_state : None, int or Generator
+        Randomness of the choice. Its noise stream is checked against
+        ``accountant`` before the draw and recorded with the charge, as a
+        fit's is: a seed already in the ledger, or on a fit under way, warns
+        (:class:`~skdpcluster.NoiseReuseWarning`) or, with
+        ``on_repeated_noise="raise"``, refuses
+        (:class:`~skdpcluster.NoiseReuseError`) before anything is spent.
     accountant : BudgetAccountant, default=None
         Charged with ``epsilon``; ``None`` uses the default accountant.
 
@@ -601,14 +676,17 @@ def select_privately(candidates, X, *, data_radius, epsilon, random_state=None, 
     # (re-review V1: charged as replace-one, it was refused on an add/remove ledger).
     ledger = accountant.ledger
     relation = accountant.neighbouring or (ledger[0].neighbouring if ledger else "replace_one")
-    accountant.check(epsilon, 0.0, neighbouring=relation)
-    rng = check_random_state(random_state)
-    ceiling = (2.0 * data_radius) ** 2
-    scores = np.array([-_clipped_cost(X, c.cluster_centers_, ceiling) for c in candidates])
-    index, event = exponential_mechanism(scores, epsilon=epsilon, sensitivity=ceiling, rng=rng,
-                                         label="select_privately", neighbouring=relation)
-    accountant.spend(epsilon, 0.0, label="select_privately", events=[event],
-                     neighbouring=relation)
+    # The noise stream is reserved with the check, atomically, and recorded with the spend, as a
+    # fit's is (review R1-3: a seeded choice repeated, or followed by a fit on its seed, passed).
+    noise_key = noise_fingerprint("select_privately", random_state)
+    with accountant.reserve(epsilon, 0.0, noise_key=noise_key, neighbouring=relation):
+        rng = check_random_state(random_state)
+        ceiling = (2.0 * data_radius) ** 2
+        scores = np.array([-_clipped_cost(X, c.cluster_centers_, ceiling) for c in candidates])
+        index, event = exponential_mechanism(scores, epsilon=epsilon, sensitivity=ceiling, rng=rng,
+                                             label="select_privately", neighbouring=relation)
+        accountant.spend(epsilon, 0.0, label="select_privately", events=[event],
+                         noise_key=drawn_noise_key(noise_key, rng), neighbouring=relation)
     return index
 
 

@@ -1,8 +1,12 @@
+import _thread
+import asyncio
+import contextvars
 import copy
 import json
 import math
 import pickle
 import threading
+import time
 import warnings
 
 import numpy as np
@@ -694,7 +698,7 @@ def test_with_block_is_the_default_of_its_own_thread_only(one_cluster_pair):
         thread.join()
     assert seen == {"a": acc_a, "b": acc_b}
     assert len(acc_a.ledger) == 1 and acc_b.ledger == []
-    assert BudgetAccountant._open_blocks == set()
+    assert len(BudgetAccountant._open_blocks) == 0
 
 
 def test_a_thread_without_a_block_refuses_while_another_thread_has_one():
@@ -729,10 +733,11 @@ def test_a_block_left_open_by_a_thread_that_ended_does_not_stick():
     thread = threading.Thread(target=acc.__enter__)
     thread.start()
     thread.join()
+    del thread  # from Python 3.14 a Thread object keeps the context its target ran in
     assert BudgetAccountant.default() is base  # before: ValueError, "another thread is inside one"
     with pytest.raises(ValueError, match="has no open 'with' block of this accountant"):
         acc.__exit__(None, None, None)
-    assert BudgetAccountant.default() is base and BudgetAccountant._open_blocks == set()
+    assert BudgetAccountant.default() is base and len(BudgetAccountant._open_blocks) == 0
 
 
 def test_a_block_exited_from_another_thread_stays_open_while_its_thread_runs():
@@ -759,7 +764,104 @@ def test_a_block_exited_from_another_thread_stays_open_while_its_thread_runs():
         leave.set()
         thread.join()
     assert seen["default"] is acc
-    assert BudgetAccountant.default() is not acc and BudgetAccountant._open_blocks == set()
+    assert BudgetAccountant.default() is not acc and len(BudgetAccountant._open_blocks) == 0
+
+
+def _enter_in_a_task(acc):
+    async def task():
+        acc.__enter__()
+
+    async def main():
+        await asyncio.create_task(task())
+
+    asyncio.run(main())
+
+
+def _enter_in_a_foreign_thread(acc):
+    entered = threading.Event()
+
+    def foreign():
+        acc.__enter__()
+        entered.set()
+
+    _thread.start_new_thread(foreign, ())
+    assert entered.wait(60)
+    for _ in range(600):  # until the thread's state (and its context) is gone: no join here
+        if len(BudgetAccountant._open_blocks) == 0:
+            break
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("entered_by", [
+    _enter_in_a_task,
+    lambda acc: contextvars.copy_context().run(acc.__enter__),
+    _enter_in_a_foreign_thread,
+], ids=["asyncio_task", "dropped_context", "foreign_thread"])
+def test_a_block_no_context_holds_any_more_is_forgotten(entered_by):
+    """Review R1-5: a block entered by a bare __enter__ in an asyncio task that ended, in a copied
+    context that was dropped, or in a thread started by _thread.start_new_thread (whose
+    _DummyThread stays alive) made default() refuse in every thread without a block, for good."""
+    base, acc = BudgetAccountant.default(), BudgetAccountant()
+    entered_by(acc)
+    assert len(BudgetAccountant._open_blocks) == 0
+    assert BudgetAccountant.default() is base  # before: ValueError, "another thread is inside one"
+    with pytest.raises(ValueError, match="has no open 'with' block of this accountant"):
+        acc.__exit__(None, None, None)
+
+
+def test_a_copied_context_that_exits_a_block_leaves_it_open_in_the_original():
+    """Review R1-6: asyncio.to_thread runs in a copy of the context, which holds the caller's block;
+    its __exit__ discarded the block from the process-wide set while the caller was still inside
+    it, so a thread without a block was charged to the process default instead of refusing."""
+    base, acc, seen = BudgetAccountant.default(), BudgetAccountant(), {}
+
+    def block_less():
+        try:
+            seen["block-less"] = BudgetAccountant.default()
+        except ValueError as exc:
+            seen["block-less"] = exc
+
+    async def main():
+        with acc:
+            await asyncio.to_thread(acc.__exit__, None, None, None)  # closes it in the copy only
+            seen["caller"] = BudgetAccountant.default()
+            thread = threading.Thread(target=block_less)
+            thread.start()
+            thread.join()
+
+    asyncio.run(main())
+    assert seen["caller"] is acc
+    assert isinstance(seen["block-less"], ValueError), seen  # before: the process default, base
+    assert BudgetAccountant.default() is base and len(BudgetAccountant._open_blocks) == 0
+
+
+def test_an_exception_propagating_through_a_block_of_another_thread_is_not_replaced():
+    """Review R1-4: a generator holding `with acc:` around a yield, entered in the main thread, had
+    an exception thrown into it from another thread: __exit__ replaced it with its ValueError."""
+    base, acc = BudgetAccountant.default(), BudgetAccountant()
+
+    def holding():
+        with acc:
+            yield
+
+    generator, raised = holding(), []
+    next(generator)  # the block is entered in the main thread
+
+    def throw():
+        try:
+            generator.throw(KeyboardInterrupt())
+        except BaseException as exc:  # noqa: BLE001 - the test reports what came out
+            raised.append(exc)
+
+    thread = threading.Thread(target=throw)
+    thread.start()
+    thread.join()
+    try:
+        assert [type(exc) for exc in raised] == [KeyboardInterrupt]  # before: ValueError
+        assert BudgetAccountant.default() is acc  # the block stays open where it was entered
+    finally:
+        acc.__exit__(None, None, None)
+    assert BudgetAccountant.default() is base
 
 
 def test_mixed_relations_are_refused_by_default(one_cluster_pair):

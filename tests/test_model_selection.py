@@ -34,6 +34,7 @@ from skdpcluster.model_selection import (
     search_cost,
     select_privately,
 )
+from skdpcluster.preprocessing import PrivateStandardScaler
 
 # The searches on `data` fix random_state=0 so that they are reproducible; every fit of such a
 # search draws the same noise, which the accountant rightly reports. The new tests below use
@@ -277,6 +278,45 @@ def test_search_refuses_neighbours_other_than_one_row_replaced_before_spending(s
     assert acc.ledger == [] and not hasattr(search, "cv_results_")
 
 
+def _scaled_search(clusterer, scaler_accountant=None, grid=None):
+    """A search over a pipeline of a private scaler and ``clusterer``: two private steps."""
+    pipe = make_pipeline(PrivateStandardScaler(epsilon=1.0, data_radius=600.0, accountant=scaler_accountant),
+                         clusterer)
+    return GridSearchCV(pipe, grid or {"ktupleclusterer__epsilon": [1e5, 2e5]},
+                        cv=ShuffleSplit(2, test_size=0.25, random_state=0))
+
+
+def test_a_search_is_charged_to_the_accountant_a_later_private_step_names(small, monkeypatch):
+    """Review R1-2: only the first private step's accountant was read, so a pipeline whose private
+    scaler names none and whose clusterer names acc was charged to the default accountant."""
+    default = BudgetAccountant()
+    monkeypatch.setattr(BudgetAccountant, "_base_default", default)
+    acc = BudgetAccountant()
+    search = _scaled_search(_fast(accountant=acc, data_radius=10.0))
+    fit_search_charged(search, small, data_radius=10.0)
+    assert default.ledger == []  # before the fix: the whole search, and acc.ledger == []
+    (entry,) = acc.ledger
+    assert entry.epsilon == pytest.approx(search_cost(search, small)[0] + 0.1)
+    assert search.best_estimator_[-1].accountant is acc
+
+
+@pytest.mark.parametrize("swapped_by", ["pipeline", "grid"])
+def test_a_search_whose_private_steps_name_different_accountants_is_refused(small, swapped_by):
+    """Review R1-2: the search was charged to the first step's accountant, whatever the others name;
+    a grid that swaps in a step naming another accountant counts too."""
+    first, second = BudgetAccountant(), BudgetAccountant()
+    if swapped_by == "pipeline":
+        search = _scaled_search(_fast(accountant=second, data_radius=10.0), scaler_accountant=first)
+    else:
+        search = _scaled_search(_fast(data_radius=10.0), scaler_accountant=first,
+                                grid={"ktupleclusterer": [_fast(accountant=second, data_radius=10.0)]})
+    with pytest.raises(ValueError, match=r"name 2 different accountants \(accountant 1 by "
+                                         r"privatestandardscaler; accountant 2 by ktupleclusterer\)"):
+        fit_search_charged(search, small, data_radius=10.0)
+    assert first.ledger == second.ledger == [] and first._reserved == second._reserved == {}
+    assert not hasattr(search, "cv_results_")
+
+
 def test_search_names_the_parameter_that_the_grid_or_a_pipeline_sets(small):
     acc = BudgetAccountant(100.0, 1e-3)
     grid = GridSearchCV(FederatedPrivateKMeans(n_clusters=2, data_radius=600.0),
@@ -415,6 +455,41 @@ def test_a_private_choice_records_only_its_direct_draws(small):
     assert len(acc.ledger) == 2
 
 
+def _one_fit_pipeline_search(scaler_seed, clusterer_seed):
+    """A one-fit search over a pipeline of two seeded private steps."""
+    search = _scaled_search(_fast(random_state=clusterer_seed, data_radius=10.0),
+                            grid={"ktupleclusterer__epsilon": [1e5]})
+    search.estimator.set_params(privatestandardscaler__random_state=scaler_seed)
+    return search.set_params(refit=False, cv=ShuffleSplit(1, test_size=0.25, random_state=0))
+
+
+@_ONE_FIT
+@pytest.mark.parametrize("on_repeated_noise", ["raise", "warn"])
+def test_a_one_fit_search_whose_private_steps_share_a_seed_is_a_repeat(small, on_repeated_noise):
+    """Review R1-7: a one-fit search over a pipeline whose two private steps have random_state=3 was
+    charged silently (the repeat was only counted over 2 fits or more); its Pipeline.fit is refused."""
+    acc = BudgetAccountant(on_repeated_noise=on_repeated_noise)
+    search = _one_fit_pipeline_search(3, 3)
+    match = r"private steps PrivateStandardScaler\(random_state=3\), KTupleClusterer\(random_state=3\)"
+    if on_repeated_noise == "raise":
+        with pytest.raises(NoiseReuseError, match=match):
+            fit_search_charged(search, small, accountant=acc, selection="non_private")
+        assert acc.ledger == [] and acc._reserved == {} and not hasattr(search, "cv_results_")
+    else:
+        with pytest.warns(NoiseReuseWarning, match=match):
+            fit_search_charged(search, small, accountant=acc, selection="non_private")
+        assert len(acc.ledger) == 1
+
+
+@_ONE_FIT
+def test_a_one_fit_search_whose_private_steps_have_their_own_seeds_is_not_a_repeat(small):
+    acc = BudgetAccountant(on_repeated_noise="raise")
+    fit_search_charged(_one_fit_pipeline_search(3, 4), small, accountant=acc, selection="non_private")
+    (entry,) = acc.ledger
+    recorded = {*noise_fingerprint("PrivateStandardScaler", 3), *noise_fingerprint("KTupleClusterer", 4)}
+    assert set(entry.noise_key) == recorded  # every fingerprint of both seeds
+
+
 def _selection_draws(X_test, n_draws, seed, sensitivity_factor=1.0):
     """Indices chosen by the private choice of a one-split search between two fixed candidates."""
     search = GridSearchCV(_fast(data_radius=1.0), {"epsilon": [1e5]})
@@ -465,3 +540,33 @@ def test_select_privately_is_charged_under_the_ledgers_relation(small):
                          accountant=acc)
         assert [entry.neighbouring for entry in acc.ledger] == ["add_remove", "add_remove"]
         assert acc.total() == pytest.approx((1.5, 0.0))
+
+
+@pytest.mark.parametrize("on_repeated_noise", ["raise", "warn"])
+def test_select_privately_checks_and_records_its_noise_stream(small, on_repeated_noise):
+    """Review R1-3: select_privately passed no noise key, so two choices with seed 7 (the same Gumbel
+    draws), and a fit with seed 7 after them, passed even with on_repeated_noise='raise'."""
+    acc = BudgetAccountant(on_repeated_noise=on_repeated_noise)
+    candidates = [SimpleNamespace(cluster_centers_=np.array([[-512.0], [512.0]])),
+                  SimpleNamespace(cluster_centers_=np.array([[0.0]]))]
+
+    def choose():
+        return select_privately(candidates, small, data_radius=600.0, epsilon=1.0, random_state=7,
+                                accountant=acc)
+
+    choose()
+    (entry,) = acc.ledger
+    # Before: None. Its direct draws only (the exponential mechanism never spawns).
+    assert entry.noise_key == noise_fingerprint("select_privately", 7)[:1]
+    later = _fast(random_state=7, accountant=acc)
+    if on_repeated_noise == "raise":
+        with pytest.raises(NoiseReuseError, match="select_privately was already charged"):
+            choose()
+        with pytest.raises(NoiseReuseError, match="select_privately was already charged"):
+            later.fit(small)
+        assert acc.ledger == [entry]
+    else:
+        with pytest.warns(NoiseReuseWarning, match="select_privately was already charged"):
+            choose()
+        assert len(acc.ledger) == 2
+    assert acc._reserved == {}
