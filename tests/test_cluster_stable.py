@@ -878,6 +878,21 @@ def test_fewer_heavy_cells_than_clusters_is_a_utility_warning_and_in_quality(Est
         assert fillers.sum() == 2  # what the docs say: released centres still at the fillers
 
 
+def test_the_post_fit_utility_warning_as_an_error_keeps_the_charged_release():
+    """Review R2: raised inside the fit's restore-on-error scope, the post-fit warning turned into
+    an error (``-W error::UtilityWarning``) discarded a release whose budget stayed charged."""
+    X = _blobs_300()
+    accountant = BudgetAccountant()
+    est = PrivateStableKMeans(3, data_radius=20.0, random_state=0, accountant=accountant)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UtilityWarning)
+        warnings.filterwarnings("error", message=".*the grid initializer found", category=UtilityWarning)
+        with pytest.raises(UtilityWarning, match="heavy grid cells"):
+            est.fit(X)
+    assert est.status_ == "success" and est.quality_["heavy_cells_short"] is True
+    assert est.cluster_centers_.shape == (3, 2) and len(accountant.ledger) == 1
+
+
 def test_the_grid_of_a_ktuple_fallback_is_reported_on_its_share():
     """After a failed k-tuple test the grid runs on the 'fallback' share: its advice uses it.
     One tight blob: the k-tuple test fails, and the grid finds one heavy cell for k = 3."""

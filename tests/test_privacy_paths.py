@@ -261,6 +261,22 @@ def test_a_raising_private_step_is_a_charged_unproven_failure_without_data_in_th
     assert len(accountant.ledger) == 2 and accountant.total() == pytest.approx((2.0, 2e-6))
 
 
+@pytest.mark.private_step_failure
+@pytest.mark.parametrize("Estimator", [PrivateStableKMeans, PrivateStableKMedian])
+def test_a_first_fit_whose_private_step_raises_is_a_charged_failure(Estimator):
+    """Review R2: the stable estimators' post-fit utility warning read ``quality_``, which a first
+    fit whose private step failed never set: AttributeError after the charge, estimator unfitted."""
+    X = make_separated_mixture(1000, n_clusters=2, n_features=2, separation=20,
+                               random_state=0)[0]
+    accountant = BudgetAccountant()
+    est = Estimator(2, data_radius=30.0, initializer=_RaisingInitializer(),
+                    accountant=accountant, random_state=0)
+    with pytest.warns(PrivateStepFailedWarning):
+        est.fit(X)
+    assert est.status_ == "failure" and est.cluster_centers_ is None
+    assert accountant.total() == pytest.approx((1.0, 1e-6))
+
+
 class _MixtureWithFailingLearner(PrivateGaussianMixture):
     """A stand-in for a data-dependent failure of the learner: none is known after the fix."""
 

@@ -208,7 +208,16 @@ class _PrivateFitMixin:
             self._warn_if_noise_dominates(*X.shape)
             self._commit(*self._plan_and_run(X))
             self._cast_release(dtype)
+        self._warn_after_fit()
         return self
+
+    def _warn_after_fit(self):
+        """Utility warnings from the fitted, released attributes (a hook; none by default).
+
+        Called once the fit is committed, outside its restore-on-error scope: a
+        warning turned into an error (``-W error``) then leaves the charged
+        fit in place rather than discarding a release that was paid for.
+        """
 
     #: Whether ``fit`` accepts Dask input (its passes go through :mod:`skdpcluster.utils._data`).
     _CHUNKED_INPUT = False

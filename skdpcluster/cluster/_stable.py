@@ -535,7 +535,7 @@ class _PrivateStableBase(CostEstimateMixin, _BasePrivateClusterer):
         ktuple_args = {"base_estimator": self.base_estimator, "beta": self.beta,
                        "n_jobs": self.n_jobs}
         if isinstance(init, str) and init == "grid":
-            return GridInitializer(warn_few_heavy_cells=False), "grid"  # see _commit
+            return GridInitializer(warn_few_heavy_cells=False), "grid"  # see _warn_after_fit
         if isinstance(init, (str, KTupleClusterer)):
             if self.neighbouring != "replace_one":
                 raise ValueError("the k-tuple initializer is private under replace-one only; "
@@ -753,10 +753,13 @@ class _PrivateStableBase(CostEstimateMixin, _BasePrivateClusterer):
             "filler points near the centre of the data ball, which the later steps often cannot "
             f"move. About {rows} rows (or epsilon={epsilon:.2g} with these rows) would help.")
 
-    def _commit(self, plan, result, spent):
-        """Commit the fit, then warn when the grid released fewer heavy cells than clusters."""
-        super()._commit(plan, result, spent)
-        if (self.quality_ or {}).get("heavy_cells_short"):
+    def _warn_after_fit(self):
+        """Warn when the grid released fewer heavy cells than clusters (released ``quality_``).
+
+        A fit whose private step failed has no ``quality_`` (review R2: read
+        unguarded, a first fit's failure raised AttributeError after the charge).
+        """
+        if (getattr(self, "quality_", None) or {}).get("heavy_cells_short"):
             warn_user(self._short_grid_message(), UtilityWarning)
 
     def _short_grid_message(self):
@@ -778,7 +781,7 @@ class _PrivateStableBase(CostEstimateMixin, _BasePrivateClusterer):
         """The initializer run on the "fallback" share when a fallible one fails."""
         if self.fallback == "highdim":
             return HighDimInitializer(objective="kmeans" if self._POWER == 2 else "kmedian")
-        return GridInitializer(warn_few_heavy_cells=False)  # see _commit
+        return GridInitializer(warn_few_heavy_cells=False)  # see _warn_after_fit
 
     def _initial_centers(self, data, initializer, budget, rng):
         """Run the initializer (and the grid fallback); B projected and in canonical order."""
