@@ -110,7 +110,7 @@ def test_oversized_reports_are_refused_before_any_randomness(params, n_features,
 
 def test_a_round_without_users_does_not_crash():
     X = np.array([[0.0, 0.0], [1.0, 1.0]])  # floor(0.45 * 2) = 0 users in init and core
-    with pytest.warns(UserWarning, match="heavy grid cells"):
+    with pytest.warns(NotSeparatedWarning, match="from 0 heavy grid cells"):
         est = _fit(X)
     # No core user, so no core region is accepted: the release is B, filler points (RB-05).
     assert est.status_ == "fallback" and est.cluster_centers_.shape == (2, 2)
@@ -151,13 +151,33 @@ def test_a_fit_whose_core_round_accepts_nothing_is_a_fallback():
                                   random_state=0)
     with pytest.warns(UtilityWarning, match="about 61% of the data bound"), \
             pytest.warns(NotSeparatedWarning, match="accepted none of the 4 regions.*status_="
-                                                    "'fallback'"), \
-            pytest.warns(UserWarning, match="only 0 heavy grid cells"):
+                                                    "'fallback'"):
         est = _fit(X, n_clusters=4, epsilon=1.0, data_radius=20.0)
     assert est.core_fallback_.all() and est.status_ == "fallback"
     assert est.quality_ == {"selected": "core", "n_heavy_cells": 0, "heavy_cells_short": True,
                             "n_core_accepted": 0}
     assert {tuple(c) for c in est.cluster_centers_} == {tuple(c) for c in est.initial_centers_}
+
+
+def test_too_few_heavy_cells_is_a_utility_warning_after_the_fit():
+    """Review R2-5: the grid's plain UserWarning was given inside the init round, so under
+    ``-W error::UserWarning`` the fit became a charged, unproven failure. It is now a
+    UtilityWarning after the fit, from the released count, when the fit is not a fallback
+    (whose own warning names the heavy cells)."""
+    X, _ = make_separated_mixture(2 * 10**5, n_clusters=4, n_features=4, separation=10 / 2**0.5,
+                                  random_state=0)
+    accountant = BudgetAccountant()
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("error", message="GridInitializer", category=UserWarning)
+        est = _fit(X, n_clusters=5, epsilon=4.0, data_radius=20.0, random_state=0,
+                   accountant=accountant)
+    assert est.status_ == "success" and est.privacy_spent_["proven"] is True
+    assert est.quality_["n_heavy_cells"] == 4 and est.quality_["heavy_cells_short"] is True
+    (short,) = [w for w in record if "heavy grid cells" in str(w.message)]
+    assert short.category is UtilityWarning
+    assert "found 4 heavy grid cells for n_clusters=5" in str(short.message)
+    assert len(accountant.ledger) == 1
 
 
 def test_one_cluster_whose_count_fails_is_a_fallback():

@@ -1155,7 +1155,8 @@ _SHARED_ATTRIBUTES = r"""
         average cluster clears the grid's noise threshold twice over) and the
         ``estimate_cost`` keys of :class:`~skdpcluster.KTupleClusterer`
         (``None`` unless ``estimate_cost=True``). The grid keys are ``None``
-        when the grid did not run (``"ktuple"`` that passed, public centres,
+        when the estimator's own grid did not run (``"ktuple"`` that passed,
+        public centres, an initializer object, even a ``GridInitializer``,
         one cluster); with the grid fallback they are the fallback's.
     status_ : {"success", "fallback", "failure"}
         Centres are always released: ``"success"`` when the initializer

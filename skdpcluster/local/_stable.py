@@ -20,7 +20,7 @@ from skdpcluster.cluster._stable_init import (
     center_gaps,
     nearest_centers,
 )
-from skdpcluster.exceptions import NotSeparatedWarning
+from skdpcluster.exceptions import NotSeparatedWarning, UtilityWarning
 from skdpcluster.local._ldp import (
     AVERAGE_GAUSSIAN_SHARE,
     MAX_REPORT_FLOATS,
@@ -532,8 +532,10 @@ class LocalPrivateStableKMeans(_BasePrivateClusterer):
         weights = estimate.counts[heavy]
         points = _project_onto_ball(radius * estimate.sums[heavy] / weights[:, None], 0.0,
                                     radius)
-        centers = GridInitializer()._cluster_coreset(points, weights, self.n_clusters, radius,
-                                                     rng)
+        # Too few heavy cells is reported after the fit from the released count (_warn_after_fit,
+        # _report_fallback): a warning inside the round, made an error, failed a charged fit.
+        centers = GridInitializer(warn_few_heavy_cells=False)._cluster_coreset(
+            points, weights, self.n_clusters, radius, rng)
         return _canonical(_project_onto_ball(centers, 0.0, radius)), int(heavy.sum()), events
 
     def _core_round(self, X, initial, common, rng, name="core", radii=None):
@@ -564,6 +566,22 @@ class LocalPrivateStableKMeans(_BasePrivateClusterer):
     def _commit(self, plan, result, spent):
         super()._commit(plan, result, spent)
         self.privacy_spent_["model"] = "local, per user"
+
+    def _warn_after_fit(self):
+        """Warn when the init round's released heavy cells are fewer than the clusters.
+
+        Only for ``status_="success"``: a fallback says it in its own warning
+        (:meth:`_report_fallback`). A function of released noisy counts: free.
+        """
+        quality = getattr(self, "quality_", None) or {}
+        if quality.get("heavy_cells_short") and self.status_ == "success":
+            n_heavy, k = quality["n_heavy_cells"], self.n_clusters
+            warn_user(
+                f"{type(self).__name__}: the init round found {n_heavy} heavy grid cells for "
+                f"n_clusters={k} (a function of its released noisy counts), so {k - n_heavy} "
+                "initial centres started as filler points near data_center, and some released "
+                "centres are likely still there (quality_['heavy_cells_short']). The local model "
+                "needs many more users, or a larger epsilon.", UtilityWarning)
 
     def _report_fallback(self):
         """Say that no core region was accepted: the released centres are B (or mu), unmoved."""
