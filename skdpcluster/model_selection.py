@@ -312,9 +312,11 @@ def _check_search_seeds(seeded_components, sharing, n_fits, accountant):
         steps = ", ".join(f"{type(component).__name__}(random_state={component.random_state!r})"
                           for component in sharing)
         message = (
-            f"fit_search_charged: the private steps {steps} of one candidate draw the same noise "
-            "stream, so the differences of their releases are noise-free (a Pipeline.fit of them "
-            "repeats it too). Give every private step its own seed, or use random_state=None.")
+            f"fit_search_charged: the private steps {steps} of one candidate have one noise "
+            "stream: with an int seed (as in a Pipeline.fit of them) they draw the same noise and "
+            "the differences of their releases are noise-free; with one Generator they do when "
+            "both draw from the same source (direct draws or spawned children), which cannot be "
+            "told before the fit. Give every private step its own seed, or use random_state=None.")
     elif seeds and n_fits >= 2:
         message = (
             "fit_search_charged: the private estimator has random_state="
@@ -537,7 +539,7 @@ def fit_search_charged(search, X, y=None, *, accountant=None, groups=None, selec
         Public bound :math:`\Lambda` of the private choice (the norm of the
         rows seen by the final estimator); ``None`` takes the largest
         ``data_radius`` of the candidates' final estimators.
-    random_state : None, int or numpy.random.Generator, default=None
+    random_state : None, int, numpy.random.SeedSequence or numpy.random.Generator, default=None
         Randomness of the private choice.
     **fit_params : dict
         Passed to ``search.fit``.
@@ -635,7 +637,7 @@ def select_privately(candidates, X, *, data_radius, epsilon, random_state=None, 
         that every squared distance worth counting is below :math:`(2\Lambda)^2`.
     epsilon : float
         Budget of the selection.
-    random_state : None, int or Generator
+    random_state : None, int, SeedSequence or Generator
         Randomness of the choice. Its noise stream is checked against
         ``accountant`` before the draw and recorded with the charge, as a
         fit's is: a seed already in the ledger, or on a fit under way, warns

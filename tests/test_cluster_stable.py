@@ -834,6 +834,10 @@ def test_too_few_rows_a_cluster_for_the_grid_warn_before_spending(Estimator):
         warnings.simplefilter("error", UtilityWarning)
         Estimator(3)._warn_if_noise_dominates(rows, 2)  # the rows it names are enough
         Estimator(3, epsilon=epsilon)._warn_if_noise_dominates(300, 2)  # and so is its epsilon
+    # Rounded up, with the margin the rows have: at the printed epsilon an average cluster of 100
+    # rows clears the threshold twice over (review R2-7: rounded to nearest, 2.0 was printed
+    # where 2.037 was needed).
+    assert 100 >= 2.0 * _public_grid_need(Estimator, 2, epsilon=epsilon)[0]
 
 
 @pytest.mark.parametrize("params, warns", [

@@ -739,7 +739,8 @@ class _PrivateStableBase(CostEstimateMixin, _BasePrivateClusterer):
         threshold, points, rows = self._heavy_cell_need(n_features, budget.initializer["rho"])
         per_cluster = self._grid_points_per_cluster(n_samples)
         if per_cluster < threshold:
-            epsilon = zcdp_to_dp(budget.rho_total * (points / per_cluster) ** 2, self.delta)
+            epsilon = _two_digits_up(
+                zcdp_to_dp(budget.rho_total * (points / per_cluster) ** 2, self.delta))
             warn_user(self._few_grid_points_message(n_samples, per_cluster, threshold, points,
                                                     rows, epsilon), UtilityWarning)
 
@@ -883,6 +884,12 @@ def _truncated_costs(chunk, candidates, tau, power):
     return np.array([
         np.sum(np.minimum(nearest_costs(chunk.X, centers, power, chunk.assign(centers)), tau))
         for centers in candidates])
+
+
+def _two_digits_up(value):
+    """``value`` rounded up to two significant digits (a suggestion that is enough, R2-7)."""
+    unit = 10.0 ** (math.floor(math.log10(value)) - 1)
+    return math.ceil(value / unit) * unit
 
 
 def _unused_budget_events(privacy_model, events, budget):
