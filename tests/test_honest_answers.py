@@ -180,6 +180,23 @@ def test_ktuple_default_answers_uniform_noise_by_the_general_method_on_the_refin
     assert _kmeans_cost(uniform_noise, auto.cluster_centers_) <= 1.1 * optimum
 
 
+def test_ktuple_grid_fallback_short_of_heavy_cells_warns_after_the_fit():
+    """Review R2-5: the grid's UserWarning was given inside the located method's fallback, so
+    made an error it failed the charged fit; now fallback_info_ holds the released count and a
+    UtilityWarning after the fit says that some centres are filler points."""
+    X = np.random.default_rng(0).uniform(-1.0, 1.0, size=(3000, 6))
+    accountant = BudgetAccountant()
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("error", message="GridInitializer", category=UserWarning)
+        est = KTupleClusterer(4, data_radius=40.0, random_state=0, accountant=accountant).fit(X)
+    assert est.status_ == "fallback" and est.fallback_info_["n_heavy_cells"] == 3
+    assert est.privacy_spent_["proven"] is True and len(accountant.ledger) == 1
+    (short,) = [w for w in record if "heavy grid cells" in str(w.message)]
+    assert short.category is UtilityWarning
+    assert "found 3 heavy grid cells for n_clusters=4" in str(short.message)
+
+
 def test_ktuple_default_success_is_the_fallback_off_fit():
     """Nothing is reserved at the default: a successful fit is bit-identical to fallback_share=0."""
     easy = make_separated_mixture(10_000, 4, 4, separation=10, random_state=0)[0]

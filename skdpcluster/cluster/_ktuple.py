@@ -3,7 +3,6 @@ r"""KTupleClusterer: private k-tuple clustering (Cohen et al., ICML 2021) as a s
 import math
 import warnings
 from dataclasses import replace
-from functools import partial
 from numbers import Integral, Real
 
 import numpy as np
@@ -258,8 +257,11 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
         After ``status_="fallback"``: ``"reason"`` (text from public or
         released values) and ``"share"`` of the budget it ran on; with a
         reserved share, ``"stable_status"`` of the fallback fit; after the
-        located method's own share, ``"method"`` (``"grid"``), ``"rho"``
-        and ``"share"`` as a share of the zCDP budget. ``None`` otherwise.
+        located method's own share, ``"method"`` (``"grid"``), ``"rho"``,
+        ``"share"`` as a share of the zCDP budget and ``"n_heavy_cells"``
+        (the grid's released count; below ``n_clusters``, a
+        :class:`~skdpcluster.UtilityWarning` after the fit says that some
+        centres are filler points). ``None`` otherwise.
     quality_ : dict
         Private quality signals (released values only): ``"test"``
         (``"located"``, ``"partition_test"`` or ``None`` when no test
@@ -788,8 +790,6 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
 
     def _aggregate_located(self, tuples, plan, rng, rows, fallback_rows=None):
         """Locate (:mod:`skdpcluster.ktuple.located`), then average the tuples or refine on ``rows``."""
-        # Imported here: cluster._stable imports this module (its k-tuple initializer).
-        from skdpcluster.cluster._stable import clipped_rows  # noqa: PLC0415
 
         center, radius = plan.values["center"], plan.values["data_radius"]
         budget = plan_located_budget(self.epsilon, self.delta, on_rows=rows is not None)
@@ -797,14 +797,13 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
             phase("location and averages of the tuples")
             stage_two = None
             if fallback_rows is not None:
-                data = clipped_rows(fallback_rows, center, radius)
-                stage_two = partial(_general_method, data, tuples.shape[1])
+                stage_two = _GeneralMethodOnRows(fallback_rows, center, radius, tuples.shape[1])
             result = locate_and_average(tuples - center, data_radius=radius, budget=budget,
                                         rng=rng, if_not_located=stage_two)
             centers, events, public = result.centers, result.events, result.public
             fallback = None
-            if stage_two is not None and centers is not None and public["failed_step"]:
-                fallback = _in_share_fallback_info(public, budget.rho_average, budget)
+            if stage_two is not None and stage_two.rho is not None:
+                fallback = _in_share_fallback_info(public, stage_two, budget)
         else:
             stage_two = None
             if plan.values.get("general_in_share", False):
@@ -814,7 +813,7 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
                 if_not_located=stage_two)
             fallback = None
             if stage_two is not None and stage_two.rho is not None:
-                fallback = _in_share_fallback_info(public, stage_two.rho, budget)
+                fallback = _in_share_fallback_info(public, stage_two, budget)
         events.append(zcdp_composite_event(events, budget.delta_zcdp))
         centers = None if centers is None else canonical_order(centers) + center
         attributes = {"located_info_": public}
@@ -822,6 +821,22 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
             attributes["fallback_info_"] = fallback
         return PrivateFit(centers, centers is not None, events, rho=events[-1].rho,
                           attributes=attributes, status="fallback" if fallback else None)
+
+    def _warn_after_fit(self):
+        """Warn when the located method's grid fallback found fewer heavy cells than clusters.
+
+        From ``fallback_info_`` (released counts): free. The grid's own warning,
+        given inside the private step, failed the charged fit when made an
+        error (review R2-5).
+        """
+        n_heavy = (getattr(self, "fallback_info_", None) or {}).get("n_heavy_cells")
+        if n_heavy is not None and n_heavy < self.n_clusters:
+            warn_user(
+                f"{type(self).__name__}: the general method of the fallback found {n_heavy} heavy "
+                f"grid cells for n_clusters={self.n_clusters} (a function of its released noisy "
+                f"counts), so {self.n_clusters - n_heavy} initial centres started as filler "
+                "points near data_center, and some released centres are likely still there. "
+                "More rows or a larger epsilon would help.", UtilityWarning)
 
     @staticmethod
     def _training_labels(X, centers):
@@ -970,19 +985,21 @@ class _GeneralMethodOnRows:
     and both cost the same :math:`\rho`, so the fit's charge does not depend
     on the outcome (adaptive composition, Bun & Steinke 2016, Lemma 2.3; the
     proof in ``doc/ktuple.rst``, "The fallback"). The rows are clipped only
-    if it runs; ``rho`` records the share it ran on (``None``: not called).
+    if it runs; ``rho`` records the share it ran on (``None``: not called) and
+    ``n_heavy_cells`` the grid's released number of heavy cells.
     """
 
     def __init__(self, X, center, radius, n_clusters):
         self.X, self.center, self.radius, self.n_clusters = X, center, radius, n_clusters
-        self.rho = None
+        self.rho = self.n_heavy_cells = None
 
     def __call__(self, rho, rng):
         from skdpcluster.cluster._stable import clipped_rows  # noqa: PLC0415 (import cycle)
 
         self.rho = rho
         data = clipped_rows(self.X, self.center, self.radius)
-        return _general_method(data, self.n_clusters, rho, rng)
+        centers, events, self.n_heavy_cells = _general_method(data, self.n_clusters, rho, rng)
+        return centers, events
 
 
 def _general_method(data, n_clusters, rho, rng):
@@ -1001,21 +1018,28 @@ def _general_method(data, n_clusters, rho, rng):
     centers : ndarray of shape (n_clusters, d)
         In the coordinates of ``data`` (inside its ball).
     events : list of PrivacyEvent
+    n_heavy_cells : int
+        The grid's released number of heavy cells: below ``n_clusters``, some
+        centres are filler points (reported after the fit, from
+        ``fallback_info_``; a warning inside the private step, made an error,
+        failed the charged fit: review R2-5).
     """
     from skdpcluster.cluster._stable import _unused_budget_events  # noqa: PLC0415 (import cycle)
     from skdpcluster.cluster._stable_init import GridInitializer  # noqa: PLC0415
 
-    centers, events, _ = GridInitializer().fit_centers(
+    centers, events, info = GridInitializer(warn_few_heavy_cells=False).fit_centers(
         data.initializer_input(), n_clusters, budget={"rho": rho}, data_radius=data.radius,
         neighbouring="replace_one", rng=rng)
     events = [event.with_label(event.label.replace("stable/grid_init", "located/general", 1))
               for event in events]
     events += _unused_budget_events("zcdp", events, {"rho": rho})
-    return _project_onto_ball(centers, 0.0, data.radius), events
+    return _project_onto_ball(centers, 0.0, data.radius), events, info["n_heavy_cells"]
 
 
-def _in_share_fallback_info(public, rho, budget):
-    """``fallback_info_`` after the general method ran on the located method's own share."""
+def _in_share_fallback_info(public, general, budget):
+    """``fallback_info_`` after the general method (a :class:`_GeneralMethodOnRows` that ran)
+    ran on the located method's own share."""
     return {"reason": f"the located method's {public['failed_step']!r} step failed (a private "
                       "outcome); the general method ran on the zCDP share of the step it replaced",
-            "share": rho / budget.rho_total, "rho": rho, "method": "grid"}
+            "share": general.rho / budget.rho_total, "rho": general.rho, "method": "grid",
+            "n_heavy_cells": general.n_heavy_cells}
