@@ -301,12 +301,18 @@ def test_a_failed_private_step_of_the_mixture_releases_no_parameters():
 
 @pytest.mark.private_step_failure
 def test_the_suite_treats_a_failed_private_step_as_an_error():
+    """setup.cfg makes the warning an error. Review R3-1: it was raised inside the safety net,
+    before the spend, so the failure (after the randomness) charged nothing."""
     X = make_separated_mixture(1000, n_clusters=2, n_features=2, separation=20,
                                random_state=0)[0]
+    accountant = BudgetAccountant()
     est = PrivateStableKMeans(2, data_radius=30.0, initializer=_RaisingInitializer(),
-                              accountant=BudgetAccountant(), random_state=0)
+                              accountant=accountant, random_state=0)
     with pytest.raises(PrivateStepFailedWarning):
         est.fit(X)
+    (entry,) = accountant.ledger
+    assert (entry.epsilon, entry.delta) == (1.0, 1e-6)
+    assert [event.mechanism for event in entry.events] == ["private_step_failed"]
 
 
 # Item 6: an unproven mode is refused unless asked for, and then reported unproven --------

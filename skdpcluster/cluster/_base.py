@@ -328,6 +328,16 @@ class _PrivateFitMixin:
             # Only the sources the fit drew from are recorded: an unused one is still fresh (R1-1).
             accountant.spend(*spent, label=f"{type(self).__name__}.fit", events=result.events,
                              noise_key=drawn_noise_key(noise_key, rng), neighbouring=relation)
+        if result.step_failed:
+            # Warned once charged: made an error (-W error), the warning inside the safety net
+            # escaped before the spend, a failure charged nothing (review R3-1).
+            warn_user(
+                f"{type(self).__name__}: the private step raised on this data after its "
+                "randomness was drawn; nothing was released (status_='failure') and the whole "
+                "planned budget was charged. The failure is not covered by the privacy proof "
+                "(proven=False). Please report it: the private step should handle this data.",
+                PrivateStepFailedWarning,
+            )
         return plan, result, spent
 
     def _run_private_step(self, private_step, data, plan, rng):
@@ -354,16 +364,10 @@ class _PrivateFitMixin:
     def _failed_private_step(self, plan):
         """Release nothing and charge the whole planned cost (a public value) as one event.
 
-        The warning's text is fixed: neither the exception nor its message
-        (which may quote data values) is shown or kept.
+        Neither the exception nor its message (which may quote data values)
+        is shown or kept; :meth:`_run` warns, with a fixed text, once the
+        cost is charged.
         """
-        warn_user(
-            f"{type(self).__name__}: the private step raised on this data after its randomness "
-            "was drawn; nothing was released (status_='failure') and the whole planned budget "
-            "was charged. The failure is not covered by the privacy proof (proven=False). "
-            "Please report it: the private step should handle this data.",
-            PrivateStepFailedWarning,
-        )
         event = PrivacyEvent(
             "private_step_failed", float(plan.cost[0]), float(plan.cost[1]),
             label=f"{type(self).__name__}/private_step_failed",
