@@ -194,7 +194,21 @@ def test_ktuple_grid_fallback_short_of_heavy_cells_warns_after_the_fit():
     assert est.privacy_spent_["proven"] is True and len(accountant.ledger) == 1
     (short,) = [w for w in record if "heavy grid cells" in str(w.message)]
     assert short.category is UtilityWarning
-    assert "found 3 heavy grid cells for n_clusters=4" in str(short.message)
+    assert "found 3 heavy grid cells for 4 centres" in str(short.message)
+
+
+def test_mixture_grid_fallback_short_of_heavy_cells_warns_after_the_fit():
+    """Review R3-2: the mixture runs the same general method; with the grid's in-step warning
+    off it said nothing about the filler centres. Now the k-tuple's post-fit UtilityWarning."""
+    X = np.random.default_rng(0).uniform(-1.0, 1.0, size=(8000, 4))
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        gm = PrivateGaussianMixture(4, data_radius=40.0, random_state=0,
+                                    accountant=BudgetAccountant()).fit(X)
+    assert gm.status_ == "fallback" and gm.fallback_info_["n_heavy_cells"] == 2
+    (short,) = [w for w in record if "heavy grid cells" in str(w.message)]
+    assert short.category is UtilityWarning
+    assert "found 2 heavy grid cells for 4 centres" in str(short.message)
 
 
 def test_ktuple_default_success_is_the_fallback_off_fit():

@@ -823,20 +823,7 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
                           attributes=attributes, status="fallback" if fallback else None)
 
     def _warn_after_fit(self):
-        """Warn when the located method's grid fallback found fewer heavy cells than clusters.
-
-        From ``fallback_info_`` (released counts): free. The grid's own warning,
-        given inside the private step, failed the charged fit when made an
-        error (review R2-5).
-        """
-        n_heavy = (getattr(self, "fallback_info_", None) or {}).get("n_heavy_cells")
-        if n_heavy is not None and n_heavy < self.n_clusters:
-            warn_user(
-                f"{type(self).__name__}: the general method of the fallback found {n_heavy} heavy "
-                f"grid cells for n_clusters={self.n_clusters} (a function of its released noisy "
-                f"counts), so {self.n_clusters - n_heavy} initial centres started as filler "
-                "points near data_center, and some released centres are likely still there. "
-                "More rows or a larger epsilon would help.", UtilityWarning)
+        warn_if_general_method_short(self, self.n_clusters)
 
     @staticmethod
     def _training_labels(X, centers):
@@ -1034,6 +1021,23 @@ def _general_method(data, n_clusters, rho, rng):
               for event in events]
     events += _unused_budget_events("zcdp", events, {"rho": rho})
     return _project_onto_ball(centers, 0.0, data.radius), events, info["n_heavy_cells"]
+
+
+def warn_if_general_method_short(estimator, n_centres):
+    """Warn when the located method's grid fallback found fewer heavy cells than ``n_centres``.
+
+    From the fitted ``fallback_info_`` (released counts): free. Called after
+    the fit (``_warn_after_fit``): the grid's own warning, given inside the
+    private step, failed the charged fit when made an error (review R2-5).
+    """
+    n_heavy = (getattr(estimator, "fallback_info_", None) or {}).get("n_heavy_cells")
+    if n_heavy is not None and n_heavy < n_centres:
+        warn_user(
+            f"{type(estimator).__name__}: the general method of the fallback found {n_heavy} "
+            f"heavy grid cells for {n_centres} centres (a function of its released noisy "
+            f"counts), so {n_centres - n_heavy} initial centres started as filler points near "
+            "data_center, and some released centres are likely still there. More rows or a "
+            "larger epsilon would help.", UtilityWarning)
 
 
 def _in_share_fallback_info(public, general, budget):

@@ -897,11 +897,13 @@ class GridInitializer:
     n_restarts : int, default=10
         k-means++ restarts on the coreset.
     warn_few_heavy_cells : bool, default=True
-        Warn (``UserWarning``) when step 5 needs filler centres. The stable
-        estimators pass False and report it themselves after the fit, from
-        the released number of heavy cells: a
-        :class:`~skdpcluster.UtilityWarning` naming the rows that would help,
-        and ``quality_["heavy_cells_short"]``.
+        Warn (``UserWarning``) when step 5 needs filler centres. Every
+        estimator of the package passes False and reports it after the fit,
+        from the released number of heavy cells (a
+        :class:`~skdpcluster.UtilityWarning`; ``quality_["heavy_cells_short"]``
+        of the stable and local estimators, ``fallback_info_["n_heavy_cells"]``
+        of the k-tuple clusterer and the mixture): a warning inside a private
+        step, made an error, would fail a fit after its randomness.
     """
 
     privacy_model = "zcdp"

@@ -36,6 +36,7 @@ from skdpcluster.cluster._ktuple import (
     plan_fallback,
     run_fallback,
     unused_share_event,
+    warn_if_general_method_short,
 )
 from skdpcluster.exceptions import InsufficientDataError, PrivacyLeakWarning
 from skdpcluster.mechanisms import PrivacyEvent, analytic_gaussian_sigma, zcdp_gaussian_mechanism
@@ -646,8 +647,11 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         After ``status_="fallback"``: the ``"reason"`` (from public or
         released values) and the ``"share"`` it ran on; with a reserved
         share the fallback's ``"stable_status"``, after the located method's
-        own share ``"method"`` (``"grid"``), ``"rho"`` and ``"share"`` of
-        the tuple part's zCDP budget.
+        own share ``"method"`` (``"grid"``), ``"rho"``, ``"share"`` of
+        the tuple part's zCDP budget and ``"n_heavy_cells"`` (the grid's
+        released count; below ``n_components``, a
+        :class:`~skdpcluster.UtilityWarning` after the fit says that some
+        centres are filler points).
     quality_ : dict
         The k-tuple test's released outcome, as ``quality_`` of
         :class:`~skdpcluster.KTupleClusterer`:
@@ -1020,6 +1024,9 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         if hasattr(X, "map_rows"):
             return X.map_rows(_labels_or_none, parameters, dtype=np.intp)
         return _labels_or_none(X, parameters)
+
+    def _warn_after_fit(self):
+        warn_if_general_method_short(self, self.n_components)
 
     def _failure_attributes(self, plan):
         """After a failed private step: no parameters, as after a failed test."""
