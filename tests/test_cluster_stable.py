@@ -897,6 +897,22 @@ def test_the_post_fit_utility_warning_as_an_error_keeps_the_charged_release():
     assert est.cluster_centers_.shape == (3, 2) and len(accountant.ledger) == 1
 
 
+@pytest.mark.filterwarnings("ignore::skdpcluster.UtilityWarning")
+def test_the_initializers_failure_made_an_error_keeps_the_charged_release():
+    """Review R3-3: the 'private initializer failed' warning was given inside the private step,
+    so made an error it turned a charged fit into an unproven failure without centres."""
+    X = np.random.default_rng(0).normal(3.0, 0.01, size=(2000, 2))  # the k-tuple test fails
+    accountant = BudgetAccountant()
+    est = PrivateStableKMeans(3, initializer="ktuple", data_radius=20.0, random_state=0,
+                              accountant=accountant)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*the private initializer failed")
+        with pytest.raises(UserWarning, match="initializer_status_='fallback_grid'"):
+            est.fit(X)
+    assert est.status_ == "fallback" and est.privacy_spent_["proven"] is True
+    assert est.cluster_centers_.shape == (3, 2) and len(accountant.ledger) == 1
+
+
 def test_the_grid_of_a_ktuple_fallback_is_reported_on_its_share():
     """After a failed k-tuple test the grid runs on the 'fallback' share: its advice uses it.
     One tight blob: the k-tuple test fails, and the grid finds one heavy cell for k = 3."""

@@ -755,11 +755,23 @@ class _PrivateStableBase(CostEstimateMixin, _BasePrivateClusterer):
             f"move. About {rows} rows (or epsilon={epsilon:.2g} with these rows) would help.")
 
     def _warn_after_fit(self):
-        """Warn when the grid released fewer heavy cells than clusters (released ``quality_``).
+        """Warn when the initializer failed or the grid released fewer heavy cells than clusters.
 
-        A fit whose private step failed has no ``quality_`` (review R2: read
-        unguarded, a first fit's failure raised AttributeError after the charge).
+        Both from released attributes (``initializer_status_``, ``quality_``),
+        after the fit: inside the private step, a warning made an error failed
+        the charged fit (review R3-3). A fit whose private step failed has
+        neither (review R2: read unguarded, a first fit's failure raised
+        AttributeError after the charge).
         """
+        status = getattr(self, "initializer_status_", None)
+        if status not in (None, "success"):
+            then = {"fallback_grid": "the grid initializer ran on the 'fallback' share",
+                    "fallback_highdim": "the high-dimensional method (Balcan et al. 2017) ran "
+                                        "on the 'fallback' share",
+                    "fallback_random": "with no 'fallback' share, the initial centres are "
+                                       "random points"}[status]
+            warn_user(f"{type(self).__name__}: the private initializer failed (a private "
+                      f"outcome, initializer_status_={status!r}); {then}.", UserWarning)
         if (getattr(self, "quality_", None) or {}).get("heavy_cells_short"):
             warn_user(self._short_grid_message(), UtilityWarning)
 
@@ -802,15 +814,6 @@ class _PrivateStableBase(CostEstimateMixin, _BasePrivateClusterer):
             outcome["status"] = "fallback_random"
         else:
             outcome["rho_extra"] = budget.rho_fallback
-        if outcome["status"] != "success":
-            then = {"fallback_grid": "the grid initializer ran on the 'fallback' share",
-                    "fallback_highdim": "the high-dimensional method (Balcan et al. 2017) ran "
-                                        "on the 'fallback' share",
-                    "fallback_random": "with no 'fallback' share, the initial centres are "
-                                       "random points"}[outcome["status"]]
-            warn_user(f"{type(self).__name__}: the private initializer failed (a private "
-                      f"outcome, initializer_status_={outcome['status']!r}); {then}.",
-                      UserWarning)
         outcome["centers"] = _canonical(_project_onto_ball(centers, 0.0, data.radius))
         return outcome
 
