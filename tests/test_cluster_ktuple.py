@@ -408,3 +408,19 @@ def test_a_user_r_min_with_a_released_bound_survives_the_inner_fits_copies(param
         est = KTupleClusterer(r_min=0.01, accountant=BudgetAccountant(), random_state=0,
                               **params).fit(X)
     assert est.status_ in ("success", "fallback") and est.privacy_spent_["proven"]
+
+
+def test_fit_tuples_sets_fallback_info_and_keeps_none_of_an_earlier_fit():
+    """Review R3-5: fit_tuples never set fallback_info_, so a fresh one lacked the documented
+    attribute and one after fit kept the earlier fit's (a general method that did not run)."""
+    X = np.random.default_rng(0).uniform(-1.0, 1.0, size=(3000, 6))
+    tuples = np.random.default_rng(0).uniform(-1.0, 1.0, size=(400, 4, 6))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = KTupleClusterer(4, data_radius=40.0, random_state=0,
+                              accountant=BudgetAccountant()).fit(X)
+        assert est.status_ == "fallback" and est.fallback_info_["method"] == "grid"
+        est.set_params(random_state=1).fit_tuples(tuples)
+        fresh = KTupleClusterer(4, data_radius=40.0, random_state=0, accountant=BudgetAccountant())
+        fresh.fit_tuples(tuples)
+    assert est.fallback_info_ is None and fresh.fallback_info_ is None

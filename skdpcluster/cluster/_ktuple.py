@@ -490,6 +490,7 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
             "separation_": separation,
             "located_info_": None,
             "method_": self._method(),
+            "fallback_info_": None,  # set by the fit that falls back; fit_tuples never does
         }
         cost = self._cost(n_tuples)
         if self.accounting == "paper":
@@ -549,7 +550,7 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
                 "epsilon/delta."
             )
         attributes = {"n_tuples_": n_tuples, "m_": None, "ell_": np.nan, "separation_": np.nan,
-                      "method_": "located"}
+                      "method_": "located", "fallback_info_": None}
         cost = (float(self.epsilon), float(self.delta))
         return PrivateFitPlan(cost, {"center": self._resolve_center(n_features)}, attributes)
 
@@ -567,7 +568,6 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
         share, reason = self._resolved_fallback_share(X)
         if share == 0.0:
             plan = self._plan_tuple_path(X)
-            plan.attributes["fallback_info_"] = None
             plan.values["general_in_share"] = self.fallback_share == "auto"
             return plan
         main = clone(self).set_params(epsilon=(1.0 - share) * self.epsilon,
