@@ -752,7 +752,7 @@ class _PrivateStableBase(CostEstimateMixin, _BasePrivateClusterer):
             f"{threshold:.0f} a cell of the grid initializer needs to clear its noise "
             f"(epsilon={self.epsilon}; a public estimate): initial centres are likely to be "
             "filler points near the centre of the data ball, which the later steps often cannot "
-            f"move. About {rows} rows (or epsilon={epsilon:.2g} with these rows) would help.")
+            f"move. About {rows} rows (or epsilon={epsilon:.3g} with these rows) would help.")
 
     def _warn_after_fit(self):
         """Warn when the initializer failed or the grid released fewer heavy cells than clusters.
