@@ -277,6 +277,28 @@ def test_a_first_fit_whose_private_step_raises_is_a_charged_failure(Estimator):
     assert accountant.total() == pytest.approx((1.0, 1e-6))
 
 
+@pytest.mark.private_step_failure
+def test_a_nested_fit_whose_private_step_raises_is_reported_by_the_outer_fit(monkeypatch):
+    """Review R4-2: the k-tuple initializer's inner fit warned under its caller's "ignore" filter,
+    so a defect there was charged but reported only as a failed private test. The outer fit now
+    reports the 'private_step_failed' event of its ledger after the fit."""
+    def draw_and_raise(self, data, plan, rng):
+        rng.normal()
+        raise ValueError("a stand-in for a data-dependent defect")
+
+    monkeypatch.setattr(KTupleClusterer, "_fit_private", draw_and_raise)
+    X = make_separated_mixture(4000, n_clusters=2, n_features=2, separation=20,
+                               random_state=0)[0]
+    accountant = BudgetAccountant()
+    est = PrivateStableKMeans(2, data_radius=30.0, initializer="ktuple", accountant=accountant,
+                              random_state=0)
+    with pytest.warns(PrivateStepFailedWarning, match="PrivateStableKMeans: a private step raised"):
+        est.fit(X)
+    assert est.status_ == "fallback" and est.privacy_spent_["proven"] is False
+    assert "private_step_failed" in [event.mechanism for event in est.privacy_ledger_]
+    assert len(accountant.ledger) == 1
+
+
 class _MixtureWithFailingLearner(PrivateGaussianMixture):
     """A stand-in for a data-dependent failure of the learner: none is known after the fix."""
 
@@ -306,13 +328,15 @@ def test_the_suite_treats_a_failed_private_step_as_an_error():
     X = make_separated_mixture(1000, n_clusters=2, n_features=2, separation=20,
                                random_state=0)[0]
     accountant = BudgetAccountant()
-    est = PrivateStableKMeans(2, data_radius=30.0, initializer=_RaisingInitializer(),
-                              accountant=accountant, random_state=0)
+    est = PrivateStableKMeans(2, data_radius=30.0, accountant=accountant, random_state=0).fit(X)
     with pytest.raises(PrivateStepFailedWarning):
-        est.fit(X)
-    (entry,) = accountant.ledger
-    assert (entry.epsilon, entry.delta) == (1.0, 1e-6)
-    assert [event.mechanism for event in entry.events] == ["private_step_failed"]
+        est.set_params(initializer=_RaisingInitializer(), random_state=1).fit(X)
+    first, failed = accountant.ledger
+    assert (failed.epsilon, failed.delta) == (1.0, 1e-6)
+    assert [event.mechanism for event in failed.events] == ["private_step_failed"]
+    # Review R4-1: warned inside the fit's scope, the error restored the first fit beside the charge.
+    assert est.status_ == "failure" and est.privacy_spent_["proven"] is False
+    assert est.cluster_centers_ is None and est.privacy_ledger_ == list(failed.events)
 
 
 # Item 6: an unproven mode is refused unless asked for, and then reported unproven --------

@@ -208,8 +208,31 @@ class _PrivateFitMixin:
             self._warn_if_noise_dominates(*X.shape)
             self._commit(*self._plan_and_run(X))
             self._cast_release(dtype)
-        self._warn_after_fit()
+        self._report_after_fit()
         return self
+
+    def _report_after_fit(self):
+        """The warnings about a committed fit, from its released attributes (every fit template).
+
+        Given after the fit's restore-on-error scope, so that a warning made an
+        error (``-W error``, ``setup.cfg``) leaves the charged fit in place:
+        given inside the safety net, the private-step warning escaped before
+        the spend and a failure charged nothing (review R3-1); inside the
+        scope, it restored an earlier fit beside the new charge (review R4-1).
+        The ledger's ``"private_step_failed"`` events include those of nested
+        fits, whose own warnings their caller silences (review R4-2).
+        """
+        ledger = getattr(self, "privacy_ledger_", None) or ()
+        if any(event.mechanism == "private_step_failed" for event in ledger):
+            warn_user(
+                f"{type(self).__name__}: a private step raised on this data after its "
+                "randomness was drawn ('private_step_failed' in privacy_ledger_): what it would "
+                "have released was not, and its whole planned budget was charged. The failure is "
+                "not covered by the privacy proof (proven=False). Please report it: the private "
+                "step should handle this data.",
+                PrivateStepFailedWarning,
+            )
+        self._warn_after_fit()
 
     def _warn_after_fit(self):
         """Utility warnings from the fitted, released attributes (a hook; none by default).
@@ -328,16 +351,6 @@ class _PrivateFitMixin:
             # Only the sources the fit drew from are recorded: an unused one is still fresh (R1-1).
             accountant.spend(*spent, label=f"{type(self).__name__}.fit", events=result.events,
                              noise_key=drawn_noise_key(noise_key, rng), neighbouring=relation)
-        if result.step_failed:
-            # Warned once charged: made an error (-W error), the warning inside the safety net
-            # escaped before the spend, a failure charged nothing (review R3-1).
-            warn_user(
-                f"{type(self).__name__}: the private step raised on this data after its "
-                "randomness was drawn; nothing was released (status_='failure') and the whole "
-                "planned budget was charged. The failure is not covered by the privacy proof "
-                "(proven=False). Please report it: the private step should handle this data.",
-                PrivateStepFailedWarning,
-            )
         return plan, result, spent
 
     def _run_private_step(self, private_step, data, plan, rng):
@@ -365,8 +378,8 @@ class _PrivateFitMixin:
         """Release nothing and charge the whole planned cost (a public value) as one event.
 
         Neither the exception nor its message (which may quote data values)
-        is shown or kept; :meth:`_run` warns, with a fixed text, once the
-        cost is charged.
+        is shown or kept; :meth:`_report_after_fit` warns, with a fixed text,
+        once the fit is committed.
         """
         event = PrivacyEvent(
             "private_step_failed", float(plan.cost[0]), float(plan.cost[1]),

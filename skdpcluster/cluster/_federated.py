@@ -397,6 +397,7 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
             self._warn_if_noise_dominates(*data.X.shape)
             self._commit(*self._plan_and_run(data))
             self._cast_release(data.dtype)
+        self._report_after_fit()
         return self
 
     def _validated_inputs(self, X, client_ids, X_server):

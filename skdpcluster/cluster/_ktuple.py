@@ -863,6 +863,7 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
             self._plan_radius(plan, tuples.reshape(-1, n_features))
             validate_data(self, tuples[:, 0, :], reset=True)
             self._commit(*self._run(tuples, plan, self._fit_private_tuples))
+        self._report_after_fit()
         return self
 
     def _fit_private_tuples(self, tuples, plan, rng):

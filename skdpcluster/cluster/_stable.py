@@ -752,7 +752,7 @@ class _PrivateStableBase(CostEstimateMixin, _BasePrivateClusterer):
             f"{threshold:.0f} a cell of the grid initializer needs to clear its noise "
             f"(epsilon={self.epsilon}; a public estimate): initial centres are likely to be "
             "filler points near the centre of the data ball, which the later steps often cannot "
-            f"move. About {rows} rows (or epsilon={epsilon:.3g} with these rows) would help.")
+            f"move. About {rows} rows (or epsilon={epsilon:g} with these rows) would help.")
 
     def _warn_after_fit(self):
         """Warn when the initializer failed or the grid released fewer heavy cells than clusters.
@@ -788,7 +788,7 @@ class _PrivateStableBase(CostEstimateMixin, _BasePrivateClusterer):
             "would help.")
 
     def _report_fallback(self):
-        """Nothing to add: the initializer's fallback has already warned, naming what ran."""
+        """Nothing to add: :meth:`_warn_after_fit` names what ran after the fit."""
 
     def _fallback_initializer(self):
         """The initializer run on the "fallback" share when a fallible one fails."""
