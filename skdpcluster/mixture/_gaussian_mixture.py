@@ -638,6 +638,9 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
     converged_ : bool
         True when the private test passed and parameters were released
         (there is no EM loop; this mirrors scikit-learn's attribute).
+    method_ : str
+        The k-tuple aggregation used (``tuple_method`` with ``"auto"``
+        resolved), or ``"one_component"`` for ``n_components=1``.
     status_ : {"success", "fallback", "failure"}
         ``"success"``: the private k-tuple test passed; ``"fallback"``: the
         tuple path could not run or its test failed and the fallback's
