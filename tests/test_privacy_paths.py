@@ -299,6 +299,52 @@ def test_a_nested_fit_whose_private_step_raises_is_reported_by_the_outer_fit(mon
     assert len(accountant.ledger) == 1
 
 
+def _draw_and_raise(self, data, plan, rng):
+    rng.normal()
+    raise ValueError("a stand-in for a data-dependent defect")
+
+
+_EVERY_ESTIMATOR = [
+    FederatedPrivateKMeans, KTupleClusterer, LocalPrivateStableKMeans, PrivateGaussianMixture,
+    PrivateHighDimKMeans, PrivateHighDimKMedian, PrivateStableKMeans, PrivateStableKMedian,
+    SampleAggregateStableKMeans, PrivateStandardScaler,
+]
+
+
+def _fitted_names(estimator):
+    return {name for name in vars(estimator) if name.endswith("_") and not name.startswith("_")}
+
+
+@pytest.mark.private_step_failure
+@pytest.mark.parametrize("Estimator", _EVERY_ESTIMATOR, ids=lambda cls: cls.__name__)
+def test_a_failed_first_fit_has_the_attributes_of_a_fit(Estimator, monkeypatch):
+    """Review R3-6: a first fit whose private step failed lacked the release's attributes
+    (``quality_``, ``initial_centers_``...), which a failed refit sets to None: reading one
+    raised AttributeError after a charged fit."""
+    X = make_separated_mixture(20_000, n_clusters=2, n_features=2, separation=20,
+                               random_state=0)[0]
+    params = {"data_radius": 30.0, "random_state": 0}
+    make = (lambda: Estimator(**params)) if Estimator is PrivateStandardScaler else (
+        lambda: Estimator(2, **params))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        released = _fitted_names(make().fit(X))
+    monkeypatch.setattr(Estimator, "_fit_private", _draw_and_raise)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        failed = make().fit(X)
+    assert failed.status_ == "failure" and _fitted_names(failed) == released
+    kept = {"n_features_in_", "status_", "privacy_spent_", "privacy_ledger_", "data_radius_",
+            "budget_", "output_radius_"}
+    unset = {name for name in released - kept if getattr(failed, name) is not None}
+    # The plan's public values (or converged_=False) stay; nothing released does.
+    assert unset <= {"converged_", "ell_", "init_", "initializer_", "m_", "method_", "n_fresh_",
+                     "n_lloyd_iter_", "n_rounds_", "n_tuples_", "samples_per_tuple_",
+                     "separation_"}
+    with pytest.raises(NotFittedError, match="released no|private step failed"):
+        getattr(failed, "transform" if Estimator is PrivateStandardScaler else "predict")(X[:2])
+
+
 class _MixtureWithFailingLearner(PrivateGaussianMixture):
     """A stand-in for a data-dependent failure of the learner: none is known after the fix."""
 

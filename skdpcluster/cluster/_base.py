@@ -387,16 +387,22 @@ class _PrivateFitMixin:
             details={"reason": "the private step raised; the planned cost is charged in full",
                      "proven": False},
         )
-        # Nothing of an earlier fit may pass for this fit's release.
+        # Nothing of an earlier fit may pass for this fit's release, and a failed first fit has
+        # the attributes of a failed refit (review R3-6).
         kept = {"n_features_in_", "feature_names_in_", *plan.attributes}
-        stale = {name: None for name in vars(self)
-                 if name.endswith("_") and not name.startswith("_") and name not in kept}
+        fitted = {*self._FITTED_ATTRIBUTES,
+                  *(name for name in vars(self) if name.endswith("_") and not name.startswith("_"))}
+        stale = {name: None for name in fitted if name not in kept}
         return PrivateFit(None, False, [event], proven=False, step_failed=True,
                           attributes={**stale, **self._failure_attributes(plan)})
 
+    #: The fitted attributes of a release, besides ``status_`` and ``privacy_*`` (a hook): a fit
+    #: whose private step failed sets those its plan does not to ``None``.
+    _FITTED_ATTRIBUTES = ()
+
     def _failure_attributes(self, plan):
-        """Fitted attributes of a fit whose private step failed (a hook): no labels by default."""
-        return {"labels_": None}
+        """Fitted attributes of a fit whose private step failed, besides ``None`` (a hook)."""
+        return {}
 
     #: Entries of fitted dict attributes computed from the bound (``{attribute: keys}``):
     #: hidden with it when the bound is data-derived (a hook; review RA-7).
@@ -653,6 +659,7 @@ class _BasePrivateClusterer(
         "n_jobs": [None, Integral],
         "verbose": ["verbose"],
     }
+    _FITTED_ATTRIBUTES = ("cluster_centers_", "labels_", "data_radius_")
 
     def _commit(self, plan, result, spent):
         self.cluster_centers_ = result.centers

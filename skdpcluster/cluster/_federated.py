@@ -332,6 +332,9 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         "base_estimator": [None, HasMethods(["fit"])],
         "executor": [StrOptions({"joblib", "dask"})],
     }
+    _FITTED_ATTRIBUTES = _BasePrivateClusterer._FITTED_ATTRIBUTES + (
+        "budget_", "components_", "init_", "initial_centers_", "low_count_clusters_",
+        "n_lloyd_iter_", "n_rounds_", "projected_centers_", "server_mask_", "server_weights_")
 
     def __init__(
         self,

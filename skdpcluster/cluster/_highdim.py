@@ -340,6 +340,9 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
     }
     _POWER = 2
     _RECOVERIES = ("mean",)
+    _FITTED_ATTRIBUTES = _BasePrivateClusterer._FITTED_ATTRIBUTES + (
+        "budget_", "candidate_depth_", "n_candidates_", "n_samples_noisy_", "projection_dim_",
+        "selected_trial_", "settings_")
     #: Dask input: every pass is a map-reduce (:mod:`~skdpcluster.cluster._highdim_chunked`).
     _CHUNKED_INPUT = True
 

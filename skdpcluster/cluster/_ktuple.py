@@ -338,6 +338,9 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
     _CHUNKED_INPUT = True
     #: The located grid width is 2 * bound * sqrt(2)**-j: hidden with a data-derived bound.
     _BOUND_DERIVED_ENTRIES = {"located_info_": ("width",), "quality_": ("located_width",)}
+    _FITTED_ATTRIBUTES = _BasePrivateClusterer._FITTED_ATTRIBUTES + (
+        "ell_", "fallback_info_", "located_info_", "m_", "method_", "n_tuples_", "quality_",
+        "separation_")
 
     _parameter_constraints: dict = {
         **_BasePrivateClusterer._parameter_constraints,

@@ -458,6 +458,9 @@ class _PrivateStableBase(CostEstimateMixin, _BasePrivateClusterer):
         "estimate_cost": ["boolean"],
     }
     _REFINE_KEY = "core"
+    _FITTED_ATTRIBUTES = _BasePrivateClusterer._FITTED_ATTRIBUTES + (
+        "budget_", "candidate_centers_", "initial_centers_", "initializer_",
+        "initializer_info_", "initializer_status_", "quality_", "selected_")
     _POWER = 2
     _DEFAULT_SPLIT = {"init": 0.6, "core": 0.3, "select": 0.1}
 
@@ -1339,6 +1342,8 @@ class PrivateStableKMeans(_PrivateStableBase):
         "final_lloyd_step": ["boolean"],
     }
     _CHUNKED_INPUT = True
+    _FITTED_ATTRIBUTES = _PrivateStableBase._FITTED_ATTRIBUTES + ("core_fallback_",
+                                                                  "core_noisy_counts_")
 
     def __init__(
         self,

@@ -293,6 +293,9 @@ class LocalPrivateStableKMeans(_BasePrivateClusterer):
     #: No party sees a raw row, so nothing may score rows centrally
     #: (``fit_search_charged`` refuses a private choice over this estimator).
     _LOCAL_MODEL = True
+    _FITTED_ATTRIBUTES = _BasePrivateClusterer._FITTED_ATTRIBUTES + (
+        "candidate_centers_", "core_fallback_", "initial_centers_", "n_rounds_", "quality_",
+        "rounds_", "selected_")
 
     def _noise_fraction(self, n_samples, n_features):
         r"""Public estimate of a released centre's noise, as a fraction of :math:`\Lambda`.

@@ -787,6 +787,11 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
     _CHUNKED_INPUT = True
     #: The located grid width is 2 * bound * sqrt(2)**-j: hidden with a data-derived bound.
     _BOUND_DERIVED_ENTRIES = {"located_info_": ("width",), "quality_": ("located_width",)}
+    _FITTED_ATTRIBUTES = (
+        "converged_", "covariances_", "data_radius_", "ell_", "fallback_info_", "labels_",
+        "located_info_", "m_", "means_", "method_", "n_fresh_", "n_tuples_", "precisions_",
+        "precisions_cholesky_", "quality_", "samples_per_tuple_", "separation_", "sigma_max_",
+        "sigma_min_", "tuple_centers_", "weights_")
 
     def _check_n_clusters(self):
         """Every ``n_components >= 1`` is accepted: one component skips the k-tuple part."""
@@ -1032,9 +1037,8 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         warn_if_general_method_short(self, self.n_components)
 
     def _failure_attributes(self, plan):
-        """After a failed private step: no parameters, as after a failed test."""
-        return {**super()._failure_attributes(plan), **self._empty_release(),
-                "tuple_centers_": None, "converged_": False}
+        """After a failed private step: no parameters (``_FITTED_ATTRIBUTES``), not converged."""
+        return {"converged_": False}
 
     @staticmethod
     def _empty_release():

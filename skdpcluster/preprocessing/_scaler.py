@@ -6,6 +6,7 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin
 from sklearn.pipeline import make_pipeline
+from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from skdpcluster.accountant import BudgetAccountant
@@ -170,6 +171,7 @@ class PrivateStandardScaler(_PrivateFitMixin, OneToOneFeatureMixin, TransformerM
 
     #: The bound is half of a scaler's work: half of (epsilon, delta) when ``data_radius=None``.
     _BOUNDS_SHARE = SCALER_BOUNDS_SHARE
+    _FITTED_ATTRIBUTES = ("data_radius_", "mean_", "output_radius_", "scale_", "var_")
 
     def _check_n_clusters(self):
         """A scaler has no clusters."""
@@ -219,6 +221,10 @@ class PrivateStandardScaler(_PrivateFitMixin, OneToOneFeatureMixin, TransformerM
             ulp on half of the projected rows).
         """
         check_is_fitted(self, "mean_")
+        if self.mean_ is None:
+            raise NotFittedError(
+                f"{type(self).__name__} released no statistics: its private step failed "
+                "(status_='failure'; privacy_ledger_ says so). Fit it again.")
         X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
         with np.errstate(over="ignore"):
             standardized = (X - self.mean_) / self.scale_
