@@ -215,10 +215,28 @@ def test_average_1d_is_a_segment_then_a_gaussian_on_the_centred_sum(neighbouring
     (a, b), _ = A.private_bounding_segment(values, data_radius=10.0, r_min=0.01, epsilon=0.5,
                                            beta=0.025, rng=rng)
     centre = (a + b) / 2
-    expected, _ = M.gaussian_mechanism(centre + np.sum(np.clip(values, a, b) - centre) / n_public,
+    expected, _ = M.gaussian_mechanism(np.sum(np.clip(values, a, b) - centre) / n_public,
                                        sensitivity=share * (b - a) / n_public, epsilon=0.5,
                                        delta=1e-6, rng=rng)
-    assert estimate == pytest.approx(expected, rel=1e-12)
+    assert estimate == pytest.approx(centre + expected, rel=1e-12)
+
+
+def test_average_1d_noise_is_not_lost_in_the_rounding_of_the_segment_centre():
+    """Review R5-2: the noise went on c + sum/n, rounded at the ulp of c; with a segment 2^-49
+    wide at 0.75 the noise (sd about 4e-18) was below ulp(0.75)/2, so the release was a
+    deterministic function of the data and these add/remove neighbours released 0.75 and
+    0.75 + 2^-53 on every seed. Both releases must appear for both, in ratios within e^epsilon."""
+    step = 2.0**-50  # a grid step the grid accepts (2 data_radius / r_min = 2^51)
+    values = np.array([0.75] * 938 + [0.75 + step] * 62)
+    releases = []
+    for data in (values, np.append(values, 0.75 + step)):
+        out = [A.private_average_1d(data, n_public=1000.0, data_radius=1.0, r_min=step,
+                                    epsilon=1.0, delta=1e-6, beta=0.05,
+                                    rng=np.random.default_rng(seed))[0] for seed in range(300)]
+        releases.append({value: out.count(value) for value in (0.75, 0.75 + 2.0**-53)})
+    for value in (0.75, 0.75 + 2.0**-53):
+        counts = [release[value] for release in releases]
+        assert min(counts) > 0 and max(counts) / min(counts) < 1.5 * math.e  # 300 draws' slack
 
 
 def _mostly_zero_sample(n_points):
@@ -407,6 +425,20 @@ def test_gaussian_estimate_releases_respect_their_sensitivity(neighbour_of, monk
     )
     assert 0.5 < ratio <= 1.0 + 1e-9  # the outlier hits the clipping radius
     assert event.rho <= 0.5
+
+
+def test_gaussian_estimate_noises_offsets_not_positions(monkeypatch):
+    """Review R5-3: the mean steps noised c_t + sum/n, c_t the previous release, rounded at the
+    ulp of c_t (0.016 for a mean at 1e14): one row moved it by whole ulps, up to 243 times the
+    sensitivity. Every noised value is now an average of n_public terms each within the step's
+    reach, so its norm is at most n_public times its sensitivity."""
+    points = 1e14 + np.random.default_rng(1).normal(0.0, 1.0, (2000, 1))
+    releases, _ = _zcdp_releases(
+        A.private_gaussian_estimate, points, monkeypatch, n_public=2000.0, center=[0.0],
+        radius=1e15, sigma_min=0.5, sigma_max=1.0, rho=1.0, n_iter_mean=8, n_iter_cov=1)
+    assert len(releases) == 9
+    for value, sensitivity, _, _ in releases:
+        assert np.linalg.norm(value) <= 2000.0 * sensitivity * (1 + 1e-9)
 
 
 @pytest.mark.parametrize("neighbouring, neighbour_of", [

@@ -2,6 +2,8 @@
 2021, Proposition 2.9; ``spec/cohen_ktuple.md`` §7.4 with the review's Finding 6)."""
 
 
+import math
+
 import numpy as np
 
 from skdpcluster.averaging._common import (
@@ -38,12 +40,26 @@ def _average_1d(values, n_public, grid, epsilon, delta, beta, neighbouring, rng)
 def _noisy_clipped_average(values, segment, n_public, epsilon, delta, neighbouring, rng):
     r"""The Gaussian step of :func:`private_average_1d` on a released segment :math:`[a, b]`.
 
-    Releases :math:`c + \sum_x (\mathrm{clip}(x, a, b) - c)/n_{\mathrm{public}} + N(0, \sigma^2)`,
-    :math:`c = (a + b)/2`, with :math:`\sigma` the analytic calibration at
-    ``(epsilon, delta)`` for the sensitivity
-    :math:`(b - a)/(2 n_{\mathrm{public}})` (add/remove) or
+    Releases :math:`\sum_x (\mathrm{clip}(x, a, b) - c)/n_{\mathrm{public}} + N(0, \sigma^2)`,
+    :math:`c = (a + b)/2`, and returns it plus :math:`c` (post-processing),
+    with :math:`\sigma` the analytic calibration at ``(epsilon, delta)`` for
+    the sensitivity :math:`(b - a)/(2 n_{\mathrm{public}})` (add/remove) or
     :math:`(b - a)/n_{\mathrm{public}}` (replace-one). ``values`` of shape
     ``(..., n_values)`` give one independent release per leading index.
+
+    **In floating point.** Rounding is monotone, so every computed term
+    :math:`\mathrm{fl}(\mathrm{clip}(x, a, b) - c)` lies in
+    :math:`[-\mathrm{fl}(c - a), \mathrm{fl}(b - c)]`: the width :math:`b - a`
+    of the sensitivity is taken from these computed offsets (twice the
+    larger one under add/remove, their sum rounded up under replace-one; they
+    differ from :math:`(b - a)/2` when :math:`c` rounds), and the quotient by
+    :math:`n_{\mathrm{public}}` is rounded up. The noise goes on the centred
+    average, not on :math:`c` plus it: that sum is rounded at the ulp of
+    :math:`c`, which one row can move by a whole ulp, far above the sensitivity
+    and the noise when the segment is narrow and far from 0 (review R5-2:
+    neighbours released 0.75 and 0.75 + 2^-52 on every seed). The sum of the
+    terms rounds like any floating-point sum, which the sensitivity does not
+    count (``doc/privacy.rst``).
 
     Returns
     -------
@@ -54,11 +70,16 @@ def _noisy_clipped_average(values, segment, n_public, epsilon, delta, neighbouri
     low, high = segment
     centre = (low + high) / 2.0
     centred_sum = np.sum(np.clip(values, low, high) - centre, axis=-1)
-    sensitivity = _SUM_SENSITIVITY_PER_WIDTH[neighbouring] * (high - low) / n_public
-    return gaussian_mechanism(
-        centre + centred_sum / n_public, sensitivity=sensitivity, epsilon=epsilon,
-        delta=delta, rng=rng, calibration="analytic", neighbouring=neighbouring,
+    above, below = high - centre, centre - low
+    width = (2.0 * max(above, below) if neighbouring == "add_remove"
+             else math.nextafter(above + below, math.inf))
+    quotient = _SUM_SENSITIVITY_PER_WIDTH[neighbouring] * width / n_public
+    sensitivity = math.nextafter(quotient, math.inf) if width > 0 else 0.0  # 0 is exact
+    noisy, event = gaussian_mechanism(
+        centred_sum / n_public, sensitivity=sensitivity, epsilon=epsilon, delta=delta, rng=rng,
+        calibration="analytic", neighbouring=neighbouring,
     )
+    return centre + noisy, event
 
 
 def _check_average_inputs(n_public, data_radius, r_min, epsilon, delta, beta, neighbouring, rng):

@@ -66,10 +66,18 @@ def _coinpress_mean(rows, center, scale, n_public, radius, rho_steps, rng):
     In the coordinates :math:`y = (x - c)/s` of the ``rows`` (``center`` c,
     ``scale`` s) the data has covariance at most the identity and mean in
     :math:`B(0, r)`. Each step clips to :math:`B(c_t, r_t + \gamma_1)`,
-    releases :math:`c_t + \sum (\mathrm{clip}(y) - c_t)/n` with sensitivity
-    :math:`(r_t + \gamma_1)/n`, then shrinks the ball to
-    :math:`r_{t+1} = \gamma_2\sqrt{1/n + s_t^2}`, :math:`s_t` the noise sd.
-    Radii depend only on public values. Each step is one pass over ``rows``.
+    releases :math:`\sum (\mathrm{clip}(y) - c_t)/n` with sensitivity
+    :math:`(r_t + \gamma_1)/n` and moves :math:`c_t` by it, then shrinks the
+    ball to :math:`r_{t+1} = \gamma_2\sqrt{1/n + s_t^2}`, :math:`s_t` the
+    noise sd. Radii depend only on public values. Each step is one pass over
+    ``rows``.
+
+    The noise goes on the mean offset, and :math:`c_t` is added after
+    (post-processing): added to :math:`c_t + \sum/n` it would be rounded at
+    the ulp of :math:`c_t`, which one row can move by a whole ulp, far above the
+    sensitivity when the mean is far from the public centre in units of
+    :math:`\sigma_{\max}` (review R5-3: 243 sensitivities at n = 10^5, mean
+    10^14, eight steps).
     """
     n_dim = rows.shape[1]
     clip_margin = _chi_radius(n_dim, math.log(n_public / _COINPRESS_BETA))
@@ -79,10 +87,11 @@ def _coinpress_mean(rows, center, scale, n_public, radius, rho_steps, rng):
         clip_radius = radius + clip_margin
         total = rows.map_reduce(_scaled_offset_sum, center, scale, centre, clip_radius)
         sensitivity = clip_radius / n_public
-        centre, _ = zcdp_gaussian_mechanism(
-            centre + total / n_public, sensitivity=sensitivity, rho=rho_step,
-            rng=rng, neighbouring="add_remove",
+        offset, _ = zcdp_gaussian_mechanism(
+            total / n_public, sensitivity=sensitivity, rho=rho_step, rng=rng,
+            neighbouring="add_remove",
         )
+        centre = centre + offset
         noise_sd = sensitivity / math.sqrt(2.0 * rho_step)
         radius = shrink * math.sqrt(1.0 / n_public + noise_sd**2)
     return centre
