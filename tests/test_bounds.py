@@ -581,3 +581,51 @@ def test_add_remove_events_and_warnings_do_not_tell_n(neighbouring):
     if neighbouring == "add_remove":
         assert "quantile" not in outputs[0][0][-1].details
         assert outputs[0][0][-1].details["quantile_max"] == 0.99
+
+
+def _fit_with_warning_as_error(estimator, X, pattern):
+    """Fit with the warnings matching ``pattern`` made errors; return the raised warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        warnings.filterwarnings("error", message=pattern)
+        with pytest.raises(UserWarning, match=pattern) as raised:
+            estimator.fit(X)
+    return raised.value
+
+
+@pytest.mark.parametrize("case", ["degraded_bound", "moved_r_min"])
+def test_warnings_at_the_released_bound_come_after_the_charged_fit(case):
+    # Review R7, M1: the bound's utility warning and the inner plan's warnings (here r_min
+    # moved into the released bound's range) were given inside the private step; made errors,
+    # they turned the charged fit into an unproven 'private_step_failed' failure.
+    accountant = BudgetAccountant(epsilon=100, delta=1e-3)
+    if case == "degraded_bound":
+        X = np.tile([[3.0, -2.0]], (5_000, 1))  # one point: the radius at the grids' resolution
+        est = PrivateStableKMeans(2, random_state=0, accountant=accountant)
+        pattern = "private bounds of PrivateStableKMeans"
+    else:
+        X = np.random.default_rng(14).normal(size=(2_000, 2))
+        est = KTupleClusterer(1, r_min=5.0, random_state=0, accountant=accountant)
+        pattern = r"KTupleClusterer: r_min=5\.0 is outside"
+    _fit_with_warning_as_error(est, X, pattern)
+    assert est.status_ != "failure" and est.privacy_spent_["proven"] is True
+    assert "private_step_failed" not in [e.mechanism for e in est.privacy_ledger_]
+    assert est.cluster_centers_ is not None and np.isfinite(est.data_radius_)
+    assert accountant.total() == pytest.approx(_ledger_sum(est.privacy_ledger_)) != (0.0, 0.0)
+
+
+def test_a_leak_warning_made_an_error_refuses_the_private_bound_fit_before_any_spend():
+    # Review R7, M1: the mixture's sigma_min=None PrivacyLeakWarning, made an error, refused
+    # the fit before any spend with a public data_radius, but with data_radius=None it was
+    # first given inside the private step: charged in full, an unproven failure.
+    X = np.random.default_rng(15).normal(size=(4_000, 2))
+    for radius in (30.0, None):
+        accountant = BudgetAccountant()
+        est = PrivateGaussianMixture(2, sigma_min=None, data_radius=radius, random_state=0,
+                                     accountant=accountant)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            warnings.simplefilter("error", PrivacyLeakWarning)
+            with pytest.raises(PrivacyLeakWarning, match="sigma_min or sigma_max is None"):
+                est.fit(X)
+        assert accountant.total() == (0.0, 0.0) and not hasattr(est, "status_")
