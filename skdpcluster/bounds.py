@@ -72,6 +72,7 @@ from skdpcluster.averaging import _check_generator, _check_points
 from skdpcluster.averaging._common import _check_choice
 from skdpcluster.mechanisms import PrivacyEvent, exponential_mechanism, zcdp_rho_for_dp
 from skdpcluster.utils._data import as_rows
+from skdpcluster.utils._errstate import quiet_floating_point
 from skdpcluster.utils._threads import fit_threads, ordered_map
 from skdpcluster.utils._validation import check_epsilon_delta, check_probability
 from skdpcluster.utils._warnings import warn_user
@@ -461,6 +462,7 @@ def private_bounds(X, *, budget, rng, center=None, quantile=0.99, neighbouring="
     return (center, radius), events
 
 
+@quiet_floating_point
 def release_bounds(X, *, budget, rng, center=None, quantile=0.99, neighbouring="replace_one",
                    warn_context=""):
     """:func:`private_bounds`, returning its utility warning instead of giving it.
@@ -468,6 +470,11 @@ def release_bounds(X, *, budget, rng, center=None, quantile=0.99, neighbouring="
     For a fit, which gives the warning once it is committed (after its
     restore-on-error scope): given inside the private step and made an
     error, it ended a charged fit in an unproven failure (review R7, M1).
+    Runs under ``np.errstate(all="ignore")``, carried to its threads, as a fit
+    does: a finite row of 1e200 overflows its distance (it is beyond every
+    radius), and NumPy's warning, or under ``np.seterr(over="raise")`` its
+    exception after the centre was drawn, would tell that row apart (review
+    R7, M2).
 
     Returns
     -------

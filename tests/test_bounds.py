@@ -629,3 +629,22 @@ def test_a_leak_warning_made_an_error_refuses_the_private_bound_fit_before_any_s
             with pytest.raises(PrivacyLeakWarning, match="sigma_min or sigma_max is None"):
                 est.fit(X)
         assert accountant.total() == (0.0, 0.0) and not hasattr(est, "status_")
+
+
+def test_an_extreme_row_gives_the_same_bound_under_any_numpy_error_handling():
+    # Review R7, M2: the radius step's norm of a finite row of 1e200 overflowed outside any
+    # np.errstate: a RuntimeWarning for this X and not for its neighbour, and under
+    # np.seterr(over="raise") a FloatingPointError after the centre was drawn.
+    X = np.random.default_rng(16).normal(size=(5_000, 2))
+    X[0] = 1e200
+    budget = B.BoundsBudget.of_fit(1.0, 1e-6, estimate_center=True, n_features=2)
+    releases = []
+    for handling in ("ignore", "warn", "raise"):
+        with warnings.catch_warnings(record=True) as caught, np.errstate(all=handling):
+            warnings.simplefilter("always")
+            (center, radius), events = B.private_bounds(X, budget=budget,
+                                                        rng=np.random.default_rng(0))
+        assert not [w for w in caught if issubclass(w.category, RuntimeWarning)]
+        releases.append((tuple(center), radius, [e.label for e in events]))
+    assert releases[0] == releases[1] == releases[2]
+    assert releases[0][2] == ["bounds/center", "bounds/radius"]
