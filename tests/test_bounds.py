@@ -23,6 +23,7 @@ from skdpcluster import (
 from skdpcluster import bounds as B
 from skdpcluster import mechanisms as M
 from skdpcluster.datasets import make_separated_mixture
+from skdpcluster.preprocessing import PrivateStandardScaler
 from skdpcluster.utils._data import as_rows
 
 BUDGET = B.BoundsBudget.of_fit(1.0, 1e-6, estimate_center=True)
@@ -648,3 +649,20 @@ def test_an_extreme_row_gives_the_same_bound_under_any_numpy_error_handling():
         releases.append((tuple(center), radius, [e.label for e in events]))
     assert releases[0] == releases[1] == releases[2]
     assert releases[0][2] == ["bounds/center", "bounds/radius"]
+
+
+@pytest.mark.parametrize("estimator", [PrivateStableKMeans(2), PrivateStandardScaler()],
+                         ids=lambda e: type(e).__name__)
+def test_a_refit_with_a_public_bound_keeps_no_released_centre(estimator):
+    # Review R7, L1: data_center_ was set on the private-bound path only, so a refit with a
+    # public data_radius kept the first fit's released centre (its ledger had no centre).
+    rng = np.random.default_rng(17)
+    X = rng.normal(loc=50.0, size=(5_000, 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        estimator.set_params(random_state=0, accountant=BudgetAccountant()).fit(X)
+        assert np.allclose(estimator.data_center_, 50.0, atol=1.5)
+        estimator.set_params(data_radius=10.0).fit(X - 50.0)
+        np.testing.assert_array_equal(estimator.data_center_, [0.0, 0.0])
+        estimator.set_params(data_center=[1.0, -1.0]).fit(X - 50.0)
+        np.testing.assert_array_equal(estimator.data_center_, [1.0, -1.0])

@@ -421,7 +421,10 @@ class _PrivateFitMixin:
         # A data-derived public value is used by the private step, but never stored exactly,
         # nor any value computed from it (e.g. the located grid width, 2 data_radius sqrt(2)^-j).
         hidden = {name: np.nan for name in plan.unproven if name.endswith("_")}
-        attributes = {**plan.attributes, **result.attributes, **hidden}
+        # The centre of the bound is this fit's: the released one (data_radius=None), else the
+        # public data_center or the origin, never an earlier fit's (review R7, L1).
+        public_center = {"data_center_": self._resolve_center(self.n_features_in_)}
+        attributes = {**public_center, **plan.attributes, **result.attributes, **hidden}
         if plan.unproven:
             for name, keys in self._BOUND_DERIVED_ENTRIES.items():
                 if isinstance(attributes.get(name), dict):
