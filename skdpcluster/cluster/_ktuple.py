@@ -221,7 +221,8 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
         rest) on a private estimate of the released centres' clipped
         k-means cost
         (:func:`~skdpcluster.cluster._cost_estimate.private_clipped_cost`), stored in ``quality_``.
-        Charged whatever the outcome.
+        Charged whatever the outcome. ``fit`` only: ``fit_tuples`` has no rows
+        and refuses it.
     on_failure : {"warn", "raise"}, default="warn"
         When the private test fails: ``"warn"`` releases the fallback
         (``status_="fallback"``) or, with ``fallback_share=0``, sets
@@ -851,9 +852,21 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
         Returns
         -------
         self : object
+
+        Raises
+        ------
+        ValueError
+            With ``estimate_cost=True``, before any spend: the cost is a sum
+            over rows, and there are none.
         """
         with _fit_scope(self):
             super()._check_n_clusters()  # no fallback without rows: k >= 2
+            if self.estimate_cost:
+                raise ValueError(
+                    "KTupleClusterer.fit_tuples: estimate_cost=True estimates the clipped cost "
+                    "of the released centres on the rows, and fit_tuples has none (review R7, "
+                    "L3: it was silently ignored). Set estimate_cost=False, or fit on the rows."
+                )
             tuples = np.asarray(tuples, dtype=np.float64)
             if tuples.ndim != 3 or tuples.shape[1] != self.n_clusters:
                 raise ValueError(
