@@ -218,7 +218,8 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
     estimate_cost : bool, default=False
         Spend 5% of epsilon
         (:data:`~skdpcluster.cluster._cost_estimate.COST_SHARE`, pure DP; the fit gets the
-        rest) on a private estimate of the released centres' clipped
+        rest; with ``data_radius=None``, 5% of the epsilon left after the private
+        bound, so 4.5% of the whole) on a private estimate of the released centres' clipped
         k-means cost
         (:func:`~skdpcluster.cluster._cost_estimate.private_clipped_cost`), stored in ``quality_``.
         Charged whatever the outcome. ``fit`` only: ``fit_tuples`` has no rows

@@ -1105,7 +1105,8 @@ _SHARED_DOC = r"""
     estimate_cost : bool, default=False
         Spend 5% of epsilon
         (:data:`~skdpcluster.cluster._cost_estimate.COST_SHARE`, pure DP;
-        the fit gets the rest) on a private estimate of the released
+        the fit gets the rest; with ``data_radius=None``, 5% of the epsilon
+        left after the private bound, so 4.5% of the whole) on a private estimate of the released
         centres' clipped cost (k-means: squared distances; k-median:
         distances), stored in ``quality_`` as for
         :class:`~skdpcluster.KTupleClusterer`
