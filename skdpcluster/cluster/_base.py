@@ -422,8 +422,10 @@ class _PrivateFitMixin:
         # nor any value computed from it (e.g. the located grid width, 2 data_radius sqrt(2)^-j).
         hidden = {name: np.nan for name in plan.unproven if name.endswith("_")}
         # The centre of the bound is this fit's: the released one (data_radius=None), else the
-        # public data_center or the origin, never an earlier fit's (review R7, L1).
-        public_center = {"data_center_": self._resolve_center(self.n_features_in_)}
+        # public data_center or the origin, never an earlier fit's (review R7, L1); None after
+        # a failed private step, first fit or refit (review R3-6).
+        public_center = {"data_center_": None if result.step_failed
+                         else self._resolve_center(self.n_features_in_)}
         attributes = {**public_center, **plan.attributes, **result.attributes, **hidden}
         if plan.unproven:
             for name, keys in self._BOUND_DERIVED_ENTRIES.items():
