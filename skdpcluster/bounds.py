@@ -72,6 +72,7 @@ from skdpcluster.averaging import _check_generator, _check_points
 from skdpcluster.averaging._common import _check_choice
 from skdpcluster.mechanisms import PrivacyEvent, exponential_mechanism, zcdp_rho_for_dp
 from skdpcluster.utils._data import as_rows
+from skdpcluster.utils._errstate import quiet_floating_point
 from skdpcluster.utils._threads import fit_threads, ordered_map
 from skdpcluster.utils._validation import check_epsilon_delta, check_probability
 from skdpcluster.utils._warnings import warn_user
@@ -387,8 +388,8 @@ def _warn_center_rows_private(needed, n_features, budget):
               "data_radius).", UserWarning)
 
 
-def _warn_if_degraded(n_samples, center, radius, budget, quantile, share_text):
-    """Warnings computed from public values and the released bound only.
+def _degradation_message(n_samples, center, radius, budget, quantile, share_text):
+    """The utility warning of a released bound, or ``None``: public values and the release only.
 
     ``n_samples`` is ``None`` when it is private (add/remove): the rank
     error is then stated by :func:`plan_bounds`, from public values.
@@ -406,9 +407,10 @@ def _warn_if_degraded(n_samples, center, radius, budget, quantile, share_text):
     if radius >= RADIUS_SAFETY * GRID_RANGE[1] or np.any(np.abs(center) >= GRID_RANGE[1]):
         problems.append(f"the bound reached the end of the public grid ({GRID_RANGE[1]:g}): "
                         "rows far beyond it are projected onto the ball")
-    if problems:
-        warn_user(f"private bounds{share_text}: " + "; ".join(problems) + ". Pass a public "
-                  "data_radius (and data_center) for better utility.", UserWarning)
+    if not problems:
+        return None
+    return (f"private bounds{share_text}: " + "; ".join(problems) + ". Pass a public "
+            "data_radius (and data_center) for better utility.")
 
 
 def private_bounds(X, *, budget, rng, center=None, quantile=0.99, neighbouring="replace_one",
@@ -452,6 +454,36 @@ def private_bounds(X, *, budget, rng, center=None, quantile=0.99, neighbouring="
     ValueError
         On invalid parameters, before any randomness is drawn.
     """
+    (center, radius), events, message = release_bounds(
+        X, budget=budget, rng=rng, center=center, quantile=quantile, neighbouring=neighbouring,
+        warn_context=warn_context)
+    if message is not None:
+        warn_user(message, UserWarning)
+    return (center, radius), events
+
+
+@quiet_floating_point
+def release_bounds(X, *, budget, rng, center=None, quantile=0.99, neighbouring="replace_one",
+                   warn_context=""):
+    """:func:`private_bounds`, returning its utility warning instead of giving it.
+
+    For a fit, which gives the warning once it is committed (after its
+    restore-on-error scope): given inside the private step and made an
+    error, it ended a charged fit in an unproven failure (review R7, M1).
+    Runs under ``np.errstate(all="ignore")``, carried to its threads, as a fit
+    does: a finite row of 1e200 overflows its distance (it is beyond every
+    radius), and NumPy's warning, or under ``np.seterr(over="raise")`` its
+    exception after the centre was drawn, would tell that row apart (review
+    R7, M2).
+
+    Returns
+    -------
+    (center, radius) : (ndarray of shape (n_features,), float)
+    events : list of PrivacyEvent
+    message : str or None
+        The warning's text (public values and the released bound only), or
+        ``None`` when the bound is not degraded.
+    """
     if hasattr(X, "map_reduce"):
         center = None if center is None else _check_points(np.zeros((1, X.shape[1])), center)[1]
     else:
@@ -473,5 +505,5 @@ def private_bounds(X, *, budget, rng, center=None, quantile=0.99, neighbouring="
                                            neighbouring, rng, n_threads)
     events.append(radius_event)
     public_rows = rows.shape[0] if neighbouring == "replace_one" else None
-    _warn_if_degraded(public_rows, center, radius, budget, quantile, warn_context)
-    return (center, radius), events
+    message = _degradation_message(public_rows, center, radius, budget, quantile, warn_context)
+    return (center, radius), events, message

@@ -23,6 +23,7 @@ from skdpcluster import (
 from skdpcluster import bounds as B
 from skdpcluster import mechanisms as M
 from skdpcluster.datasets import make_separated_mixture
+from skdpcluster.preprocessing import PrivateStandardScaler
 from skdpcluster.utils._data import as_rows
 
 BUDGET = B.BoundsBudget.of_fit(1.0, 1e-6, estimate_center=True)
@@ -581,3 +582,87 @@ def test_add_remove_events_and_warnings_do_not_tell_n(neighbouring):
     if neighbouring == "add_remove":
         assert "quantile" not in outputs[0][0][-1].details
         assert outputs[0][0][-1].details["quantile_max"] == 0.99
+
+
+def _fit_with_warning_as_error(estimator, X, pattern):
+    """Fit with the warnings matching ``pattern`` made errors; return the raised warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        warnings.filterwarnings("error", message=pattern)
+        with pytest.raises(UserWarning, match=pattern) as raised:
+            estimator.fit(X)
+    return raised.value
+
+
+@pytest.mark.parametrize("case", ["degraded_bound", "moved_r_min"])
+def test_warnings_at_the_released_bound_come_after_the_charged_fit(case):
+    # Review R7, M1: the bound's utility warning and the inner plan's warnings (here r_min
+    # moved into the released bound's range) were given inside the private step; made errors,
+    # they turned the charged fit into an unproven 'private_step_failed' failure.
+    accountant = BudgetAccountant(epsilon=100, delta=1e-3)
+    if case == "degraded_bound":
+        X = np.tile([[3.0, -2.0]], (5_000, 1))  # one point: the radius at the grids' resolution
+        est = PrivateStableKMeans(2, random_state=0, accountant=accountant)
+        pattern = "private bounds of PrivateStableKMeans"
+    else:
+        X = np.random.default_rng(14).normal(size=(2_000, 2))
+        est = KTupleClusterer(1, r_min=5.0, random_state=0, accountant=accountant)
+        pattern = r"KTupleClusterer: r_min=5\.0 is outside"
+    _fit_with_warning_as_error(est, X, pattern)
+    assert est.status_ != "failure" and est.privacy_spent_["proven"] is True
+    assert "private_step_failed" not in [e.mechanism for e in est.privacy_ledger_]
+    assert est.cluster_centers_ is not None and np.isfinite(est.data_radius_)
+    assert accountant.total() == pytest.approx(_ledger_sum(est.privacy_ledger_)) != (0.0, 0.0)
+
+
+def test_a_leak_warning_made_an_error_refuses_the_private_bound_fit_before_any_spend():
+    # Review R7, M1: the mixture's sigma_min=None PrivacyLeakWarning, made an error, refused
+    # the fit before any spend with a public data_radius, but with data_radius=None it was
+    # first given inside the private step: charged in full, an unproven failure.
+    X = np.random.default_rng(15).normal(size=(4_000, 2))
+    for radius in (30.0, None):
+        accountant = BudgetAccountant()
+        est = PrivateGaussianMixture(2, sigma_min=None, data_radius=radius, random_state=0,
+                                     accountant=accountant)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            warnings.simplefilter("error", PrivacyLeakWarning)
+            with pytest.raises(PrivacyLeakWarning, match="sigma_min or sigma_max is None"):
+                est.fit(X)
+        assert accountant.total() == (0.0, 0.0) and not hasattr(est, "status_")
+
+
+def test_an_extreme_row_gives_the_same_bound_under_any_numpy_error_handling():
+    # Review R7, M2: the radius step's norm of a finite row of 1e200 overflowed outside any
+    # np.errstate: a RuntimeWarning for this X and not for its neighbour, and under
+    # np.seterr(over="raise") a FloatingPointError after the centre was drawn.
+    X = np.random.default_rng(16).normal(size=(5_000, 2))
+    X[0] = 1e200
+    budget = B.BoundsBudget.of_fit(1.0, 1e-6, estimate_center=True, n_features=2)
+    releases = []
+    for handling in ("ignore", "warn", "raise"):
+        with warnings.catch_warnings(record=True) as caught, np.errstate(all=handling):
+            warnings.simplefilter("always")
+            (center, radius), events = B.private_bounds(X, budget=budget,
+                                                        rng=np.random.default_rng(0))
+        assert not [w for w in caught if issubclass(w.category, RuntimeWarning)]
+        releases.append((tuple(center), radius, [e.label for e in events]))
+    assert releases[0] == releases[1] == releases[2]
+    assert releases[0][2] == ["bounds/center", "bounds/radius"]
+
+
+@pytest.mark.parametrize("estimator", [PrivateStableKMeans(2), PrivateStandardScaler()],
+                         ids=lambda e: type(e).__name__)
+def test_a_refit_with_a_public_bound_keeps_no_released_centre(estimator):
+    # Review R7, L1: data_center_ was set on the private-bound path only, so a refit with a
+    # public data_radius kept the first fit's released centre (its ledger had no centre).
+    rng = np.random.default_rng(17)
+    X = rng.normal(loc=50.0, size=(5_000, 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        estimator.set_params(random_state=0, accountant=BudgetAccountant()).fit(X)
+        assert np.allclose(estimator.data_center_, 50.0, atol=1.5)
+        estimator.set_params(data_radius=10.0).fit(X - 50.0)
+        np.testing.assert_array_equal(estimator.data_center_, [0.0, 0.0])
+        estimator.set_params(data_center=[1.0, -1.0]).fit(X - 50.0)
+        np.testing.assert_array_equal(estimator.data_center_, [1.0, -1.0])

@@ -1066,6 +1066,21 @@ def test_sparse_variant_releases_sparse_centres():
     assert sorted(map(sorted, found)) == sorted(map(sorted, map(set, support)))
 
 
+
+def test_sparse_recovery_takes_the_exact_bound_with_data_radius_data():
+    # Review R7, L2: recovery="sparse" with data_radius="data" raised "could not convert
+    # string to float: 'data'" (a ValueError naming no parameter); it now takes the exact
+    # bound, capped at sqrt(s) * coord_bound, as the other recoveries do (not proven private).
+    X = np.random.default_rng(18).normal(size=(3_000, 20))
+    accountant = BudgetAccountant()
+    with pytest.warns(PrivacyLeakWarning, match="data_radius='data'"):
+        est = PrivateHighDimKMeans(n_clusters=2, recovery="sparse", sparsity=3, coord_bound=3.0,
+                                   data_radius="data", accountant=accountant,
+                                   random_state=0).fit(X)
+    assert est.privacy_spent_["proven"] is False and math.isnan(est.data_radius_)
+    assert est.status_ != "failure" and accountant.total()[0] > 0
+
+
 # ---------------------------------------------------------------------------
 # Fallback for the stable estimators
 # ---------------------------------------------------------------------------

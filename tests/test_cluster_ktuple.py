@@ -186,6 +186,19 @@ def test_fit_tuples_on_precomputed_tuples():
         est.fit_tuples(tuples[:, :1])
 
 
+
+def test_fit_tuples_refuses_estimate_cost_before_any_spend():
+    # Review R7, L3: fit_tuples ignored estimate_cost=True (no cost, no error, the whole
+    # epsilon on the tuples); there are no rows to cost, so it is refused before any spend.
+    rng = np.random.default_rng(3)
+    tuples = np.array([[-5.0, 0.0], [5.0, 0.0]])[None] + rng.normal(0, 0.1, size=(3_000, 2, 2))
+    accountant = BudgetAccountant()
+    est = KTupleClusterer(n_clusters=2, estimate_cost=True, data_radius=10.0, random_state=0,
+                          accountant=accountant)
+    with pytest.raises(ValueError, match="estimate_cost"):
+        est.fit_tuples(tuples)
+    assert accountant.total() == (0.0, 0.0) and not hasattr(est, "status_")
+
 # -- issue #17: the speed work must not change any release ------------------------------------
 
 #: (data, estimator parameters, seed) -> (status_, sha256 of labels_ as int64, first 16 hex

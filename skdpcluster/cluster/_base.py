@@ -30,7 +30,7 @@ from sklearn.metrics.pairwise import euclidean_distances
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from skdpcluster.accountant import BudgetAccountant, drawn_noise_key, noise_fingerprint
-from skdpcluster.bounds import BOUNDS_SHARE, GRID_RANGE, RADIUS_SAFETY, plan_bounds, private_bounds
+from skdpcluster.bounds import BOUNDS_SHARE, GRID_RANGE, RADIUS_SAFETY, plan_bounds, release_bounds
 from skdpcluster.exceptions import (
     DetachedAccountantError,
     NotSeparatedError,
@@ -90,7 +90,10 @@ class PrivateFit:
     """What ``_fit_private`` returns: the release and its price.
 
     ``rho`` is the zCDP of the releases the fit composed in zCDP (reported
-    as ``privacy_spent_["rho"]``), ``None`` when none were.
+    as ``privacy_spent_["rho"]``), ``None`` when none were. ``warnings``
+    holds the ``(message, category)`` of warnings the private step computed
+    from released and public values: :meth:`_PrivateFitMixin._report_after_fit`
+    gives them once the fit is committed.
     """
 
     centers: np.ndarray | None
@@ -101,6 +104,7 @@ class PrivateFit:
     rho: float | None = None
     step_failed: bool = False
     status: str | None = None
+    warnings: list = field(default_factory=list)
 
     def spent(self):
         """Basic composition of the events."""
@@ -220,9 +224,12 @@ class _PrivateFitMixin:
         the spend and a failure charged nothing (review R3-1); inside the
         scope, it restored an earlier fit beside the new charge (review R4-1).
         The ledger's ``"private_step_failed"`` events include those of nested
-        fits, whose own warnings their caller silences (review R4-2).
+        fits, whose own warnings their caller silences (review R4-2). The
+        warnings the private step computed from the released bound come next
+        (review R7, M1).
         """
         ledger = getattr(self, "privacy_ledger_", None) or ()
+        deferred = vars(self).pop("_deferred_warnings", ())
         if any(event.mechanism == "private_step_failed" for event in ledger):
             warn_user(
                 f"{type(self).__name__}: a private step raised on this data after its "
@@ -232,6 +239,8 @@ class _PrivateFitMixin:
                 "step should handle this data.",
                 PrivateStepFailedWarning,
             )
+        for message, category in deferred:
+            warn_user(message, category)
         self._warn_after_fit()
 
     def _warn_after_fit(self):
@@ -412,7 +421,12 @@ class _PrivateFitMixin:
         # A data-derived public value is used by the private step, but never stored exactly,
         # nor any value computed from it (e.g. the located grid width, 2 data_radius sqrt(2)^-j).
         hidden = {name: np.nan for name in plan.unproven if name.endswith("_")}
-        attributes = {**plan.attributes, **result.attributes, **hidden}
+        # The centre of the bound is this fit's: the released one (data_radius=None), else the
+        # public data_center or the origin, never an earlier fit's (review R7, L1); None after
+        # a failed private step, first fit or refit (review R3-6).
+        public_center = {"data_center_": None if result.step_failed
+                         else self._resolve_center(self.n_features_in_)}
+        attributes = {**public_center, **plan.attributes, **result.attributes, **hidden}
         if plan.unproven:
             for name, keys in self._BOUND_DERIVED_ENTRIES.items():
                 if isinstance(attributes.get(name), dict):
@@ -425,6 +439,7 @@ class _PrivateFitMixin:
         if result.rho is not None:
             self.privacy_spent_["rho"] = result.rho
         self.privacy_ledger_ = list(result.events)
+        self._deferred_warnings = list(result.warnings)  # given by _report_after_fit
         if not (result.success or result.step_failed):
             self._report_failure()
         elif self.status_ == "fallback":
@@ -574,6 +589,15 @@ class _PrivateFitMixin:
         its public ``data_center`` and ``data_radius`` (a clone, so no parameter of
         ``self`` changes). The clone is planned before any randomness at both ends of
         the public radius grid, so no error can depend on the released radius.
+
+        Warnings are never given inside the private step: made errors (``-W
+        error``), they would end a charged fit in an unproven failure (review
+        R7, M1). A warning both trial plans give does not depend on the radius
+        (the mixture's ``sigma_min=None`` leak warning, say): it is given here,
+        before the spend, so that a :class:`PrivacyLeakWarning` made an error
+        refuses the fit as it does with a public ``data_radius``. The plan at
+        the released bound and the bound's own utility warning are recorded
+        and given by :meth:`_report_after_fit` (public and released values only).
         """
         if not (self.data_radius is None and self._needs_radius(data)):
             return self._run(data, self._plan(data))
@@ -582,10 +606,15 @@ class _PrivateFitMixin:
                                      center=self.data_center, neighbouring=self._neighbouring())
         inner = clone(self).set_params(epsilon=self.epsilon - budget.cost[0],
                                        delta=self.delta - budget.cost[1])
-        costs = [self._plan_inner(inner, data, RADIUS_SAFETY * radius, center, quiet=True).cost
-                 for radius in GRID_RANGE]
-        cost = (budget.cost[0] + max(c[0] for c in costs), budget.cost[1] + max(c[1] for c in costs))
-        plan = PrivateFitPlan(cost, {"inner": inner, "bounds_budget": budget, "center": center})
+        (low, low_warnings), (high, high_warnings) = [
+            self._plan_inner(inner, data, RADIUS_SAFETY * radius, center) for radius in GRID_RANGE]
+        given = [note for note in low_warnings if note in high_warnings]
+        for message, category in given:
+            warn_user(message, category)
+        cost = (budget.cost[0] + max(low.cost[0], high.cost[0]),
+                budget.cost[1] + max(low.cost[1], high.cost[1]))
+        plan = PrivateFitPlan(cost, {"inner": inner, "bounds_budget": budget, "center": center,
+                                     "given_warnings": given})
         return self._run(data, plan, self._fit_private_with_bounds)
 
     def _neighbouring(self):
@@ -608,25 +637,34 @@ class _PrivateFitMixin:
         return data
 
     @staticmethod
-    def _plan_inner(inner, data, radius, center, quiet=False):
-        """Plan ``inner`` with a released bound; ``quiet`` hides the warnings of a trial plan."""
+    def _plan_inner(inner, data, radius, center):
+        """Plan ``inner`` with a bound; return the plan and its warnings, recorded, not given.
+
+        Returns
+        -------
+        plan : PrivateFitPlan
+        warnings : list of (str, type)
+            The message and category of every warning the plan gave.
+        """
         inner.set_params(data_radius=ReleasedRadius(radius), data_center=center)
-        with warnings.catch_warnings():
-            if quiet:
-                warnings.simplefilter("ignore")
-            return inner._plan(data)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            plan = inner._plan(data)
+        return plan, [(str(warning.message), warning.category) for warning in caught]
 
     def _fit_private_with_bounds(self, data, plan, rng):
         """Release the bound, then run the fit on the rest of the budget with it as public."""
         bounds_rng, fit_rng = rng.spawn(2)
         inner, budget = plan.values["inner"], plan.values["bounds_budget"]
         phase("bound estimation")
-        (center, radius), events = private_bounds(
+        (center, radius), events, degraded = release_bounds(
             self._bounds_rows(data), budget=budget, rng=bounds_rng, center=plan.values["center"],
             neighbouring=self._neighbouring(),
             warn_context=f" of {type(self).__name__} (spent epsilon={budget.cost[0]:.3g}, "
                          f"delta={budget.cost[1]:.3g})")
-        inner_plan = self._plan_inner(inner, data, radius, center)
+        inner_plan, plan_warnings = self._plan_inner(inner, data, radius, center)
+        deferred = [] if degraded is None else [(degraded, UserWarning)]
+        deferred += [note for note in plan_warnings if note not in plan.values["given_warnings"]]
         # Data-derived values of the inner plan (e.g. the mixture's sigma bounds) make the
         # whole fit unproven: the safety net and ``_commit`` read the outer plan.
         plan.unproven.update(inner_plan.unproven)
@@ -636,7 +674,7 @@ class _PrivateFitMixin:
         # ``rho`` stays the inner fit's zCDP composite: the bound is charged in (epsilon, delta).
         return PrivateFit(result.centers, result.success, events + list(result.events),
                           proven=result.proven, attributes=attributes, rho=result.rho,
-                          status=result.status)
+                          status=result.status, warnings=deferred + list(result.warnings))
 
 
 

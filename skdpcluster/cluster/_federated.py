@@ -269,9 +269,10 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
     data_radius_ : float
         The bound :math:`\Delta` used (private when ``data_radius=None``; ``nan`` with ``data_radius="data"``).
     data_center_ : ndarray of shape (n_features,)
-        The centre of the bound, set only when ``data_radius=None`` released
+        The centre of the bound: released when ``data_radius=None`` released
         it (private; under replace-one, the origin when the rows were too few to
-        locate it; under add/remove, where n is private, always a released centre).
+        locate it; under add/remove, where n is private, always a released centre),
+        else the public ``data_center`` (the origin when it is ``None``).
     status_ : str
         ``"success"``: centres are always released; ``"failure"`` only when the private step failed (a
         :class:`~skdpcluster.exceptions.PrivateStepFailedWarning`; nothing released).

@@ -463,13 +463,17 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
         r"""L2 radius :math:`\Lambda`; sparse: :math:`\min(\Lambda, \sqrt s\,\Lambda_\infty)`.
 
         Returns the radius and the plan's ``unproven`` dict (see ``_resolve_radius``).
+        Sparse recovery without ``data_radius`` uses :math:`\sqrt s\,\Lambda_\infty`;
+        ``"data"`` takes the exact bound as the other recoveries do (review R7, L2:
+        it failed on ``float("data")``).
         """
         if self.recovery != "sparse":
             return self._resolve_radius(X, center)
         sparse_radius = math.sqrt(self.sparsity) * float(self.coord_bound)
-        if self.data_radius is not None:
-            sparse_radius = min(sparse_radius, float(self.data_radius))
-        return self._checked_radius(sparse_radius), {}
+        if self.data_radius is None:
+            return self._checked_radius(sparse_radius), {}
+        radius, unproven = self._resolve_radius(X, center)
+        return self._checked_radius(min(sparse_radius, radius)), unproven
 
     # -- private part -------------------------------------------------------------------
     def _prepare(self, X, center, radius):
@@ -832,9 +836,10 @@ _SHARED_ATTRIBUTES = r"""
     data_radius_ : float
         The L2 bound :math:`\Lambda` used (private when ``data_radius=None``; ``nan`` with ``data_radius="data"``).
     data_center_ : ndarray of shape (n_features,)
-        The centre of the bound, set only when ``data_radius=None`` released
+        The centre of the bound: released when ``data_radius=None`` released
         it (private; under replace-one, the origin when the rows were too few to
-        locate it; under add/remove, where n is private, always a released centre).
+        locate it; under add/remove, where n is private, always a released centre),
+        else the public ``data_center`` (the origin when it is ``None``).
     privacy_spent_ : dict
         ``{"epsilon", "delta", "proven"}`` charged to the accountant, never
         more than requested; ``delta`` is 0 in the pure-DP default.

@@ -218,10 +218,12 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
     estimate_cost : bool, default=False
         Spend 5% of epsilon
         (:data:`~skdpcluster.cluster._cost_estimate.COST_SHARE`, pure DP; the fit gets the
-        rest) on a private estimate of the released centres' clipped
+        rest; with ``data_radius=None``, 5% of the epsilon left after the private
+        bound, so 4.5% of the whole) on a private estimate of the released centres' clipped
         k-means cost
         (:func:`~skdpcluster.cluster._cost_estimate.private_clipped_cost`), stored in ``quality_``.
-        Charged whatever the outcome.
+        Charged whatever the outcome. ``fit`` only: ``fit_tuples`` has no rows
+        and refuses it.
     on_failure : {"warn", "raise"}, default="warn"
         When the private test fails: ``"warn"`` releases the fallback
         (``status_="fallback"``) or, with ``fallback_share=0``, sets
@@ -295,8 +297,9 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
         The bound used by ``"averages"`` (private when ``data_radius=None``;
         ``nan`` for ``"noisy_centers"``).
     data_center_ : ndarray of shape (n_features,)
-        The centre of the bound, set only when ``data_radius=None`` released
-        it (private; the origin when the rows were too few to locate it).
+        The centre of the bound: released when ``data_radius=None`` released
+        it (private; the origin when the rows were too few to locate it), else
+        the public ``data_center`` (the origin when it is ``None``).
         With ``"data"`` the exact bound is used but not stored (``data_radius_``
         is ``nan``) and ``privacy_spent_["proven"]`` is False. At most 1e100.
     privacy_spent_ : dict
@@ -850,9 +853,21 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
         Returns
         -------
         self : object
+
+        Raises
+        ------
+        ValueError
+            With ``estimate_cost=True``, before any spend: the cost is a sum
+            over rows, and there are none.
         """
         with _fit_scope(self):
             super()._check_n_clusters()  # no fallback without rows: k >= 2
+            if self.estimate_cost:
+                raise ValueError(
+                    "KTupleClusterer.fit_tuples: estimate_cost=True estimates the clipped cost "
+                    "of the released centres on the rows, and fit_tuples has none (review R7, "
+                    "L3: it was silently ignored). Set estimate_cost=False, or fit on the rows."
+                )
             tuples = np.asarray(tuples, dtype=np.float64)
             if tuples.ndim != 3 or tuples.shape[1] != self.n_clusters:
                 raise ValueError(

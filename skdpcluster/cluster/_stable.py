@@ -1105,7 +1105,8 @@ _SHARED_DOC = r"""
     estimate_cost : bool, default=False
         Spend 5% of epsilon
         (:data:`~skdpcluster.cluster._cost_estimate.COST_SHARE`, pure DP;
-        the fit gets the rest) on a private estimate of the released
+        the fit gets the rest; with ``data_radius=None``, 5% of the epsilon
+        left after the private bound, so 4.5% of the whole) on a private estimate of the released
         centres' clipped cost (k-means: squared distances; k-median:
         distances), stored in ``quality_`` as for
         :class:`~skdpcluster.KTupleClusterer`
@@ -1202,9 +1203,10 @@ _SHARED_ATTRIBUTES = r"""
     data_radius_ : float
         The bound used (private when ``data_radius=None``; ``nan`` with ``data_radius="data"``).
     data_center_ : ndarray of shape (n_features,)
-        The centre of the bound, set only when ``data_radius=None`` released
+        The centre of the bound: released when ``data_radius=None`` released
         it (private; under replace-one, the origin when the rows were too few to
-        locate it; under add/remove, where n is private, always a released centre).
+        locate it; under add/remove, where n is private, always a released centre),
+        else the public ``data_center`` (the origin when it is ``None``).
     n_features_in_ : int
         Number of features seen during fit.
     feature_names_in_ : ndarray of shape (`n_features_in_`,)

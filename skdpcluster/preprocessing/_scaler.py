@@ -127,8 +127,9 @@ class PrivateStandardScaler(_PrivateFitMixin, OneToOneFeatureMixin, TransformerM
     output_radius_ : float
         Public bound on the norm of every row ``transform`` returns.
     data_radius_, data_center_ : float, ndarray
-        The bound used (released privately when ``data_radius=None``;
-        ``data_center_`` is set then only).
+        The bound used: released privately when ``data_radius=None``, else
+        the public ``data_radius`` (``nan`` with ``"data"``) and
+        ``data_center`` (the origin when it is ``None``).
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (`n_features_in_`,)
     privacy_spent_ : dict
