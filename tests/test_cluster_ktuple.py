@@ -424,3 +424,18 @@ def test_fit_tuples_sets_fallback_info_and_keeps_none_of_an_earlier_fit():
         fresh = KTupleClusterer(4, data_radius=40.0, random_state=0, accountant=BudgetAccountant())
         fresh.fit_tuples(tuples)
     assert est.fallback_info_ is None and fresh.fallback_info_ is None
+
+
+@pytest.mark.parametrize("n_tuples", [496, 498])
+def test_fit_tuples_at_epsilon_4_prices_its_partition_test(n_tuples):
+    """Review R6-M1: at epsilon = 4 the test's own epsilon/2 is 1, and for these numbers of
+    tuples its BKN10 re-pricing rounded above 1 and raised after the noise: a charged
+    'private_step_failed' with proven=False instead of the release."""
+    rng = np.random.default_rng(0)
+    tuples = np.stack([rng.normal(0, 1e-3, (n_tuples, 1)), rng.normal(10, 1e-3, (n_tuples, 1))], axis=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = KTupleClusterer(2, method="noisy_centers", epsilon=4.0, separation=50.0,
+                              accountant=BudgetAccountant(), random_state=0).fit_tuples(tuples)
+    assert est.status_ == "success" and est.privacy_spent_["proven"]
+    assert "private_step_failed" not in [e.mechanism for e in est.privacy_ledger_]
