@@ -18,6 +18,7 @@ from skdpcluster.exceptions import (
     PrivacyLeakWarning,
 )
 from skdpcluster.ktuple import min_tuples
+from skdpcluster.ktuple.located import min_located_tuples
 from skdpcluster.utils._compat import single_threaded
 from skdpcluster.utils._threads import fit_threads
 
@@ -439,3 +440,20 @@ def test_fit_tuples_at_epsilon_4_prices_its_partition_test(n_tuples):
                               accountant=BudgetAccountant(), random_state=0).fit_tuples(tuples)
     assert est.status_ == "success" and est.privacy_spent_["proven"]
     assert "private_step_failed" not in [e.mechanism for e in est.privacy_ledger_]
+
+
+def test_fit_tuples_plans_located_with_the_budget_it_runs():
+    """Review R6-L3b: fit_tuples checked the minimum of the on-rows budget (145 tuples at k = 2)
+    but runs the on-tuples one (130): 130-144 tuples were refused, with a message about rows."""
+    needed = min_located_tuples(2, 1.0, 1e-6, on_rows=False)
+    assert needed < min_located_tuples(2, 1.0, 1e-6, on_rows=True)
+    rng = np.random.default_rng(0)
+    tuples = np.stack([rng.normal(-5, .1, (needed, 1)), rng.normal(5, .1, (needed, 1))], axis=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = KTupleClusterer(2, data_radius=20.0, accountant=BudgetAccountant(),
+                              random_state=0).fit_tuples(tuples)
+    assert est.n_tuples_ == needed and est.privacy_spent_["proven"]
+    with pytest.raises(InsufficientDataError, match=f"at least {needed} tuples") as error:
+        KTupleClusterer(2, data_radius=20.0, accountant=BudgetAccountant()).fit_tuples(tuples[1:])
+    assert "rows" not in str(error.value)
