@@ -457,3 +457,23 @@ def test_fit_tuples_plans_located_with_the_budget_it_runs():
     with pytest.raises(InsufficientDataError, match=f"at least {needed} tuples") as error:
         KTupleClusterer(2, data_radius=20.0, accountant=BudgetAccountant()).fit_tuples(tuples[1:])
     assert "rows" not in str(error.value)
+
+
+def test_noisy_centres_shifted_back_by_a_far_centre_stay_finite():
+    """Review R6-L1: the released centres were shifted back by data_center after their clamp to
+    the float range, so a large release plus a far public centre became +inf: status_='success'
+    with centres on which predict raised. The shifted centres are clamped (post-processing)."""
+    n = min_tuples(0.02, 1e-6, 0.05)
+    one = np.array([[1.7e308, 0.0], [1.7e308, 1.0]])
+    tuples = np.broadcast_to(one, (n, 2, 2)).copy()
+    clamped = 0
+    for seed in range(3):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            est = KTupleClusterer(2, method="noisy_centers", epsilon=0.02, separation=6.5,
+                                  gaussian_calibration="classical", data_center=[1.7e308, 0.0],
+                                  accountant=BudgetAccountant(), random_state=seed).fit_tuples(tuples)
+        assert est.status_ == "success" and np.all(np.isfinite(est.cluster_centers_))
+        assert est.predict(one).shape == (2,)
+        clamped += int(np.any(est.cluster_centers_ == np.finfo(float).max))
+    assert clamped  # the overflow happened (the noise is about 1e307 here)

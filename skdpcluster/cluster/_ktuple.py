@@ -24,7 +24,12 @@ from skdpcluster.mechanisms import PrivacyEvent
 from skdpcluster.utils._warnings import warn_user
 from skdpcluster.ktuple import min_tuples
 from skdpcluster.averaging import _project_onto_ball
-from skdpcluster.ktuple._framework import canonical_order, check_tuple_parameters, conditioning_event
+from skdpcluster.ktuple._framework import (
+    canonical_order,
+    check_tuple_parameters,
+    clamp_to_float_range,
+    conditioning_event,
+)
 from skdpcluster.ktuple.averages import (
     AVERAGES_SEPARATION,
     cluster_points_needed,
@@ -794,7 +799,9 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
                 lambda_mechanism=self.lambda_mechanism,
                 gaussian_calibration=self.gaussian_calibration, **common,
             )
-        centers = None if result.centers is None else result.centers + center
+        # Shifted back, then clamped: a release at the float range's edge plus a far public
+        # centre overflowed to inf after noisy_centers' own clamp (review R6-L1).
+        centers = None if result.centers is None else clamp_to_float_range(result.centers + center)
         return PrivateFit(centers, result.success, result.events, proven=result.proven)
 
     def _aggregate_located(self, tuples, plan, rng, rows, fallback_rows=None):
