@@ -18,6 +18,7 @@ from skdpcluster.exceptions import (
     PrivacyLeakWarning,
 )
 from skdpcluster.ktuple import min_tuples
+from skdpcluster.ktuple.located import min_located_tuples
 from skdpcluster.utils._compat import single_threaded
 from skdpcluster.utils._threads import fit_threads
 
@@ -437,3 +438,55 @@ def test_fit_tuples_sets_fallback_info_and_keeps_none_of_an_earlier_fit():
         fresh = KTupleClusterer(4, data_radius=40.0, random_state=0, accountant=BudgetAccountant())
         fresh.fit_tuples(tuples)
     assert est.fallback_info_ is None and fresh.fallback_info_ is None
+
+
+@pytest.mark.parametrize("n_tuples", [496, 498])
+def test_fit_tuples_at_epsilon_4_prices_its_partition_test(n_tuples):
+    """Review R6-M1: at epsilon = 4 the test's own epsilon/2 is 1, and for these numbers of
+    tuples its BKN10 re-pricing rounded above 1 and raised after the noise: a charged
+    'private_step_failed' with proven=False instead of the release."""
+    rng = np.random.default_rng(0)
+    tuples = np.stack([rng.normal(0, 1e-3, (n_tuples, 1)), rng.normal(10, 1e-3, (n_tuples, 1))], axis=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = KTupleClusterer(2, method="noisy_centers", epsilon=4.0, separation=50.0,
+                              accountant=BudgetAccountant(), random_state=0).fit_tuples(tuples)
+    assert est.status_ == "success" and est.privacy_spent_["proven"]
+    assert "private_step_failed" not in [e.mechanism for e in est.privacy_ledger_]
+
+
+def test_fit_tuples_plans_located_with_the_budget_it_runs():
+    """Review R6-L3b: fit_tuples checked the minimum of the on-rows budget (145 tuples at k = 2)
+    but runs the on-tuples one (130): 130-144 tuples were refused, with a message about rows."""
+    needed = min_located_tuples(2, 1.0, 1e-6, on_rows=False)
+    assert needed < min_located_tuples(2, 1.0, 1e-6, on_rows=True)
+    rng = np.random.default_rng(0)
+    tuples = np.stack([rng.normal(-5, .1, (needed, 1)), rng.normal(5, .1, (needed, 1))], axis=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = KTupleClusterer(2, data_radius=20.0, accountant=BudgetAccountant(),
+                              random_state=0).fit_tuples(tuples)
+    assert est.n_tuples_ == needed and est.privacy_spent_["proven"]
+    with pytest.raises(InsufficientDataError, match=f"at least {needed} tuples") as error:
+        KTupleClusterer(2, data_radius=20.0, accountant=BudgetAccountant()).fit_tuples(tuples[1:])
+    assert "rows" not in str(error.value)
+
+
+def test_noisy_centres_shifted_back_by_a_far_centre_stay_finite():
+    """Review R6-L1: the released centres were shifted back by data_center after their clamp to
+    the float range, so a large release plus a far public centre became +inf: status_='success'
+    with centres on which predict raised. The shifted centres are clamped (post-processing)."""
+    n = min_tuples(0.02, 1e-6, 0.05)
+    one = np.array([[1.7e308, 0.0], [1.7e308, 1.0]])
+    tuples = np.broadcast_to(one, (n, 2, 2)).copy()
+    clamped = 0
+    for seed in range(3):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            est = KTupleClusterer(2, method="noisy_centers", epsilon=0.02, separation=6.5,
+                                  gaussian_calibration="classical", data_center=[1.7e308, 0.0],
+                                  accountant=BudgetAccountant(), random_state=seed).fit_tuples(tuples)
+        assert est.status_ == "success" and np.all(np.isfinite(est.cluster_centers_))
+        assert est.predict(one).shape == (2,)
+        clamped += int(np.any(est.cluster_centers_ == np.finfo(float).max))
+    assert clamped  # the overflow happened (the noise is about 1e307 here)

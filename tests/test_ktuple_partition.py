@@ -10,6 +10,7 @@ from skdpcluster.exceptions import InsufficientDataError
 from skdpcluster.ktuple import compute_m_eps1, ell, min_tuples, private_test_close_tuples
 from skdpcluster.ktuple import partition
 from skdpcluster.ktuple.partition import ball_radii, count_not_partitioned, private_test_partition
+from skdpcluster.mechanisms import subsampled_epsilon_delta
 
 DELTA_28 = math.exp(-28)
 
@@ -77,6 +78,25 @@ def test_large_epsilon_uses_the_general_subsampling_bound():
     m, eps1 = compute_m_eps1(1000, 4.0, 1e-6, 0.05)
     assert eps1 == pytest.approx(math.log1p((1000 / m) * math.expm1(2.0)))
     assert min_tuples(8.0, 1e-6, 0.05) < min_tuples(4.0, 1e-6, 0.05) < min_tuples(1.0, 1e-6, 0.05)
+
+
+@pytest.mark.parametrize("epsilon", [2.0, math.nextafter(2.0, 0.0)])
+def test_the_bkn10_repricing_holds_at_its_boundary(epsilon):
+    """Review R6-M1: at epsilon/2 = 1 (outer epsilon = 4), eps1 = log(epsilon n/(2m) - 3) re-priced
+    at (m/n)(3 + e^eps1) rounded above 1 for n = 496, 498, ... and the BKN10 re-pricing raised
+    after the test's noise. Every eps1 now re-prices, exactly and in floating point, below 1."""
+    mpmath = pytest.importorskip("mpmath")
+    mpmath.mp.prec = 200
+    for n in range(300, 1300):
+        m, eps1 = compute_m_eps1(n, epsilon, 1e-6 / 4, 0.025)
+        priced, _ = subsampled_epsilon_delta(eps1, 0.0, m, n, bound="bkn10")
+        exact = mpmath.mpf(m) / n * (3 + mpmath.exp(mpmath.mpf(eps1)))
+        assert priced <= 1 and exact < 1 and priced == pytest.approx(1.0, rel=1e-11)
+    # The whole test at such an n: it runs and prices its T1 part with BKN10.
+    tuples = np.array([[0.0], [10.0]])[None] + np.random.default_rng(0).normal(0, 1e-3, (496, 2, 1))
+    result = private_test_partition(tuples, epsilon=epsilon, delta=1e-6 / 4, beta=0.025,
+                                    separation=50.0, rng=np.random.default_rng(0))
+    assert result.events[1].details["bound"] == "bkn10" and result.events[1].epsilon <= 1
 
 
 def test_huge_epsilon_does_not_overflow():

@@ -23,7 +23,7 @@ from skdpcluster.exceptions import (
 )
 from skdpcluster.ktuple import min_tuples
 from skdpcluster.mechanisms import analytic_gaussian_sigma
-from skdpcluster.mixture._gaussian_mixture import PrivateGaussianMixture, _FreshBudget
+from skdpcluster.mixture._gaussian_mixture import PrivateGaussianMixture, _FreshBudget, _nearest_gaps
 from skdpcluster.utils.estimator_checks import dp_checks
 
 N_TUPLES = min_tuples(1.0, 1e-6, 0.05)  # 1963
@@ -529,3 +529,31 @@ def test_refinement_releases_move_by_at_most_their_claimed_sensitivity(monkeypat
     assert within is should_pass
     if should_pass:  # the pair is the worst case: the claims are tight
         assert add_remove == pytest.approx(1.0, rel=1e-9) and swap == pytest.approx(2.0, rel=1e-9)
+
+
+def test_nearest_gaps_neither_overflow_nor_underflow():
+    """Review R6-L2: np.linalg.norm squared the gaps, so released centres more than ~1.34e154
+    apart had an infinite gap (and refinement radius); tiny gaps underflowed to 0."""
+    big = np.finfo(float).max
+    assert _nearest_gaps(np.array([[0.0, 0.0], [3e200, 4e200]])) == pytest.approx([5e200, 5e200], rel=1e-15)
+    assert _nearest_gaps(np.array([[0.0, 0.0], [3e-170, 4e-170], [1.0, 1.0]]))[0] == pytest.approx(5e-170)
+    assert _nearest_gaps(np.array([[0.0, 0.0], [3.0, 4.0], [3.0, 4.0]])).tolist() == [5.0, 0.0, 0.0]
+    with np.errstate(over="ignore"):  # fits run under errstate(all="ignore")
+        assert _nearest_gaps(np.array([[-big], [big]])).tolist() == [big, big]
+
+
+def test_noisy_centres_released_far_apart_are_refined():
+    """Review R6-L2: with clusters 1.3e154 apart, the released tuple centres often are more than
+    1.34e154 apart; the refinement radius was inf and the fit a charged private_step_failed."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(80_000, 1))
+    X[:40_000] += 1.3e154
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        g = PrivateGaussianMixture(n_components=2, tuple_method="noisy_centers", fallback_share=0.0,
+                                   sigma_min=0.1, sigma_max=10.0, data_radius=1e155,
+                                   accountant=BudgetAccountant(), random_state=3).fit(X)
+    assert np.ptp(g.tuple_centers_) > 1.34e154  # the gap whose square overflows
+    assert g.status_ == "success" and g.privacy_spent_["proven"]
+    assert "private_step_failed" not in [e.mechanism for e in g.privacy_ledger_]
+    assert np.all(np.isfinite(g.means_))

@@ -24,7 +24,12 @@ from skdpcluster.mechanisms import PrivacyEvent
 from skdpcluster.utils._warnings import warn_user
 from skdpcluster.ktuple import min_tuples
 from skdpcluster.averaging import _project_onto_ball
-from skdpcluster.ktuple._framework import canonical_order, check_tuple_parameters, conditioning_event
+from skdpcluster.ktuple._framework import (
+    canonical_order,
+    check_tuple_parameters,
+    clamp_to_float_range,
+    conditioning_event,
+)
 from skdpcluster.ktuple.averages import (
     AVERAGES_SEPARATION,
     cluster_points_needed,
@@ -474,11 +479,15 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
             check_noisy_centers_modes(self.lambda_mechanism, self.gaussian_calibration,
                                       self.n_clusters, self.epsilon)
 
-    def _plan_tuples(self, n_tuples, n_features):
-        """Checks and attributes shared by ``fit`` and ``fit_tuples`` (public values only)."""
+    def _plan_tuples(self, n_tuples, n_features, *, on_rows=True):
+        """Checks and attributes shared by ``fit`` and ``fit_tuples`` (public values only).
+
+        ``on_rows=False``: ``"located"`` runs on the tuples only (``fit_tuples``), with the
+        budget of :func:`~skdpcluster.ktuple.located.plan_located_budget` on tuples.
+        """
         self._check_unproven_modes()
         if self._method() == "located":
-            return self._plan_located(n_tuples, n_features)
+            return self._plan_located(n_tuples, n_features, on_rows)
         separation = self._resolved_separation()
         shape_probe = np.zeros((n_tuples, self.n_clusters, 1))
         check_tuple_parameters(
@@ -544,16 +553,18 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
             f"public estimate). Use about {needed} tuples, a larger epsilon, or method='located'.",
             UtilityWarning)
 
-    def _plan_located(self, n_tuples, n_features):
-        """The public plan of ``method="located"``: enough tuples for its histogram threshold."""
-        needed = min_located_tuples(self.n_clusters, self.epsilon, self.delta, on_rows=True)
+    def _plan_located(self, n_tuples, n_features, on_rows):
+        """The public plan of ``method="located"``: enough tuples for the histogram threshold of
+        its budget (refining on the rows, or on the tuples only)."""
+        needed = min_located_tuples(self.n_clusters, self.epsilon, self.delta, on_rows=on_rows)
         if n_tuples < needed:
+            rows = (f"; with n_tuples='auto' that is at least {needed * self.n_clusters} rows"
+                    if on_rows else "")
             raise InsufficientDataError(
                 f"method='located' needs at least {needed} tuples at n_clusters="
                 f"{self.n_clusters}, epsilon={self.epsilon}, delta={self.delta} (below that no "
-                f"cluster can pass the histogram threshold), got {n_tuples}; with n_tuples='auto' "
-                f"that is at least {needed * self.n_clusters} rows. Use more data or a larger "
-                "epsilon/delta."
+                f"cluster can pass the histogram threshold), got {n_tuples}{rows}. Use more "
+                f"{'data' if on_rows else 'tuples'} or a larger epsilon/delta."
             )
         attributes = {"n_tuples_": n_tuples, "m_": None, "ell_": np.nan, "separation_": np.nan,
                       "method_": "located", "fallback_info_": None}
@@ -791,7 +802,9 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
                 lambda_mechanism=self.lambda_mechanism,
                 gaussian_calibration=self.gaussian_calibration, **common,
             )
-        centers = None if result.centers is None else result.centers + center
+        # Shifted back, then clamped: a release at the float range's edge plus a far public
+        # centre overflowed to inf after noisy_centers' own clamp (review R6-L1).
+        centers = None if result.centers is None else clamp_to_float_range(result.centers + center)
         return PrivateFit(centers, result.success, result.events, proven=result.proven)
 
     def _aggregate_located(self, tuples, plan, rng, rows, fallback_rows=None):
@@ -877,7 +890,7 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
             if not np.all(np.isfinite(tuples)):
                 raise ValueError("tuples contain NaN or infinite values.")
             n_tuples, _, n_features = tuples.shape
-            plan = self._plan_tuples(n_tuples, n_features)
+            plan = self._plan_tuples(n_tuples, n_features, on_rows=False)
             self._plan_radius(plan, tuples.reshape(-1, n_features))
             validate_data(self, tuples[:, 0, :], reset=True)
             self._commit(*self._run(tuples, plan, self._fit_private_tuples))

@@ -42,6 +42,7 @@ __all__ = [
     "KTupleResult",
     "canonical_order",
     "check_tuple_parameters",
+    "clamp_to_float_range",
     "conditioning_event",
     "run_partition_test",
 ]
@@ -83,6 +84,19 @@ class KTupleResult:
 def canonical_order(centers):
     """Sort the rows lexicographically: the released set is unordered (spec §0, finding 2)."""
     return centers[np.lexsort(centers.T[::-1])]
+
+
+#: The largest float: released centres beyond it are clamped to it (post-processing).
+FLOAT_MAX = float(np.finfo(float).max)
+
+
+def clamp_to_float_range(values):
+    """``values`` clamped to [-:data:`FLOAT_MAX`, :data:`FLOAT_MAX`]: an overflow becomes finite.
+
+    Post-processing of released values. Every row lies in that range, so the
+    clamp moves no released centre away from any row.
+    """
+    return np.clip(values, -FLOAT_MAX, FLOAT_MAX)
 
 
 def check_tuple_parameters(tuples, epsilon, delta, beta, separation, accounting):

@@ -48,9 +48,11 @@ from skdpcluster.exceptions import UnprovenPrivacyWarning, UtilityWarning
 from skdpcluster.utils._validation import check_epsilon_delta, check_probability
 from skdpcluster.utils._warnings import warn_user
 from skdpcluster.ktuple._framework import (
+    FLOAT_MAX,
     KTupleResult,
     canonical_order,
     check_tuple_parameters,
+    clamp_to_float_range,
     conditioning_event,
     run_partition_test,
 )
@@ -73,8 +75,6 @@ __all__ = [
 
 LAMBDA_MECHANISMS = ("log_laplace", "paper")
 GAUSSIAN_CALIBRATIONS = ("analytic_joint", "classical")
-#: The largest float: released centres beyond it are clamped to it (post-processing).
-_FLOAT_MAX = float(np.finfo(float).max)
 
 
 def default_separation(k, epsilon, delta, beta):
@@ -178,7 +178,7 @@ def _unwhitened(noisy, lambdas):
     :func:`private_k_noisy_centers` warns when it acted.
     """
     with np.errstate(over="ignore"):
-        return np.clip(noisy * lambdas[:, None], -_FLOAT_MAX, _FLOAT_MAX)
+        return clamp_to_float_range(noisy * lambdas[:, None])
 
 
 _GAUSSIAN_STEPS = {"analytic_joint": _gaussian_analytic_joint, "classical": _gaussian_classical}
@@ -209,7 +209,7 @@ def noise_to_gap_ratio(
     else:
         unit_sigma = gaussian_sigma(1.0, epsilon / (4 * k), delta / (8 * k), "classical")
     log_ratio = log_lambda_ratio + math.log(unit_sigma)
-    return math.exp(log_ratio) if log_ratio < math.log(_FLOAT_MAX) else math.inf
+    return math.exp(log_ratio) if log_ratio < math.log(FLOAT_MAX) else math.inf
 
 
 def separation_for_noise_to_gap_ratio(
@@ -337,7 +337,7 @@ def private_k_noisy_centers(
 
 def _warn_if_clamped(centers):
     """A :class:`UtilityWarning` when :func:`_unwhitened` clamped a centre (released values)."""
-    if np.any(np.abs(centers) >= _FLOAT_MAX):
+    if np.any(np.abs(centers) >= FLOAT_MAX):
         warn_user(
             "private_k_noisy_centers: the noise of the released centres exceeded the float range "
             "and they were clamped to +-1.8e308: they carry no information about the data. The "

@@ -43,6 +43,12 @@ ACCOUNTING_MODES = ("corrected", "paper")
 
 # Target epsilon of the T1 part up to which Lemma 2.10 (BKN10) is proven.
 _BKN10_MAX_EPSILON = 1.0
+# Largest target that Definition 4.1's eps1 is solved for. The eps1 of a target t prices at
+# (m/n)(3 + e^eps1) = t (1 + r): eps1 = log(t n/m - 3) and its re-pricing round by
+# |r| <= (eps1 + 10) 2^-53 < 1e-14 (eps1 <= log n < 44). Solving for t <= 1 - 1e-12 keeps the
+# price, exact or computed, below the validity bound 1 of Lemma 2.10; at an epsilon/2 within
+# 1e-12 of 1, solving for 1 itself rounded above it and the re-pricing raised after the test.
+_BKN10_MAX_TARGET = _BKN10_MAX_EPSILON - 1e-12
 # Memory budget of one chunk of the partition test (float64 entries).
 _CHUNK_ENTRIES = 4_000_000
 
@@ -56,12 +62,15 @@ def _eps1_for(m, n, epsilon):
     """eps1 that makes the T1 part (epsilon/2)-DP by subsampling m of n tuples.
 
     Definition 4.1 (from Lemma 2.10) when epsilon/2 <= 1:
-    ``eps1 = log(epsilon n / (2m) - 3)``. Above that Lemma 2.10 is not
-    proven, and the bound of Balle, Barthe & Gaboardi (2018, Theorem 10) gives
-    ``eps1 = log(1 + (n/m)(e^{epsilon/2} - 1))``. Returns -inf when infeasible.
+    ``eps1 = log(epsilon n / (2m) - 3)``, with epsilon/2 capped at
+    ``1 - 1e-12`` so that rounding cannot price the T1 part above the
+    lemma's validity bound 1 (``_BKN10_MAX_TARGET``). Above that Lemma 2.10
+    is not proven, and the bound of Balle, Barthe & Gaboardi (2018, Theorem 10)
+    gives ``eps1 = log(1 + (n/m)(e^{epsilon/2} - 1))``. Returns -inf when
+    infeasible.
     """
     if epsilon / 2 <= _BKN10_MAX_EPSILON:
-        argument = epsilon * n / (2 * m) - 3
+        argument = min(epsilon / 2, _BKN10_MAX_TARGET) * n / m - 3
         return math.log(argument) if argument > 1 else -math.inf
     return _log_one_plus_rate_expm1(epsilon / 2, n / m)
 

@@ -21,6 +21,7 @@ from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from skdpcluster.ktuple._framework import FLOAT_MAX
 from skdpcluster.ktuple._tuples import allocate_blocks, generate_tuples_of_rows
 from skdpcluster.averaging import private_gaussian_estimate
 from skdpcluster.averaging._common import project_into_ball
@@ -321,8 +322,18 @@ def _refine_component(points, n_public, center, radius, rho, rng):
 
 
 def _nearest_gaps(centers):
-    """Distance from every centre to its nearest other centre."""
-    gaps = np.linalg.norm(centers[:, None, :] - centers[None, :, :], axis=-1)
+    """Distance from every centre to its nearest other centre, at most the largest float.
+
+    Each difference is scaled by a power of two near its largest coordinate
+    (exact) before its norm, so no square overflows or underflows:
+    ``np.linalg.norm`` made every gap above about 1.3e154 infinite, and the
+    refinement's clipping radius with it (review R6-L2). A gap beyond the float
+    range (a difference that overflowed) is :data:`FLOAT_MAX`.
+    """
+    differences = centers[:, None, :] - centers[None, :, :]
+    _, exponents = np.frexp(np.max(np.abs(differences), axis=-1))
+    scales = np.ldexp(1.0, exponents - 1)[..., None]  # finite, and > 0 for every float
+    gaps = np.minimum(np.linalg.norm(differences / scales, axis=-1) * scales[..., 0], FLOAT_MAX)
     np.fill_diagonal(gaps, np.inf)
     return gaps.min(axis=1)
 
