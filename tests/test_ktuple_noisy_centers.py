@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 
+from skdpcluster import mechanisms as M
 from skdpcluster.exceptions import InsufficientDataError, UnprovenPrivacyWarning, UtilityWarning
 from skdpcluster.ktuple import min_tuples, noisy_centers
 from skdpcluster.ktuple.noisy_centers import (
@@ -169,6 +170,35 @@ def test_centres_whose_noise_overflows_are_clamped_to_the_float_range(calibratio
     noisy, _ = step(np.array([[0.0], [1.0]]), lambdas, 2, 0.001, 1e-6, np.random.default_rng(3))
     assert np.all(np.isfinite(noisy))
     assert np.any(np.abs(noisy) == np.finfo(float).max)  # seed 3 overflows in both calibrations
+
+
+@pytest.mark.parametrize("calibration", ["analytic_joint", "classical"])
+def test_the_gaussian_input_moves_by_at_most_its_sensitivity_far_from_zero(calibration,
+                                                                           monkeypatch):
+    """The whitened Gaussian's input used to be fl(c_i / lambda_i), rounded at its own ulp: with
+    100 coordinates near 2^60 moved by one ulp each and lambda_i just covering the move
+    (whitened move 0.9999 per centre), the rounded inputs moved by 1.05 and 1.12 per centre,
+    1.53 jointly, beyond the sensitivities 1 and sqrt(2). The release is now c_i + lambda_i z_i
+    with the whitened noise z_i drawn on zeros."""
+    inputs = []
+
+    def recording(value, **options):
+        inputs.append(np.array(value, dtype=float))
+        return M.gaussian_mechanism(value, **options)
+
+    monkeypatch.setattr(noisy_centers, "gaussian_mechanism", recording)
+    row = 2.0**60 + 256.0 * np.arange(100)  # floats 256 apart, ulp 256
+    centres = np.vstack([row, row + 2.0**59])
+    moved = centres + 256.0  # one ulp per coordinate
+    lambdas = np.full(2, 1.0001 * np.linalg.norm(moved[0] - centres[0]))
+    step = noisy_centers._GAUSSIAN_STEPS[calibration]
+    for points in (centres, moved):
+        step(points, lambdas, 2, 1.0, 1e-6, np.random.default_rng(0))
+    shift = inputs[1] - inputs[0]
+    if calibration == "classical":
+        assert np.all(np.linalg.norm(shift, axis=1) <= 1.0)  # sensitivity 1 per centre
+    else:
+        assert np.linalg.norm(shift) <= math.sqrt(2)  # joint sensitivity sqrt(k)
 
 
 @pytest.mark.slow

@@ -969,12 +969,14 @@ def _hex(values):
     return [float(v).hex() for v in np.ravel(values)]
 
 
+# The release c_i + lambda_i z_i, no longer fl(c_i / lambda_i + z_i) lambda_i, moved two of each
+# by one ulp (test_the_gaussian_input_moves_by_at_most_its_sensitivity_far_from_zero).
 @pytest.mark.parametrize("calibration, expected", [
-    ("analytic_joint", ["0x1.029fda7759befp+13", "-0x1.df6860d6f69f3p+12",
+    ("analytic_joint", ["0x1.029fda7759befp+13", "-0x1.df6860d6f69f4p+12",
                         "0x1.7e6dea583058bp+16", "0x1.83a887667635dp+12",
-                        "0x1.cb99efa0b9791p+17", "-0x1.338a3bf44dc5bp+12"]),
-    ("classical", ["0x1.324e1375e5e34p+14", "-0x1.1be59d2146ef9p+14", "0x1.7336382b65c6fp+16",
-                   "0x1.cb20ce63a6de8p+13", "0x1.1501685bd219ep+18", "-0x1.6c3d37c314dc5p+13"]),
+                        "0x1.cb99efa0b9790p+17", "-0x1.338a3bf44dc5bp+12"]),
+    ("classical", ["0x1.324e1375e5e35p+14", "-0x1.1be59d2146ef9p+14", "0x1.7336382b65c6fp+16",
+                   "0x1.cb20ce63a6de9p+13", "0x1.1501685bd219ep+18", "-0x1.6c3d37c314dc5p+13"]),
 ])
 def test_noisy_centers_output_unchanged_by_the_seams(calibration, expected):
     tuples = _separated_tuples(min_tuples(1.0, 1e-6, 0.05), 1e5, 0.01, seed=7)

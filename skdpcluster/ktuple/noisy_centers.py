@@ -151,34 +151,41 @@ _LAMBDA_STEPS = {"log_laplace": _lambda_log_laplace, "paper": _lambda_paper}
 
 def _gaussian_analytic_joint(centers, lambdas, k, epsilon, delta, rng):
     """One analytic Gaussian over the k whitened centres c_i / lambda_i (sensitivity sqrt(k))."""
-    whitened = centers / lambdas[:, None]
-    noisy, event = gaussian_mechanism(
-        whitened, sensitivity=_joint_gaussian_sensitivity(k), epsilon=epsilon / 4, delta=delta / 8,
-        rng=rng, calibration="analytic", label="noisy_centers/gaussian_joint",
+    noise, event = gaussian_mechanism(
+        np.zeros_like(centers), sensitivity=_joint_gaussian_sensitivity(k), epsilon=epsilon / 4,
+        delta=delta / 8, rng=rng, calibration="analytic", label="noisy_centers/gaussian_joint",
     )
-    return _unwhitened(noisy, lambdas), event
+    return _noised(centers, noise, lambdas), event
 
 
 def _gaussian_classical(centers, lambdas, k, epsilon, delta, rng):
     """Per centre, sigma_i = lambda_i * classical sigma at (eps/(4k), delta/(8k)); basic composition."""
-    whitened = centers / lambdas[:, None]  # each whitened centre has sensitivity <= 1
-    noisy, event = gaussian_mechanism(
-        whitened, sensitivity=1.0, epsilon=epsilon / (4 * k), delta=delta / (8 * k), rng=rng,
-        calibration="classical", label="noisy_centers/gaussian_per_center",
+    noise, event = gaussian_mechanism(  # each whitened centre has sensitivity <= 1
+        np.zeros_like(centers), sensitivity=1.0, epsilon=epsilon / (4 * k),
+        delta=delta / (8 * k), rng=rng, calibration="classical",
+        label="noisy_centers/gaussian_per_center",
     )
-    return _unwhitened(noisy, lambdas), replace(event, count=k)
+    return _noised(centers, noise, lambdas), replace(event, count=k)
 
 
-def _unwhitened(noisy, lambdas):
-    """``noisy_i * lambda_i``, clamped to the float range (post-processing of released values).
+def _noised(centers, noise, lambdas):
+    r"""The release :math:`c_i + \lambda_i z_i` of the whitened Gaussian :math:`c_i/\lambda_i + z_i`.
 
-    With the public cap ``lambda_i <= e^700`` the product overflows only when
-    the noise is astronomically larger than the data (a tiny epsilon with a
-    separation near 6): the clamp keeps the release finite, and
-    :func:`private_k_noisy_centers` warns when it acted.
+    The mechanism draws the whitened noise :math:`z_i` (on zeros, at the
+    whitened sensitivity), and the centres are added here, unwhitened:
+    exactly :math:`\lambda_i (c_i/\lambda_i + z_i)`, but without rounding
+    :math:`c_i/\lambda_i` first. That quotient is rounded at its own ulp,
+    which exceeds the whitened sensitivity 1 where :math:`|c_i|/\lambda_i`
+    passes :math:`2^{52}` (centres a few ulps apart far from 0, a large
+    separation), so noising it would have noised a value that neighbours move
+    by more than the calibration assumes (as in review R5-2). The sum is
+    clamped to the float range (post-processing): with the public cap
+    ``lambda_i <= e^700`` the noise overflows only when it is astronomically
+    larger than the data (a tiny epsilon with a separation near 6), and
+    :func:`private_k_noisy_centers` warns when the clamp acted.
     """
     with np.errstate(over="ignore"):
-        return clamp_to_float_range(noisy * lambdas[:, None])
+        return clamp_to_float_range(centers + noise * lambdas[:, None])
 
 
 _GAUSSIAN_STEPS = {"analytic_joint": _gaussian_analytic_joint, "classical": _gaussian_classical}
@@ -336,7 +343,7 @@ def private_k_noisy_centers(
 
 
 def _warn_if_clamped(centers):
-    """A :class:`UtilityWarning` when :func:`_unwhitened` clamped a centre (released values)."""
+    """A :class:`UtilityWarning` when :func:`_noised` clamped a centre (released values)."""
     if np.any(np.abs(centers) >= FLOAT_MAX):
         warn_user(
             "private_k_noisy_centers: the noise of the released centres exceeded the float range "
