@@ -692,3 +692,29 @@ def test_a_serving_base_estimator_gives_the_fit_of_the_default():
         user = _fresh(init=init, base_estimator=KMeans(n_init=10)).fit(X, client_ids=clients,
                                                                      X_server=server)
         np.testing.assert_array_equal(user.cluster_centers_, default.cluster_centers_)
+
+
+@pytest.mark.parametrize("unit", [None, "sample", "client"])
+def test_the_accountant_composes_for_one_privacy_unit(unit):
+    """Review R8 M1: a client-level add/remove fit and a sample-level fit on one accountant were
+    summed at face value (entries said 'add_remove' only), more than either unit supports: one
+    row of a client changed is that client replaced (2 eps under client add/remove), and a
+    sample-level fit gives no client-level guarantee. Now each entry records its unit: refused by
+    default, converted on a sample-level accountant, refused on a client-level one."""
+    X, _, clients, server, _ = mixture(n_clients=10, per_client=100, n_features=2, n_clusters=2)
+    acc = BudgetAccountant(epsilon=10.0, delta=1e-3, privacy_unit=unit)
+    common = dict(n_clusters=2, epsilon=1.0, delta=1e-5, neighbouring="add_remove", accountant=acc)
+    _fresh(privacy_unit="client", **common).fit(X, client_ids=clients, X_server=server)
+    (first,) = acc.ledger
+    assert (first.privacy_unit, first.neighbouring) == ("client", "add_remove")
+    sample = _fresh(privacy_unit="sample", **{**common, "random_state": 1})
+    if unit == "sample":
+        sample.fit(X, client_ids=clients, X_server=server)
+        assert acc.ledger[1].privacy_unit == "sample"
+        eps, delta = acc.total()
+        assert eps == pytest.approx(2 * first.epsilon + acc.ledger[1].epsilon, rel=1e-12)
+        assert delta >= (1 + math.exp(first.epsilon)) * first.delta
+        return
+    with pytest.raises(ValueError, match="privacy_unit='sample'"):
+        sample.fit(X, client_ids=clients, X_server=server)
+    assert acc.ledger == [first] and acc._reserved == {} and not hasattr(sample, "cluster_centers_")

@@ -511,6 +511,10 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         """
         return self.privacy_unit == "sample" and super()._row_count_is_public()
 
+    def _privacy_unit(self):
+        """The accountant's unit: ``privacy_unit`` (``"client"`` needs ``client_ids``, so it is true)."""
+        return self.privacy_unit
+
     def _needs_radius(self, data):
         """The public server data gives the bound when there is some (no private bound then).
 
