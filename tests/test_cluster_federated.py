@@ -433,6 +433,7 @@ def _bad_cases(X, clients, server):
         ({"epsilon": -1.0}, {}, "epsilon"),
         ({"delta": 1.5}, {}, "delta"),
         ({"neighbouring": "swap"}, {}, "neighbouring"),
+        ({"privacy_unit": "client"}, {"client_ids": None}, "privacy_unit='client' needs client_ids"),
     ]
 
 
@@ -718,3 +719,15 @@ def test_the_accountant_composes_for_one_privacy_unit(unit):
     with pytest.raises(ValueError, match="privacy_unit='sample'"):
         sample.fit(X, client_ids=clients, X_server=server)
     assert acc.ledger == [first] and acc._reserved == {} and not hasattr(sample, "cluster_centers_")
+
+
+def test_client_level_without_client_ids_is_refused_before_any_spend():
+    """Review R8 L1: privacy_unit='client' without client_ids made every row its own client (a
+    client of 1000 rows protected row by row) while the ledger said 'client'; spec §8.1 requires
+    client_ids at client level."""
+    X, _, _, server, _ = mixture(n_clients=4, per_client=50, n_features=2, n_clusters=2)
+    acc = BudgetAccountant()
+    est = _fresh(n_clusters=2, privacy_unit="client", accountant=acc)
+    with pytest.raises(ValueError, match="privacy_unit='client' needs client_ids"):
+        est.fit(X, X_server=server)
+    assert acc.ledger == [] and acc._reserved == {} and not hasattr(est, "cluster_centers_")

@@ -151,9 +151,12 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         datasets differ in one row (data-point level); the sensitivities are
         those of one row of norm at most :math:`\Delta`. ``"client"``: they
         differ in all rows of one client; every client's statistic is scaled
-        to the bound of ``client_clip`` before the sum (paper App. G.4).
-        Without ``client_ids`` every row is its own client, and the two
-        units coincide.
+        to the bound of ``client_clip`` before the sum (paper App. G.4);
+        it needs ``client_ids`` (a ValueError before any spend without
+        them: every row would be its own client, and a client of many rows
+        would be protected only row by row; spec §8.1). The accountant's
+        entry records the unit (``LedgerEntry.privacy_unit``; see
+        :class:`~skdpcluster.BudgetAccountant`'s ``privacy_unit``).
     neighbouring : {"replace_one", "add_remove"}, default="replace_one"
         ``"add_remove"`` is the paper's relation (one unit added or removed).
         ``"replace_one"`` calibrates to the replace-one sensitivities (x2,
@@ -378,9 +381,10 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
             Not used, present for API consistency.
         client_ids : array-like of shape (n_samples,) or "chunks", default=None
             The client of every row (any hashable values). ``None``: every
-            row is its own client. On Dask input only ``None`` and
-            ``"chunks"`` (every chunk of rows is one client, e.g. one device
-            or site per partition) are accepted.
+            row is its own client, at ``privacy_unit="sample"`` only (at
+            client level, a ValueError before any spend). On Dask input only
+            ``None`` and ``"chunks"`` (every chunk of rows is one client,
+            e.g. one device or site per partition) are accepted.
         X_server : array-like of shape (n_server, n_features), default=None
             Public server-side data (no privacy cost); needed by
             ``init="feddp"`` and the server baselines.
@@ -404,6 +408,12 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         return self
 
     def _validated_inputs(self, X, client_ids, X_server):
+        if self.privacy_unit == "client" and client_ids is None:
+            raise ValueError(
+                "privacy_unit='client' needs client_ids (the client of every row, or 'chunks' "
+                "on Dask input): without them every row is its own client, so a client with "
+                "many rows would be protected only row by row. Pass client_ids, or use "
+                "privacy_unit='sample'.")
         if is_dask_collection(X):
             return self._validated_dask_inputs(X, client_ids, X_server)
         X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2)
