@@ -731,3 +731,55 @@ def test_client_level_without_client_ids_is_refused_before_any_spend():
     with pytest.raises(ValueError, match="privacy_unit='client' needs client_ids"):
         est.fit(X, X_server=server)
     assert acc.ledger == [] and acc._reserved == {} and not hasattr(est, "cluster_centers_")
+
+
+@pytest.mark.parametrize("init", ["feddp", "server_kmeans++", "server_lloyds"])
+def test_server_rows_beyond_a_public_radius_are_projected_before_any_spend(init):
+    """Review R8 L2: with a public data_radius, a finite server row near the float maximum
+    overflowed the server's distances after the randomness (status_='failure', proven=False)
+    where data_radius=None refused it before any spend; and a server row outside the ball
+    could get a centre whose low-count fallback V_k xi_r was released 60 away from c, six times
+    outside B(c, data_radius), with status_='success'. Server rows are now projected onto the
+    ball (a public map of public data), and overflowing X_server - data_center is refused."""
+    rng = np.random.default_rng(0)
+    means = np.array([[-5.0, 0, 0], [5.0, 0, 0]])
+    X = np.vstack([m + rng.normal(size=(1500, 3)) for m in means])
+    Q = np.vstack([means, rng.uniform(-8, 8, (8, 3)), [[1.7e308, 1.7e308, 1.7e308]]])
+    est = FederatedPrivateKMeans(n_clusters=2, data_radius=10.0, init=init, random_state=0,
+                                 accountant=BudgetAccountant(10, 1e-3)).fit(X, X_server=Q)
+    assert est.status_ == "success" and est.privacy_spent_["proven"]
+    assert np.linalg.norm(est.cluster_centers_, axis=1).max() <= 10.0
+    acc = BudgetAccountant()
+    with pytest.raises(ValueError, match="X_server - data_center overflows"):
+        FederatedPrivateKMeans(n_clusters=2, data_radius=10.0, data_center=[-1e308, 0, 0],
+                               accountant=acc).fit(X, X_server=Q)
+    assert acc.ledger == []
+
+
+def test_no_released_centre_is_outside_the_public_ball():
+    """Review R8 L2 (server_outside_ball.py, its seed 13): an out-of-distribution server row at
+    distance 60 kept its own centre, with a low count, and its fallback was released as is."""
+    rng = np.random.default_rng(0)
+    means = np.array([[-5.0, 0, 0], [5.0, 0, 0], [0, 5.0, 0]])
+    X = np.vstack([m + rng.normal(size=(3000, 3)) for m in means])
+    Q = np.vstack([means + 0.3 * rng.normal(size=means.shape), rng.uniform(-6, 6, (10, 3)),
+                   [[60.0, 0.0, 0.0]]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = FederatedPrivateKMeans(n_clusters=3, data_radius=10.0, random_state=13,
+                                     accountant=BudgetAccountant(10, 1e-3)).fit(X, X_server=Q)
+    assert np.linalg.norm(est.cluster_centers_, axis=1).max() <= 10.0
+
+
+def test_a_low_count_fallback_is_projected_onto_the_ball():
+    """The fallback of a low noisy count (post-processing) is projected too: a Lloyd round from a
+    public centre far outside the ball with no rows near it keeps that centre, in the ball."""
+    X = np.random.default_rng(0).normal(size=(200, 2))
+    est = _fresh(n_clusters=2, n_lloyd_iter=1, init=np.array([[0.0, 0.0], [1e6, 0.0]]))
+    budget = est._budget(["lloyd_sums", "lloyd_counts"], 1, est._unit_bounds(RADIUS))
+    executor = fi.FederatedExecutor(fi.build_shards(fi.clip_rows(X, 0.0, RADIUS), None))
+    centers, _, (low,) = fi.federated_lloyd(
+        executor, np.array([[0.0, 0.0], [1e6, 0.0]]), n_iter=1, budget=budget, bounds={},
+        radius=RADIUS, rng=np.random.default_rng(0), neighbouring="replace_one")
+    assert list(low) == [1]
+    np.testing.assert_allclose(centers[1], [RADIUS, 0.0], rtol=1e-15)

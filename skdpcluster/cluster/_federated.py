@@ -12,6 +12,7 @@ from sklearn.utils import check_array
 from sklearn.utils.validation import has_fit_parameter, validate_data
 
 from skdpcluster.averaging import _project_onto_ball
+from skdpcluster.averaging._common import project_into_ball
 from skdpcluster.cluster._base import (
     PrivateFit,
     PrivateFitPlan,
@@ -387,7 +388,10 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
             e.g. one device or site per partition) are accepted.
         X_server : array-like of shape (n_server, n_features), default=None
             Public server-side data (no privacy cost); needed by
-            ``init="feddp"`` and the server baselines.
+            ``init="feddp"`` and the server baselines. With a
+            ``data_radius`` given, rows outside the ball
+            B(``data_center``, ``data_radius``) are projected onto it, as the
+            clients' are.
         **fit_params : dict
             Refused with a ValueError (``sample_weight`` included): the
             privacy analysis gives every row weight one.
@@ -473,10 +477,12 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         active = self._active_steps(init, n_lloyd, min(self.n_clusters, n_features) < n_features)
         unit_bounds = self._unit_bounds(radius)
         budget = self._budget(active, n_lloyd, unit_bounds)
-        estimator = self._server_estimator(init, data.server, center)
+        server = self._server_rows(data.server, center, radius)
+        estimator = self._server_estimator(init, server)
         if self.executor == "dask" and not hasattr(data.X, "map_reduce"):
             dask_client()
         values = {"center": center, "radius": radius, "init": init, "public": public_centers,
+                  "server": server,
                   "n_lloyd": n_lloyd, "budget": budget, "estimator": estimator,
                   "client_bounds": unit_bounds if self.privacy_unit == "client" else {}}
         attributes = {"data_radius_": radius, "n_lloyd_iter_": n_lloyd,
@@ -638,7 +644,28 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
             budget = plan_budget(*arguments, calibration=self.calibration, accounting="basic")
         return budget
 
-    def _server_estimator(self, init, server, center):
+    def _server_rows(self, server, center, radius):
+        """The public server rows centred at c and, with a ``data_radius`` given, in the ball.
+
+        A given radius bounds the clients' rows, not the server's: a server
+        row outside B(0, ``data_radius``) is projected onto it (a public map
+        of public data), so that no server row can overflow the distances or
+        put a centre outside the ball (review R8 L2). With
+        ``data_radius=None`` the ball is the server's own and holds them.
+        Rows whose difference with ``data_center`` overflows are refused.
+        """
+        if server is None:
+            return None
+        with np.errstate(over="ignore", invalid="ignore"):
+            rows = server - center
+        if not np.all(np.isfinite(rows)):
+            raise ValueError("X_server - data_center overflows the float64 range; rescale X and "
+                             "X_server (and data_center).")
+        if self.data_radius is not None:
+            project_into_ball(rows, radius)
+        return rows
+
+    def _server_estimator(self, init, server):
         """The server's clusterer, checked before any randomness on the public ``X_server``.
 
         For the inits that use it (``"feddp"``, ``"server_lloyds"``), a clone
@@ -647,7 +674,7 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         ``"feddp"``): an estimator that cannot return k centres (no
         ``cluster_centers_``, as DBSCAN or MeanShift) is refused here, not
         after the budget is spent (review RC-07). The default ``KMeans``
-        needs no trial.
+        needs no trial. ``server`` is :meth:`_server_rows`.
         """
         if self.base_estimator is None:
             return KMeans(n_init=10)
@@ -659,7 +686,7 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
             raise ValueError(f"base_estimator {estimator!r} must accept sample_weight in fit: "
                              "FedDP-Init clusters the server points weighted by their noisy "
                              "counts.")
-        points = server - center
+        points = server
         if weighted:
             points = points[:, :min(self.n_clusters, points.shape[1])]
         try:
@@ -678,8 +705,7 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
     # -- private part -----------------------------------------------------------------
     def _fit_private(self, data, plan, rng):
         values = plan.values
-        center, radius = values["center"], values["radius"]
-        server = None if data.server is None else data.server - center
+        center, radius, server = values["center"], values["radius"], values["server"]
         init_rng, lloyd_rng = rng.spawn(2)
         common = {"budget": values["budget"], "bounds": values["client_bounds"], "radius": radius,
                   "neighbouring": self.neighbouring}

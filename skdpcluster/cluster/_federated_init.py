@@ -628,7 +628,9 @@ def _noisy_means(executor, broadcast, *, releases, label, fallback, radius, rng,
     """One sums-and-counts round: noisy means, with low counts falling back (spec §2 step 11).
 
     ``releases`` is the (sums, counts) pair of :class:`Release`; ``fallback``
-    the centres kept where the noisy count is below ``max(1, 3 b)``.
+    the centres kept where the noisy count is below ``max(1, 3 b)``. Every
+    centre is projected onto the ball, the fallback too (post-processing of
+    released values; review R8 L2).
     """
     sums, counts = executor.reduce(cluster_sums_statistic, **broadcast)
     sum_release, count_release = releases
@@ -637,7 +639,7 @@ def _noisy_means(executor, broadcast, *, releases, label, fallback, radius, rng,
                                          neighbouring)
     trusted = noisy_counts >= max(1.0, LOW_COUNT_SCALES * count_release.scale)
     means = noisy_sums / np.maximum(noisy_counts, 1.0)[:, None]
-    centers = np.where(trusted[:, None], _project_onto_ball(means, 0.0, radius), fallback)
+    centers = _project_onto_ball(np.where(trusted[:, None], means, fallback), 0.0, radius)
     return centers, [sum_event, count_event], np.flatnonzero(~trusted)
 
 
