@@ -783,3 +783,26 @@ def test_a_low_count_fallback_is_projected_onto_the_ball():
         radius=RADIUS, rng=np.random.default_rng(0), neighbouring="replace_one")
     assert list(low) == [1]
     np.testing.assert_allclose(centers[1], [RADIUS, 0.0], rtol=1e-15)
+
+
+@pytest.mark.parametrize("params, match", [
+    ({"client_clip": {"counts": 1e308}}, r"client_clip\['counts'\]=1e\+308 is outside"),
+    ({"client_clip": {"projection": 1e300}}, r"client_clip\['projection'\]=1e\+300 is outside"),
+    ({"client_clip": {"sums": 1e307}}, r"client_clip\['sums'\]"),
+    ({"client_clip": {"sums": 1e-320}}, r"client_clip\['sums'\]"),
+    ({"epsilon": 1e300}, "epsilon=1e\\+300.*cannot calibrate"),
+    ({"epsilon": 1e-310}, r"epsilon=1e-310.*cannot calibrate for \['weights', 'counts'\]"),
+    ({"epsilon": 1e-210, "client_clip": {"counts": 1e100}}, r"cannot calibrate for \['counts'\]"),
+])
+def test_client_clip_and_calibration_out_of_range_are_refused_before_any_spend(params, match):
+    """Review R8 L5: client_clip had no range: {'counts': 1e308} gave an infinite Laplace scale
+    that failed after the randomness (status_='failure', proven=False), 1e307 or 1e-320 raised
+    OverflowError or ZeroDivisionError, and so did epsilon=1e300. The clip has the range of
+    data_radius (squared for the projection), and the plan refuses every sensitivity and scale
+    that is not finite and positive."""
+    X, _, clients, server, _ = mixture(n_clients=10, per_client=50, n_features=3, n_clusters=2)
+    acc = BudgetAccountant()
+    est = _fresh(n_clusters=2, privacy_unit="client", accountant=acc, **params)
+    with pytest.raises(ValueError, match=match):
+        est.fit(X, client_ids=clients, X_server=server)
+    assert acc.ledger == [] and acc._reserved == {}

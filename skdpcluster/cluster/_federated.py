@@ -196,7 +196,11 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         (and the Lloyd pair) a client's sums and counts are scaled by one
         factor :math:`\min(1, C_s/\|M_j\|_F, C_c/n_j)`, so its means are
         not biased by the clipping. Missing keys default to the bound of one
-        row: :math:`\Delta^2, 1, \Delta, 1, \Delta, 1`.
+        row: :math:`\Delta^2, 1, \Delta, 1, \Delta, 1`. Every bound lies in
+        the range of ``data_radius``, [2**-500, 1e100] ([2**-1000, 1e200]
+        for ``"projection"``), and a fit whose sensitivities or noise scales
+        are not finite positive floats is refused (ValueError, before any
+        spend).
     min_server_weight : float, default=5.0
         Server points with a lower noisy weight are left out of the weighted
         k-means (the reference code's filter, spec §2 step 7).
@@ -624,6 +628,15 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
             return one_row
         clip = {} if self.client_clip is None else self.client_clip
         _check_step_dict(clip, "client_clip", allow_zero=False)
+        for step, bound in clip.items():
+            # The bounds data_radius has (squared for the second moment), so that nothing overflows.
+            power = 2 if step == "projection" else 1
+            low, high = self._MIN_DATA_RADIUS**power, self._MAX_DATA_RADIUS**power
+            if not low <= bound <= high:
+                raise ValueError(
+                    f"client_clip[{step!r}]={bound!r} is outside [{low:.3g}, {high:.3g}] (the "
+                    f"range of data_radius{'**2' if power == 2 else ''}), where the sensitivities "
+                    "and noise scales underflow or overflow; rescale X and the clip bounds.")
         return {**one_row, **{step: float(bound) for step, bound in clip.items()}}
 
     def _budget(self, active, n_lloyd, unit_bounds):
@@ -636,12 +649,30 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         counts = {step: n_lloyd if step.startswith("lloyd") else 1 for step in active}
         arguments = (self._shares(active, n_lloyd), float(self.epsilon), float(self.delta),
                      sensitivities, counts)
-        budget = plan_budget(*arguments, calibration=self.calibration, accounting=self.accounting)
+        budget = self._calibrated(*arguments, accounting=self.accounting)
         if budget is None:
             warn_user(f"{type(self).__name__}: accounting='pld' needs the optional package "
                       "dp-accounting (pip install dp-accounting); using basic composition.",
                       UserWarning)
-            budget = plan_budget(*arguments, calibration=self.calibration, accounting="basic")
+            budget = self._calibrated(*arguments, accounting="basic")
+        return budget
+
+    def _calibrated(self, *arguments, accounting):
+        """:func:`plan_budget`, refusing (ValueError, before any randomness) a release whose
+        sensitivity or noise scale is not a finite positive number (review R8 L5): the public
+        parameters are beyond what float64 calibrates."""
+        message = (f"epsilon={self.epsilon!r}, delta={self.delta!r} and the sensitivities "
+                   "(data_radius, client_clip) give noise that float64 cannot calibrate{}: every "
+                   "sensitivity and noise scale must be a finite positive number; use a moderate "
+                   "epsilon (and rescale X).")
+        try:
+            budget = plan_budget(*arguments, calibration=self.calibration, accounting=accounting)
+        except (OverflowError, ZeroDivisionError) as error:
+            raise ValueError(message.format(f" ({error})")) from error
+        bad = [step for step, release in getattr(budget, "releases", {}).items()
+               if not (0 < release.sensitivity < math.inf and 0 < release.scale < math.inf)]
+        if bad:
+            raise ValueError(message.format(f" for {bad}"))
         return budget
 
     def _server_rows(self, server, center, radius):
