@@ -806,3 +806,22 @@ def test_client_clip_and_calibration_out_of_range_are_refused_before_any_spend(p
     with pytest.raises(ValueError, match=match):
         est.fit(X, client_ids=clients, X_server=server)
     assert acc.ledger == [] and acc._reserved == {}
+
+
+def test_verbose_prints_no_value_that_data_radius_data_hides(capsys):
+    """Review R8 L4: with data_radius='data' the exact radius is hidden everywhere (data_radius_
+    and budget_ are nan, the events lose sensitivity and scale), but verbose=1 printed the plan's
+    budget, whose 'sums' sensitivity is twice the exact radius."""
+    rng = np.random.default_rng(0)
+    X = np.vstack([m + rng.normal(size=(500, 3)) for m in ([-5, 0, 0], [5, 0, 0])])
+    server = np.vstack([[[-5, 0, 0], [5, 0, 0]], rng.uniform(-8, 8, (8, 3))])
+    exact = float(np.linalg.norm(X, axis=1).max())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyLeakWarning)
+        est = _fresh(n_clusters=2, data_radius="data", verbose=1).fit(X, X_server=server)
+    printed = capsys.readouterr().out
+    assert math.isnan(est.data_radius_) and "budget=" in printed and "hidden" in printed
+    assert "'sensitivity'" not in printed and "'scale'" not in printed
+    assert repr(exact) not in printed and repr(2 * exact) not in printed
+    _fresh(n_clusters=2, verbose=1).fit(X, X_server=server)  # a public radius: shown in full
+    assert "'sensitivity'" in capsys.readouterr().out

@@ -492,11 +492,15 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         attributes = {"data_radius_": radius, "n_lloyd_iter_": n_lloyd,
                       "init_": "mean" if self.n_clusters == 1 else init,
                       "budget_": budget.as_dict()}
-        if self.verbose:
-            print(f"[{type(self).__name__}] plan: init={init}, T={n_lloyd}, "
-                  f"budget={budget.as_dict()}")
+        shown = budget.as_dict()
         if unproven:  # the budget's sensitivities and scales are multiples of the radius
             unproven["budget_"] = unproven["data_radius_"]
+            shown["steps"] = {step: {key: value for key, value in release.items()
+                                     if key not in ("sensitivity", "scale")}
+                              for step, release in shown["steps"].items()}
+        if self.verbose:  # what budget_ shows: no exact radius (review R8 L4)
+            hidden = " (sensitivities and scales hidden: data-derived)" if unproven else ""
+            print(f"[{type(self).__name__}] plan: init={init}, T={n_lloyd}, budget={shown}{hidden}")
         return PrivateFitPlan(budget.total, values, attributes, unproven)
 
     def _resolve_init(self, server, n_features, center):
