@@ -4,6 +4,7 @@ import math
 import sys
 import warnings
 from fractions import Fraction
+from pathlib import Path
 
 import joblib
 import numpy as np
@@ -843,3 +844,18 @@ def test_basic_split_never_exceeds_the_request_by_a_single_ulp():
         assert budget.total == (math.fsum(r.epsilon for r in uses), math.fsum(r.delta for r in uses))
         assert budget.total[0] <= epsilon and budget.total[1] <= delta
         assert budget.total[0] >= epsilon * (1 - 1e-15) and budget.total[1] >= delta * (1 - 1e-15)
+
+
+def test_one_cluster_uses_the_server_only_for_the_bound_as_documented():
+    """Review R8 L3: n_clusters=1 was documented as not using X_server ('no server data'), but
+    with data_radius=None the server's radius is the bound. The docs now say so."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(loc=3.0, size=(2000, 2))
+    server = rng.normal(scale=100.0, size=(5, 2))
+    est = _fresh(n_clusters=1, data_radius=None).fit(X, X_server=server)
+    assert est.data_radius_ == pytest.approx(np.linalg.norm(server, axis=1).max(), rel=1e-12)
+    assert [e.label for e in est.privacy_ledger_] == ["federated/mean/sums", "federated/mean/counts"]
+    doc = " ".join(FederatedPrivateKMeans.__doc__.split())
+    assert "``X_server`` only for the bound: with ``data_radius=None`` its radius" in doc
+    with open(Path(__file__).parents[1] / "doc" / "federated.rst") as handle:
+        assert "``X_server`` serves only for the bound" in " ".join(handle.read().split())

@@ -134,8 +134,12 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         Gaussian mechanism, and count, released once by the Laplace mechanism
         (by default half of epsilon each, all of delta to the sum;
         ``budget_split``'s ``"lloyd_sums"`` and ``"lloyd_counts"`` set the
-        shares), and their ratio (``init_="mean"``, ``n_lloyd_iter_=1``; ``init``,
-        ``n_lloyd_iter`` and ``X_server`` are not used). At
+        shares), and their ratio (``init_="mean"``, ``n_lloyd_iter_=1``; ``init``
+        and ``n_lloyd_iter`` are not used, and ``X_server`` only for the bound:
+        with ``data_radius=None`` its radius about ``data_center`` is
+        :math:`\Delta`, as for more clusters, so the rows outside it are
+        projected onto it; without ``X_server`` the bound is released
+        privately). At
         ``privacy_unit="client"`` it is the mean of the clients' clipped
         contributions: a client's sum and count are scaled by one factor so
         that they stay within ``client_clip["lloyd_sums"]`` (default: the
@@ -465,7 +469,8 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         epsilon each and all of delta to the sum) at the privacy unit's
         sensitivity (one row, or one client's clipped contribution,
         ``client_clip``); the mean is their ratio (post-processing). No
-        server data and no initialisation are used.
+        initialisation is used, and the server data only for the bound
+        (``data_radius=None``).
         """
         if self.n_clusters == 1:
             return "public", np.zeros((1, data.X.shape[1])), 1
