@@ -62,6 +62,45 @@ ValueError before anything is spent. Set it to convert instead:
   number of rows treated as public) has no add/remove guarantee and is
   refused with a ValueError before anything is spent.
 
+Privacy units
+-------------
+Every entry also records the unit its guarantee protects
+(``LedgerEntry.privacy_unit``): ``"sample"`` (neighbouring datasets differ
+in one row; every estimator but ``FederatedPrivateKMeans(privacy_unit=
+"client")``) or ``"client"`` (they differ in all rows of one client), and
+the accountant composes for one unit. With ``privacy_unit=None`` (the
+default) that is the unit of its first spend, and a spend for another unit
+is refused with a ValueError before anything is spent. Set it to convert
+instead:
+
+* on a sample-level accountant (``privacy_unit="sample"``), a client-level
+  entry is charged for one row. A client holds the row, so changing one row
+  (replacing it, or adding or removing it in an existing client) changes one
+  client's data and keeps the clients' number: it is replacing that client.
+  So a client-level replace-one entry holds at the same cost for sample-level
+  replace-one, and a client-level add/remove entry, by group privacy for the
+  group of two that a replacement of a client is (as above), at
+  :math:`(2\varepsilon, (1 + e^{\varepsilon})\delta)` under either
+  sample-level relation (a row added as a new client of its own, or
+  removed with its client, is one client added or removed, at
+  :math:`(\varepsilon, \delta)`: the group of two is the worst case). A
+  client-level replace-one entry has no sample-level add/remove guarantee
+  (a row may be a client of its own, and the number of clients is treated
+  as public) and is refused on an add/remove accountant, as a sample-level
+  replace-one entry is.
+* on a client-level accountant (``privacy_unit="client"``), a sample-level
+  entry has no client-level guarantee (one client holds many rows) and is
+  refused with a ValueError before anything is spent.
+
+The two settings combine: the unit is converted first, then the relation,
+and a client-level entry on a sample-level accountant costs
+:math:`(\varepsilon, \delta)` under replace-one if it holds under
+replace-one, :math:`(2\varepsilon, (1 + e^{\varepsilon})\delta)` under
+either relation if it holds under add/remove, and is refused under
+add/remove if it holds under replace-one (never :math:`4\varepsilon`: the
+group of two is counted once). With ``neighbouring=None`` the entries' own
+relations must still agree.
+
 Spends are all-or-nothing: :meth:`spend` checks the new total against the
 ceiling under a lock and raises :class:`BudgetExceededError` before anything
 is recorded.
@@ -175,6 +214,13 @@ NEIGHBOURING_RELATIONS = ("replace_one", "add_remove")
 #: saved before the field existed): the library's default relation.
 DEFAULT_NEIGHBOURING = "replace_one"
 
+#: The privacy units an entry or an accountant can state (module docstring, "Privacy units").
+PRIVACY_UNITS = ("sample", "client")
+
+#: The unit of a spend or a saved entry that does not state one (an entry saved before the
+#: field existed): one row, the unit of every estimator but a client-level federated fit.
+DEFAULT_PRIVACY_UNIT = "sample"
+
 
 def _check_neighbouring(neighbouring):
     if neighbouring not in NEIGHBOURING_RELATIONS:
@@ -182,6 +228,13 @@ def _check_neighbouring(neighbouring):
             f"neighbouring must be one of {list(NEIGHBOURING_RELATIONS)}, got "
             f"neighbouring={neighbouring!r}.")
     return neighbouring
+
+
+def _check_privacy_unit(privacy_unit):
+    if privacy_unit not in PRIVACY_UNITS:
+        raise ValueError(
+            f"privacy_unit must be one of {list(PRIVACY_UNITS)}, got privacy_unit={privacy_unit!r}.")
+    return privacy_unit
 
 
 @dataclass(frozen=True)
@@ -210,6 +263,10 @@ class LedgerEntry:
         entry saved before this field existed loads as ``"add_remove"`` when
         every one of its events states add/remove, else as ``"replace_one"``,
         the library's default relation.
+    privacy_unit : {"sample", "client"}, default="sample"
+        The unit whose change the guarantee covers: one row, or all rows of
+        one client. An entry saved before this field existed loads as
+        ``"sample"`` (every fit was charged for one row then).
     """
 
     epsilon: float
@@ -218,6 +275,7 @@ class LedgerEntry:
     events: tuple = field(default=(), compare=False)
     noise_key: str | tuple | None = None
     neighbouring: str = DEFAULT_NEIGHBOURING
+    privacy_unit: str = DEFAULT_PRIVACY_UNIT
 
     def __post_init__(self):
         epsilon, delta = check_epsilon_delta(self.epsilon, self.delta)
@@ -233,12 +291,13 @@ class LedgerEntry:
             raise ValueError("noise_key must be a str, a non-empty tuple of str or None, got "
                              f"noise_key={self.noise_key!r}.")
         _check_neighbouring(self.neighbouring)
+        _check_privacy_unit(self.privacy_unit)
 
     def __setstate__(self, state):
         """Unpickle with the same validation as the constructor."""
         if not isinstance(state, dict):
             raise ValueError(f"a pickled LedgerEntry must hold a dict, got {type(state).__name__}.")
-        # Pickles made before ``noise_key`` and ``neighbouring`` existed lack them.
+        # Pickles made before ``noise_key``, ``neighbouring`` and ``privacy_unit`` existed lack them.
         _check_keys(state, required=_ENTRY_FIELDS - set(_ENTRY_DEFAULTS), allowed=_ENTRY_FIELDS,
                     what="a pickled LedgerEntry")
         for name in _ENTRY_FIELDS:
@@ -247,7 +306,7 @@ class LedgerEntry:
             object.__setattr__(self, "neighbouring", _relation_of_events(self.events))
         self.__post_init__()
 
-    def group_cost(self, neighbouring):
+    def group_cost(self, neighbouring, privacy_unit=None):
         r"""``(epsilon, delta)`` of this entry under the relation ``neighbouring``.
 
         An add/remove guarantee under replace-one is the group-privacy
@@ -255,7 +314,21 @@ class LedgerEntry:
         addition: :math:`(2\varepsilon, (1 + e^{\varepsilon})\delta)`, capped
         at ``delta = 1`` (Dwork & Roth 2014, Theorem 2.2, for the pure part).
         A replace-one guarantee has no add/remove counterpart: ValueError.
+
+        With ``privacy_unit`` (``None``: the entry's own), the unit is
+        converted first (module docstring, "Privacy units"): a client-level
+        entry holds for one row, at its own cost under replace-one when it
+        holds under replace-one (a row changed in its client is that client
+        replaced), and at the group-of-two cost under either relation when
+        it holds under add/remove (a client replaced is a client removed and
+        one added). A sample-level entry has no client-level guarantee:
+        ValueError.
         """
+        if privacy_unit is not None and privacy_unit != self.privacy_unit:
+            if privacy_unit == "client":  # a sample-level entry
+                raise ValueError(_SAMPLE_ON_CLIENT.format(label=self.label or "this spend"))
+            if self.neighbouring == "add_remove":  # one row changed: a client replaced
+                return self.group_cost("replace_one")
         if self.neighbouring == neighbouring:
             return self.epsilon, self.delta
         if neighbouring == "replace_one":  # an add/remove entry
@@ -291,7 +364,8 @@ class LedgerEntry:
         noise_key = data.get("noise_key")
         noise_key = tuple(noise_key) if isinstance(noise_key, list) else noise_key  # several streams
         return cls(data["epsilon"], data["delta"], data.get("label", ""), events, noise_key,
-                   data.get("neighbouring", _relation_of_events(events)))
+                   data.get("neighbouring", _relation_of_events(events)),
+                   data.get("privacy_unit", DEFAULT_PRIVACY_UNIT))
 
 
 def _relation_of_events(events):
@@ -308,7 +382,8 @@ def _relation_of_events(events):
 
 
 _ENTRY_FIELDS = frozenset(f.name for f in fields(LedgerEntry))
-_ENTRY_DEFAULTS = {"noise_key": None, "neighbouring": DEFAULT_NEIGHBOURING}
+_ENTRY_DEFAULTS = {"noise_key": None, "neighbouring": DEFAULT_NEIGHBOURING,
+                   "privacy_unit": DEFAULT_PRIVACY_UNIT}
 _MIXED_RELATIONS = (
     "{label} holds under {new} neighbours, but this accountant's ledger holds {held} spends, and "
     "guarantees under different relations do not add up (a replacement is a removal and an "
@@ -321,6 +396,17 @@ _REPLACE_ONE_ON_ADD_REMOVE = (
     "(neighbouring='add_remove'). Charge it to a replace-one accountant (the default, which "
     "charges add/remove fits by group privacy at (2 epsilon, (1 + e^epsilon) delta)), or fit "
     "with neighbouring='add_remove' where the estimator offers it.")
+_MIXED_UNITS = (
+    "{label} holds for privacy_unit={new!r}, but this accountant's ledger holds "
+    "privacy_unit={held!r} spends, and guarantees for different units do not add up (a "
+    "client-level add/remove epsilon is worth 2 epsilon for one row of a client; a sample-level "
+    "epsilon gives no client-level guarantee). Use one accountant per unit, or "
+    "BudgetAccountant(privacy_unit='sample'), which charges client-level spends for one row "
+    "(add/remove ones by group privacy at (2 epsilon, (1 + e^epsilon) delta)).")
+_SAMPLE_ON_CLIENT = (
+    "{label} protects one row (privacy_unit='sample'), which gives no guarantee for a client "
+    "holding many rows, the unit of this accountant (privacy_unit='client'). Charge it to a "
+    "sample-level accountant, or fit with privacy_unit='client' where the estimator offers it.")
 _EVENT_FIELDS = frozenset(f.name for f in fields(PrivacyEvent))
 
 
@@ -509,6 +595,14 @@ class BudgetAccountant:
         spend proven under add/remove only is charged at
         :math:`(2\varepsilon, (1+e^{\varepsilon})\delta)` (group privacy).
         ``"add_remove"``: a spend proven under replace-one only is refused.
+    privacy_unit : {None, "sample", "client"}, default=None
+        The unit the ledger protects. ``None``: the unit of its first spend,
+        and a spend for another unit is refused (ValueError, before anything
+        is spent). ``"sample"``: a client-level spend is charged for one row
+        (at its cost if it holds under replace-one, at
+        :math:`(2\varepsilon, (1+e^{\varepsilon})\delta)` if under add/remove;
+        module docstring, "Privacy units"). ``"client"``: a sample-level
+        spend is refused.
 
     Notes
     -----
@@ -545,11 +639,11 @@ class BudgetAccountant:
     _COPIES_MAY_SPEND = False
 
     def __init__(self, epsilon=float("inf"), delta=1.0, slack=0.0, *, on_repeated_noise="warn",
-                 neighbouring=None):
-        self._configure(epsilon, delta, slack, on_repeated_noise, neighbouring)
+                 neighbouring=None, privacy_unit=None):
+        self._configure(epsilon, delta, slack, on_repeated_noise, neighbouring, privacy_unit)
         self._detached = False
 
-    def _configure(self, epsilon, delta, slack, on_repeated_noise, neighbouring):
+    def _configure(self, epsilon, delta, slack, on_repeated_noise, neighbouring, privacy_unit):
         """Validate and set the ceiling and options, with an empty ledger."""
         epsilon, _ = check_epsilon_delta(epsilon, 0.0, allow_infinite_epsilon=True)
         if isinstance(delta, bool) or not (isinstance(delta, (int, float)) and 0 <= delta <= 1):
@@ -572,6 +666,7 @@ class BudgetAccountant:
         self._slack = float(slack)
         self._on_repeated_noise = on_repeated_noise
         self._neighbouring = None if neighbouring is None else _check_neighbouring(neighbouring)
+        self._privacy_unit = None if privacy_unit is None else _check_privacy_unit(privacy_unit)
         self._entries = []
         self._noise_keys = {}  # noise stream -> owner of the first fit that drew it
         self._reserved = {}  # noise stream -> [owner, number of fits under way]
@@ -604,6 +699,11 @@ class BudgetAccountant:
         return self._neighbouring
 
     @property
+    def privacy_unit(self):
+        """str or None: the unit set at construction (``None``: that of the first spend)."""
+        return self._privacy_unit
+
+    @property
     def detached(self):
         """bool: whether this is a copy made by unpickling, which refuses to spend."""
         return self._detached
@@ -618,6 +718,7 @@ class BudgetAccountant:
         eps, delta = self.total()
         detached = ", detached copy" if self._detached else ""
         relation = "" if self._neighbouring is None else f", {self._neighbouring}"
+        relation += "" if self._privacy_unit is None else f", privacy_unit={self._privacy_unit!r}"
         return (
             f"BudgetAccountant(epsilon={self._epsilon!r}, delta={self._delta!r}, "
             f"slack={self._slack!r}{relation}; spent=({eps:.6g}, {delta:.6g}) in "
@@ -626,19 +727,28 @@ class BudgetAccountant:
 
     # -- composition ----------------------------------------------------------
     def _costs(self, entries):
-        """Every entry's ``(epsilon, delta)`` under the ledger's relation; ValueError if it has none.
+        """Every entry's ``(epsilon, delta)`` for the ledger's unit and relation; ValueError if it has none.
 
-        The relation is the accountant's ``neighbouring``, or with ``None``
-        that of the first entry, and then every entry must state it.
+        The unit is the accountant's ``privacy_unit``, or with ``None`` that
+        of the first entry, and then every entry must state it; the relation
+        likewise. The unit is converted before the relation
+        (:meth:`LedgerEntry.group_cost`).
         """
+        unit = self._privacy_unit
+        if unit is None:
+            unit = entries[0].privacy_unit if entries else DEFAULT_PRIVACY_UNIT
+            for entry in entries:
+                if entry.privacy_unit != unit:
+                    raise ValueError(_MIXED_UNITS.format(
+                        label=entry.label or "this spend", new=entry.privacy_unit, held=unit))
         if self._neighbouring is not None:
-            return [entry.group_cost(self._neighbouring) for entry in entries]
+            return [entry.group_cost(self._neighbouring, unit) for entry in entries]
         held = entries[0].neighbouring if entries else DEFAULT_NEIGHBOURING
         for entry in entries:
             if entry.neighbouring != held:
                 raise ValueError(_MIXED_RELATIONS.format(
                     label=entry.label or "this spend", new=entry.neighbouring, held=held))
-        return [(entry.epsilon, entry.delta) for entry in entries]
+        return [entry.group_cost(held, unit) for entry in entries]
 
     def _compose(self, entries):
         """Basic composition; with ``slack > 0``, the smaller epsilon of basic and the filter, and the filter's delta.
@@ -753,11 +863,13 @@ class BudgetAccountant:
         warn_user(message, NoiseReuseWarning)
 
     @staticmethod
-    def _entry(epsilon, delta, label, events, noise_key=None, neighbouring=DEFAULT_NEIGHBOURING):
+    def _entry(epsilon, delta, label, events, noise_key=None, neighbouring=DEFAULT_NEIGHBOURING,
+               privacy_unit=DEFAULT_PRIVACY_UNIT):
         return LedgerEntry(epsilon, delta, "" if label is None else str(label), tuple(events), noise_key,
-                           neighbouring)
+                           neighbouring, privacy_unit)
 
-    def check(self, epsilon, delta=0.0, *, noise_key=None, neighbouring=DEFAULT_NEIGHBOURING):
+    def check(self, epsilon, delta=0.0, *, noise_key=None, neighbouring=DEFAULT_NEIGHBOURING,
+              privacy_unit=DEFAULT_PRIVACY_UNIT):
         """Raise if spending ``(epsilon, delta)`` would exceed the ceiling; nothing is recorded.
 
         Parameters
@@ -773,6 +885,8 @@ class BudgetAccountant:
             (:class:`NoiseReuseError`) as ``on_repeated_noise`` says.
         neighbouring : {"replace_one", "add_remove"}, default="replace_one"
             The relation under which ``(epsilon, delta)`` holds.
+        privacy_unit : {"sample", "client"}, default="sample"
+            The unit for which ``(epsilon, delta)`` holds.
 
         Raises
         ------
@@ -783,14 +897,18 @@ class BudgetAccountant:
         NoiseReuseError
             With ``on_repeated_noise="raise"``, for a repeated noise stream.
         ValueError
-            For a replace-one spend on an add/remove accountant.
+            For a replace-one spend on an add/remove accountant, a spend whose
+            relation or unit differs from the ledger's (with ``neighbouring``
+            or ``privacy_unit`` None), or a sample-level spend on a
+            client-level accountant.
         """
-        entry = self._entry(epsilon, delta, None, (), noise_key, neighbouring)
+        entry = self._entry(epsilon, delta, None, (), noise_key, neighbouring, privacy_unit)
         with self._lock:
             self._check_locked(entry)
             self._check_noise_locked(noise_key)
 
-    def reserve(self, epsilon, delta=0.0, *, noise_key=None, neighbouring=DEFAULT_NEIGHBOURING):
+    def reserve(self, epsilon, delta=0.0, *, noise_key=None, neighbouring=DEFAULT_NEIGHBOURING,
+                privacy_unit=DEFAULT_PRIVACY_UNIT):
         """:meth:`check`, and mark the noise stream(s) as under way, atomically.
 
         Use it as a context manager around a fit: inside, :meth:`check` and
@@ -805,7 +923,7 @@ class BudgetAccountant:
         -------
         context manager
         """
-        entry = self._entry(epsilon, delta, None, (), noise_key, neighbouring)
+        entry = self._entry(epsilon, delta, None, (), noise_key, neighbouring, privacy_unit)
         streams = _owned_streams(noise_key)
         with self._lock:
             self._check_locked(entry)
@@ -823,7 +941,7 @@ class BudgetAccountant:
                     del self._reserved[stream]
 
     def spend(self, epsilon, delta=0.0, label=None, events=(), *, noise_key=None,
-              neighbouring=DEFAULT_NEIGHBOURING):
+              neighbouring=DEFAULT_NEIGHBOURING, privacy_unit=DEFAULT_PRIVACY_UNIT):
         """Record a spend of ``(epsilon, delta)``, all or nothing.
 
         Parameters
@@ -843,6 +961,9 @@ class BudgetAccountant:
         neighbouring : {"replace_one", "add_remove"}, default="replace_one"
             The relation under which ``(epsilon, delta)`` holds; composed
             under the accountant's relation (see the class parameters).
+        privacy_unit : {"sample", "client"}, default="sample"
+            The unit for which ``(epsilon, delta)`` holds; composed for the
+            accountant's unit (see the class parameters).
 
         Raises
         ------
@@ -851,9 +972,9 @@ class BudgetAccountant:
         DetachedAccountantError
             If this accountant is a copy made by unpickling.
         ValueError
-            For a replace-one spend on an add/remove accountant.
+            As :meth:`check`; nothing is recorded.
         """
-        entry = self._entry(epsilon, delta, label, events, noise_key, neighbouring)
+        entry = self._entry(epsilon, delta, label, events, noise_key, neighbouring, privacy_unit)
         with self._lock:
             self._check_locked(entry)
             self._entries.append(entry)
@@ -872,8 +993,9 @@ class BudgetAccountant:
         Inside ``with acc:`` blocks of this thread (or asyncio task) the
         innermost ``acc`` is the default; outside them, the process-wide one
         (:meth:`set_default`; on first use, an unbounded accountant with
-        ``neighbouring="replace_one"``, which takes fits of either relation
-        and charges add/remove ones by group privacy).
+        ``neighbouring="replace_one"`` and ``privacy_unit="sample"``, which
+        takes fits of either relation and unit and charges add/remove and
+        client-level ones for one row, by group privacy where needed).
 
         Raises
         ------
@@ -895,8 +1017,10 @@ class BudgetAccountant:
                     "accountant, which is the default of its own thread only. Pass accountant= "
                     "explicitly (for a threaded search, on the estimator).")
             if BudgetAccountant._base_default is None:
-                # Unbounded, and under replace-one so that fits of either relation can share it.
-                BudgetAccountant._base_default = BudgetAccountant(neighbouring="replace_one")
+                # Unbounded, under replace-one and for one row, so that fits of either relation
+                # and either unit can share it.
+                BudgetAccountant._base_default = BudgetAccountant(neighbouring="replace_one",
+                                                                  privacy_unit="sample")
             return BudgetAccountant._base_default
 
     def set_default(self):
@@ -957,7 +1081,8 @@ class BudgetAccountant:
         """Return ``self``: clones of an estimator keep sharing this accountant."""
         return self
 
-    _STATE_FIELDS = frozenset({"epsilon", "delta", "slack", "on_repeated_noise", "neighbouring"})
+    _STATE_FIELDS = frozenset({"epsilon", "delta", "slack", "on_repeated_noise", "neighbouring",
+                               "privacy_unit"})
 
     def __getstate__(self):
         with self._lock:
@@ -967,6 +1092,7 @@ class BudgetAccountant:
                 "slack": self._slack,
                 "on_repeated_noise": self._on_repeated_noise,
                 "neighbouring": self._neighbouring,
+                "privacy_unit": self._privacy_unit,
                 "entries": list(self._entries),
             }
 
@@ -979,7 +1105,7 @@ class BudgetAccountant:
                     allowed=self._STATE_FIELDS | {"entries"}, what="a pickled BudgetAccountant")
         self._configure(state["epsilon"], state["delta"], state["slack"],
                         state.get("on_repeated_noise", "warn"),
-                        state.get("neighbouring"))
+                        state.get("neighbouring"), state.get("privacy_unit"))
         self._load_entries(state["entries"])
         self._detached = not self._COPIES_MAY_SPEND
 
@@ -1013,6 +1139,7 @@ class BudgetAccountant:
                 "slack": self._slack,
                 "on_repeated_noise": self._on_repeated_noise,
                 "neighbouring": self._neighbouring,
+                "privacy_unit": self._privacy_unit,
                 "ledger": [entry.to_dict() for entry in self._entries],
             }
         return json.dumps(data)
@@ -1028,6 +1155,8 @@ class BudgetAccountant:
         ``"add_remove"`` when all its events state add/remove, else as
         ``"replace_one"``, the library's default relation, and an accountant
         without it as ``neighbouring=None`` (the relation of its entries).
+        Likewise an entry without ``privacy_unit`` loads as ``"sample"`` and
+        an accountant without it as ``privacy_unit=None``.
 
         Raises
         ------
@@ -1047,7 +1176,8 @@ class BudgetAccountant:
         epsilon = math.inf if data["epsilon"] == "inf" else data["epsilon"]
         accountant = cls(epsilon, data["delta"], data["slack"],
                          on_repeated_noise=data.get("on_repeated_noise", "warn"),
-                         neighbouring=data.get("neighbouring"))
+                         neighbouring=data.get("neighbouring"),
+                         privacy_unit=data.get("privacy_unit"))
         if not isinstance(data["ledger"], list):
             raise ValueError(f"ledger must be a list, got ledger={data['ledger']!r}.")
         entries = []

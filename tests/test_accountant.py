@@ -983,3 +983,88 @@ def test_a_numpy_integer_seed_is_the_same_stream_as_the_python_int():
     with pytest.raises(NoiseReuseError):
         PrivateStableKMeans(2, data_radius=20.0, random_state=np.int64(0), accountant=acc).fit(X)
     assert len(acc.ledger) == 1
+
+
+def test_units_are_composed_by_hand_for_every_relation():
+    """Review R8 M1: the accountant composed a client-level and a sample-level spend by relation
+    alone. A client-level entry holds for one row at its cost when it holds under replace-one, at
+    the group-of-two cost (2 eps, (1 + e^eps) delta) under either relation when it holds under
+    add/remove; a replace-one one has no add/remove guarantee; a sample-level entry has none for
+    a client."""
+    group = (2 * 0.5, (1 + math.exp(0.5)) * 1e-6)
+    expected = {("replace_one", "replace_one"): (0.5, 1e-6), ("add_remove", "replace_one"): group,
+                ("add_remove", "add_remove"): group, ("replace_one", "add_remove"): None}
+    for (own, relation), cost in expected.items():
+        entry = LedgerEntry(0.5, 1e-6, neighbouring=own, privacy_unit="client")
+        assert entry.group_cost(own) == (0.5, 1e-6)  # its own unit: unchanged
+        if cost is None:
+            with pytest.raises(ValueError, match="replace-one neighbours only"):
+                entry.group_cost(relation, "sample")
+        else:
+            assert entry.group_cost(relation, "sample") == pytest.approx(cost, rel=1e-12)
+        with pytest.raises(ValueError, match="protects one row.*privacy_unit='client'"):
+            LedgerEntry(0.5, 1e-6, neighbouring=own).group_cost(relation, "client")
+    for relation in (None, "replace_one", "add_remove"):  # the accountant's own relation too
+        acc = BudgetAccountant(neighbouring=relation, privacy_unit="sample")
+        acc.spend(0.5, 1e-6, neighbouring="add_remove", privacy_unit="client")
+        acc.spend(0.25, 0.0, neighbouring="add_remove")  # a sample-level one: 0.5 on replace-one
+        sample = 0.5 if relation == "replace_one" else 0.25
+        assert acc.total() == pytest.approx((1.0 + sample, group[1]), rel=1e-12)
+    with pytest.raises(ValueError, match="privacy_unit"):
+        BudgetAccountant(privacy_unit="row")
+    with pytest.raises(ValueError, match="privacy_unit"):
+        LedgerEntry(0.5, 0.0, privacy_unit="person")
+
+
+@pytest.mark.parametrize("unit", [None, "sample", "client"])
+def test_a_spend_for_another_unit_is_refused_before_anything_is_spent(unit):
+    acc = BudgetAccountant(epsilon=10.0, privacy_unit=unit)
+    first = "sample" if unit == "sample" else "client"
+    acc.spend(1.0, 0.0, label="first", privacy_unit=first)
+    other = "client" if first == "sample" else "sample"
+    if unit == "sample":  # converted: replace-one client entry at its own cost
+        acc.spend(1.0, 0.0, label="second", privacy_unit=other)
+        assert acc.total() == (2.0, 0.0)
+        return
+    match = "do not add up" if unit is None else "protects one row"
+    for attempt in (lambda: acc.check(1.0, privacy_unit=other),
+                    lambda: acc.reserve(1.0, noise_key=noise_fingerprint("A", 0), privacy_unit=other),
+                    lambda: acc.spend(1.0, 0.0, label="second", privacy_unit=other)):
+        with pytest.raises(ValueError, match=match):
+            attempt()
+    assert [e.label for e in acc.ledger] == ["first"] and acc._reserved == {}
+    assert acc.total() == (1.0, 0.0)
+
+
+def test_json_and_pickle_keep_units_and_load_old_ledgers_as_sample():
+    acc = BudgetAccountant(epsilon=3.0, delta=1e-5, privacy_unit="sample")
+    acc.spend(0.5, 1e-6, label="fit", neighbouring="add_remove", privacy_unit="client")
+    restored = BudgetAccountant.from_json(acc.to_json())
+    assert restored.privacy_unit == "sample" and restored.ledger == acc.ledger
+    assert restored.ledger[0].privacy_unit == "client" and restored.total() == acc.total()
+    copied = pickle.loads(pickle.dumps(acc))
+    assert copied.privacy_unit == "sample" and copied.ledger[0].privacy_unit == "client"
+    old = BudgetAccountant.from_json(_saved())  # saved before the field existed
+    assert old.privacy_unit is None and old.ledger[0].privacy_unit == "sample"
+    with pytest.raises(ValueError, match="privacy_unit='client', but.*ledger holds privacy_unit='sample'"):
+        old.spend(0.05, 0.0, privacy_unit="client")
+    unconverted = json.loads(acc.to_json())
+    del unconverted["privacy_unit"]
+    unconverted["ledger"].append({"epsilon": 0.1, "delta": 0.0})  # an old (sample) entry
+    with pytest.raises(ValueError, match="saved ledger.*do not add up"):
+        BudgetAccountant.from_json(json.dumps(unconverted))
+    state = {"epsilon": 0.5, "delta": 0.0, "label": "", "events": (), "noise_key": None,
+             "neighbouring": "replace_one"}
+    assert pickle.loads(pickle.dumps(_Forged(LedgerEntry, state))).privacy_unit == "sample"
+    old_state = {"epsilon": 1.0, "delta": 1.0, "slack": 0.0, "on_repeated_noise": "warn",
+                 "neighbouring": None, "entries": [LedgerEntry(0.5, 0.0)]}  # an old pickle
+    assert pickle.loads(pickle.dumps(_Forged(BudgetAccountant, old_state))).privacy_unit is None
+
+
+def test_the_process_default_takes_either_unit():
+    previous = BudgetAccountant._base_default
+    try:
+        BudgetAccountant._base_default = None
+        assert BudgetAccountant.default().privacy_unit == "sample"
+    finally:
+        BudgetAccountant._base_default = previous

@@ -4,6 +4,7 @@ import math
 import sys
 import warnings
 from fractions import Fraction
+from pathlib import Path
 
 import joblib
 import numpy as np
@@ -433,6 +434,7 @@ def _bad_cases(X, clients, server):
         ({"epsilon": -1.0}, {}, "epsilon"),
         ({"delta": 1.5}, {}, "delta"),
         ({"neighbouring": "swap"}, {}, "neighbouring"),
+        ({"privacy_unit": "client"}, {"client_ids": None}, "privacy_unit='client' needs client_ids"),
     ]
 
 
@@ -692,3 +694,168 @@ def test_a_serving_base_estimator_gives_the_fit_of_the_default():
         user = _fresh(init=init, base_estimator=KMeans(n_init=10)).fit(X, client_ids=clients,
                                                                      X_server=server)
         np.testing.assert_array_equal(user.cluster_centers_, default.cluster_centers_)
+
+
+@pytest.mark.parametrize("unit", [None, "sample", "client"])
+def test_the_accountant_composes_for_one_privacy_unit(unit):
+    """Review R8 M1: a client-level add/remove fit and a sample-level fit on one accountant were
+    summed at face value (entries said 'add_remove' only), more than either unit supports: one
+    row of a client changed is that client replaced (2 eps under client add/remove), and a
+    sample-level fit gives no client-level guarantee. Now each entry records its unit: refused by
+    default, converted on a sample-level accountant, refused on a client-level one."""
+    X, _, clients, server, _ = mixture(n_clients=10, per_client=100, n_features=2, n_clusters=2)
+    acc = BudgetAccountant(epsilon=10.0, delta=1e-3, privacy_unit=unit)
+    common = dict(n_clusters=2, epsilon=1.0, delta=1e-5, neighbouring="add_remove", accountant=acc)
+    _fresh(privacy_unit="client", **common).fit(X, client_ids=clients, X_server=server)
+    (first,) = acc.ledger
+    assert (first.privacy_unit, first.neighbouring) == ("client", "add_remove")
+    sample = _fresh(privacy_unit="sample", **{**common, "random_state": 1})
+    if unit == "sample":
+        sample.fit(X, client_ids=clients, X_server=server)
+        assert acc.ledger[1].privacy_unit == "sample"
+        eps, delta = acc.total()
+        assert eps == pytest.approx(2 * first.epsilon + acc.ledger[1].epsilon, rel=1e-12)
+        assert delta >= (1 + math.exp(first.epsilon)) * first.delta
+        return
+    with pytest.raises(ValueError, match="privacy_unit='sample'"):
+        sample.fit(X, client_ids=clients, X_server=server)
+    assert acc.ledger == [first] and acc._reserved == {} and not hasattr(sample, "cluster_centers_")
+
+
+def test_client_level_without_client_ids_is_refused_before_any_spend():
+    """Review R8 L1: privacy_unit='client' without client_ids made every row its own client (a
+    client of 1000 rows protected row by row) while the ledger said 'client'; spec §8.1 requires
+    client_ids at client level."""
+    X, _, _, server, _ = mixture(n_clients=4, per_client=50, n_features=2, n_clusters=2)
+    acc = BudgetAccountant()
+    est = _fresh(n_clusters=2, privacy_unit="client", accountant=acc)
+    with pytest.raises(ValueError, match="privacy_unit='client' needs client_ids"):
+        est.fit(X, X_server=server)
+    assert acc.ledger == [] and acc._reserved == {} and not hasattr(est, "cluster_centers_")
+
+
+@pytest.mark.parametrize("init", ["feddp", "server_kmeans++", "server_lloyds"])
+def test_server_rows_beyond_a_public_radius_are_projected_before_any_spend(init):
+    """Review R8 L2: with a public data_radius, a finite server row near the float maximum
+    overflowed the server's distances after the randomness (status_='failure', proven=False)
+    where data_radius=None refused it before any spend; and a server row outside the ball
+    could get a centre whose low-count fallback V_k xi_r was released 60 away from c, six times
+    outside B(c, data_radius), with status_='success'. Server rows are now projected onto the
+    ball (a public map of public data), and overflowing X_server - data_center is refused."""
+    rng = np.random.default_rng(0)
+    means = np.array([[-5.0, 0, 0], [5.0, 0, 0]])
+    X = np.vstack([m + rng.normal(size=(1500, 3)) for m in means])
+    Q = np.vstack([means, rng.uniform(-8, 8, (8, 3)), [[1.7e308, 1.7e308, 1.7e308]]])
+    est = FederatedPrivateKMeans(n_clusters=2, data_radius=10.0, init=init, random_state=0,
+                                 accountant=BudgetAccountant(10, 1e-3)).fit(X, X_server=Q)
+    assert est.status_ == "success" and est.privacy_spent_["proven"]
+    assert np.linalg.norm(est.cluster_centers_, axis=1).max() <= 10.0
+    acc = BudgetAccountant()
+    with pytest.raises(ValueError, match="X_server - data_center overflows"):
+        FederatedPrivateKMeans(n_clusters=2, data_radius=10.0, data_center=[-1e308, 0, 0],
+                               accountant=acc).fit(X, X_server=Q)
+    assert acc.ledger == []
+
+
+def test_no_released_centre_is_outside_the_public_ball():
+    """Review R8 L2 (server_outside_ball.py, its seed 13): an out-of-distribution server row at
+    distance 60 kept its own centre, with a low count, and its fallback was released as is."""
+    rng = np.random.default_rng(0)
+    means = np.array([[-5.0, 0, 0], [5.0, 0, 0], [0, 5.0, 0]])
+    X = np.vstack([m + rng.normal(size=(3000, 3)) for m in means])
+    Q = np.vstack([means + 0.3 * rng.normal(size=means.shape), rng.uniform(-6, 6, (10, 3)),
+                   [[60.0, 0.0, 0.0]]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = FederatedPrivateKMeans(n_clusters=3, data_radius=10.0, random_state=13,
+                                     accountant=BudgetAccountant(10, 1e-3)).fit(X, X_server=Q)
+    assert np.linalg.norm(est.cluster_centers_, axis=1).max() <= 10.0
+
+
+def test_a_low_count_fallback_is_projected_onto_the_ball():
+    """The fallback of a low noisy count (post-processing) is projected too: a Lloyd round from a
+    public centre far outside the ball with no rows near it keeps that centre, in the ball."""
+    X = np.random.default_rng(0).normal(size=(200, 2))
+    est = _fresh(n_clusters=2, n_lloyd_iter=1, init=np.array([[0.0, 0.0], [1e6, 0.0]]))
+    budget = est._budget(["lloyd_sums", "lloyd_counts"], 1, est._unit_bounds(RADIUS))
+    executor = fi.FederatedExecutor(fi.build_shards(fi.clip_rows(X, 0.0, RADIUS), None))
+    centers, _, (low,) = fi.federated_lloyd(
+        executor, np.array([[0.0, 0.0], [1e6, 0.0]]), n_iter=1, budget=budget, bounds={},
+        radius=RADIUS, rng=np.random.default_rng(0), neighbouring="replace_one")
+    assert list(low) == [1]
+    np.testing.assert_allclose(centers[1], [RADIUS, 0.0], rtol=1e-15)
+
+
+@pytest.mark.parametrize("params, match", [
+    ({"client_clip": {"counts": 1e308}}, r"client_clip\['counts'\]=1e\+308 is outside"),
+    ({"client_clip": {"projection": 1e300}}, r"client_clip\['projection'\]=1e\+300 is outside"),
+    ({"client_clip": {"sums": 1e307}}, r"client_clip\['sums'\]"),
+    ({"client_clip": {"sums": 1e-320}}, r"client_clip\['sums'\]"),
+    ({"epsilon": 1e300}, "epsilon=1e\\+300.*cannot calibrate"),
+    ({"epsilon": 1e-310}, r"epsilon=1e-310.*cannot calibrate for \['weights', 'counts'\]"),
+    ({"epsilon": 1e-210, "client_clip": {"counts": 1e100}}, r"cannot calibrate for \['counts'\]"),
+])
+def test_client_clip_and_calibration_out_of_range_are_refused_before_any_spend(params, match):
+    """Review R8 L5: client_clip had no range: {'counts': 1e308} gave an infinite Laplace scale
+    that failed after the randomness (status_='failure', proven=False), 1e307 or 1e-320 raised
+    OverflowError or ZeroDivisionError, and so did epsilon=1e300. The clip has the range of
+    data_radius (squared for the projection), and the plan refuses every sensitivity and scale
+    that is not finite and positive."""
+    X, _, clients, server, _ = mixture(n_clients=10, per_client=50, n_features=3, n_clusters=2)
+    acc = BudgetAccountant()
+    est = _fresh(n_clusters=2, privacy_unit="client", accountant=acc, **params)
+    with pytest.raises(ValueError, match=match):
+        est.fit(X, client_ids=clients, X_server=server)
+    assert acc.ledger == [] and acc._reserved == {}
+
+
+def test_verbose_prints_no_value_that_data_radius_data_hides(capsys):
+    """Review R8 L4: with data_radius='data' the exact radius is hidden everywhere (data_radius_
+    and budget_ are nan, the events lose sensitivity and scale), but verbose=1 printed the plan's
+    budget, whose 'sums' sensitivity is twice the exact radius."""
+    rng = np.random.default_rng(0)
+    X = np.vstack([m + rng.normal(size=(500, 3)) for m in ([-5, 0, 0], [5, 0, 0])])
+    server = np.vstack([[[-5, 0, 0], [5, 0, 0]], rng.uniform(-8, 8, (8, 3))])
+    exact = float(np.linalg.norm(X, axis=1).max())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyLeakWarning)
+        est = _fresh(n_clusters=2, data_radius="data", verbose=1).fit(X, X_server=server)
+    printed = capsys.readouterr().out
+    assert math.isnan(est.data_radius_) and "budget=" in printed and "hidden" in printed
+    assert "'sensitivity'" not in printed and "'scale'" not in printed
+    assert repr(exact) not in printed and repr(2 * exact) not in printed
+    _fresh(n_clusters=2, verbose=1).fit(X, X_server=server)  # a public radius: shown in full
+    assert "'sensitivity'" in capsys.readouterr().out
+
+
+def test_basic_split_never_exceeds_the_request_by_a_single_ulp():
+    """Review R8 L6: the rounded per-use epsilons and deltas could sum to 1-2 ulp over the request
+    (1033 of 14000 default plans), which only the accountant's 1e-9 tolerance absorbed."""
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        epsilon, delta = float(rng.uniform(0.05, 10)), float(10 ** rng.uniform(-9, -3))
+        T = int(rng.integers(0, 7))
+        est = FederatedPrivateKMeans(epsilon=epsilon, delta=delta, n_lloyd_iter=T)
+        active = est._active_steps("feddp", T, True)
+        counts = {s: (T if s.startswith("lloyd") else 1) for s in active}
+        budget = fi.plan_budget(est._shares(active, T), epsilon, delta, {s: 1.0 for s in active},
+                                counts, calibration="analytic", accounting="basic")
+        uses = [r for r in budget.releases.values() for _ in range(r.count)]
+        assert budget.total == (math.fsum(r.epsilon for r in uses), math.fsum(r.delta for r in uses))
+        assert budget.total[0] <= epsilon and budget.total[1] <= delta
+        assert budget.total[0] >= epsilon * (1 - 1e-15) and budget.total[1] >= delta * (1 - 1e-15)
+
+
+def test_one_cluster_uses_the_server_only_for_the_bound_as_documented():
+    """Review R8 L3: n_clusters=1 was documented as not using X_server ('no server data'), but
+    with data_radius=None the server's radius is the bound. The docs now say so."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(loc=3.0, size=(2000, 2))
+    server = rng.normal(scale=100.0, size=(5, 2))
+    est = _fresh(n_clusters=1, data_radius=None).fit(X, X_server=server)
+    assert est.data_radius_ == pytest.approx(np.linalg.norm(server, axis=1).max(), rel=1e-12)
+    assert [e.label for e in est.privacy_ledger_] == ["federated/mean/sums", "federated/mean/counts"]
+    doc = " ".join(FederatedPrivateKMeans.__doc__.split())
+    assert "``X_server`` only for the bound: with ``data_radius=None`` its radius" in doc
+    with open(Path(__file__).parents[1] / "doc" / "federated.rst") as handle:
+        assert "``X_server`` serves only for the bound" in " ".join(handle.read().split())

@@ -358,6 +358,19 @@ def test_select_privately_refuses_client_level_candidates_before_spending(small)
     assert acc.ledger == []
 
 
+def test_select_privately_is_charged_for_one_row(small):
+    """Review R8 M1: its entry records privacy_unit='sample', so a client-level accountant
+    refuses it before the draw (its 4 Lambda^2 gives no client-level guarantee)."""
+    candidates = [SimpleNamespace(cluster_centers_=np.array([[0.0]]))]
+    acc = BudgetAccountant()
+    select_privately(candidates, small, data_radius=600.0, epsilon=1.0, accountant=acc)
+    assert [entry.privacy_unit for entry in acc.ledger] == ["sample"]
+    client = BudgetAccountant(privacy_unit="client")
+    with pytest.raises(ValueError, match="protects one row.*privacy_unit='client'"):
+        select_privately(candidates, small, data_radius=600.0, epsilon=1.0, accountant=client)
+    assert client.ledger == [] and client._reserved == {}
+
+
 def test_seeded_search_warns_or_refuses_before_charging(small):
     """Regression (issue #12, item 8): GridSearchCV(..., random_state=0) reused one noise stream per fit."""
     search = GridSearchCV(_fast(random_state=0), {"epsilon": [1e5]}, cv=3)

@@ -346,9 +346,10 @@ class _PrivateFitMixin:
         """Check the budget, draw the generator, run the private step and charge the accountant."""
         accountant = self._resolve_accountant()
         noise_key = noise_fingerprint(type(self).__name__, self.random_state)
-        relation = self._neighbouring()
+        relation, unit = self._neighbouring(), self._privacy_unit()
         # The noise stream is reserved with the check, atomically, and released if no spend follows.
-        with accountant.reserve(*plan.cost, noise_key=noise_key, neighbouring=relation):
+        with accountant.reserve(*plan.cost, noise_key=noise_key, neighbouring=relation,
+                                privacy_unit=unit):
             rng = check_random_state(self.random_state)
             with fit_progress(self):
                 result = self._run_private_step(private_step or self._fit_private, data, plan, rng)
@@ -359,7 +360,8 @@ class _PrivateFitMixin:
                 )
             # Only the sources the fit drew from are recorded: an unused one is still fresh (R1-1).
             accountant.spend(*spent, label=f"{type(self).__name__}.fit", events=result.events,
-                             noise_key=drawn_noise_key(noise_key, rng), neighbouring=relation)
+                             noise_key=drawn_noise_key(noise_key, rng), neighbouring=relation,
+                             privacy_unit=unit)
         return plan, result, spent
 
     def _run_private_step(self, private_step, data, plan, rng):
@@ -620,6 +622,10 @@ class _PrivateFitMixin:
     def _neighbouring(self):
         """The neighbouring relation of the fit (estimators without the parameter: replace-one)."""
         return getattr(self, "neighbouring", "replace_one")
+
+    def _privacy_unit(self):
+        """The unit the fit's guarantee protects, for the accountant: one row (a hook)."""
+        return "sample"
 
     #: Share of (epsilon, delta) spent on the bound when ``data_radius=None``.
     _BOUNDS_SHARE = BOUNDS_SHARE

@@ -12,6 +12,7 @@ from sklearn.utils import check_array
 from sklearn.utils.validation import has_fit_parameter, validate_data
 
 from skdpcluster.averaging import _project_onto_ball
+from skdpcluster.averaging._common import project_into_ball
 from skdpcluster.cluster._base import (
     PrivateFit,
     PrivateFitPlan,
@@ -133,8 +134,12 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         Gaussian mechanism, and count, released once by the Laplace mechanism
         (by default half of epsilon each, all of delta to the sum;
         ``budget_split``'s ``"lloyd_sums"`` and ``"lloyd_counts"`` set the
-        shares), and their ratio (``init_="mean"``, ``n_lloyd_iter_=1``; ``init``,
-        ``n_lloyd_iter`` and ``X_server`` are not used). At
+        shares), and their ratio (``init_="mean"``, ``n_lloyd_iter_=1``; ``init``
+        and ``n_lloyd_iter`` are not used, and ``X_server`` only for the bound:
+        with ``data_radius=None`` its radius about ``data_center`` is
+        :math:`\Delta`, as for more clusters, so the rows outside it are
+        projected onto it; without ``X_server`` the bound is released
+        privately). At
         ``privacy_unit="client"`` it is the mean of the clients' clipped
         contributions: a client's sum and count are scaled by one factor so
         that they stay within ``client_clip["lloyd_sums"]`` (default: the
@@ -151,9 +156,12 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         datasets differ in one row (data-point level); the sensitivities are
         those of one row of norm at most :math:`\Delta`. ``"client"``: they
         differ in all rows of one client; every client's statistic is scaled
-        to the bound of ``client_clip`` before the sum (paper App. G.4).
-        Without ``client_ids`` every row is its own client, and the two
-        units coincide.
+        to the bound of ``client_clip`` before the sum (paper App. G.4);
+        it needs ``client_ids`` (a ValueError before any spend without
+        them: every row would be its own client, and a client of many rows
+        would be protected only row by row; spec §8.1). The accountant's
+        entry records the unit (``LedgerEntry.privacy_unit``; see
+        :class:`~skdpcluster.BudgetAccountant`'s ``privacy_unit``).
     neighbouring : {"replace_one", "add_remove"}, default="replace_one"
         ``"add_remove"`` is the paper's relation (one unit added or removed).
         ``"replace_one"`` calibrates to the replace-one sensitivities (x2,
@@ -192,7 +200,11 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         (and the Lloyd pair) a client's sums and counts are scaled by one
         factor :math:`\min(1, C_s/\|M_j\|_F, C_c/n_j)`, so its means are
         not biased by the clipping. Missing keys default to the bound of one
-        row: :math:`\Delta^2, 1, \Delta, 1, \Delta, 1`.
+        row: :math:`\Delta^2, 1, \Delta, 1, \Delta, 1`. Every bound lies in
+        the range of ``data_radius``, [2**-500, 1e100] ([2**-1000, 1e200]
+        for ``"projection"``), and a fit whose sensitivities or noise scales
+        are not finite positive floats is refused (ValueError, before any
+        spend).
     min_server_weight : float, default=5.0
         Server points with a lower noisy weight are left out of the weighted
         k-means (the reference code's filter, spec §2 step 7).
@@ -379,12 +391,16 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
             Not used, present for API consistency.
         client_ids : array-like of shape (n_samples,) or "chunks", default=None
             The client of every row (any hashable values). ``None``: every
-            row is its own client. On Dask input only ``None`` and
-            ``"chunks"`` (every chunk of rows is one client, e.g. one device
-            or site per partition) are accepted.
+            row is its own client, at ``privacy_unit="sample"`` only (at
+            client level, a ValueError before any spend). On Dask input only
+            ``None`` and ``"chunks"`` (every chunk of rows is one client,
+            e.g. one device or site per partition) are accepted.
         X_server : array-like of shape (n_server, n_features), default=None
             Public server-side data (no privacy cost); needed by
-            ``init="feddp"`` and the server baselines.
+            ``init="feddp"`` and the server baselines. With a
+            ``data_radius`` given, rows outside the ball
+            B(``data_center``, ``data_radius``) are projected onto it, as the
+            clients' are.
         **fit_params : dict
             Refused with a ValueError (``sample_weight`` included): the
             privacy analysis gives every row weight one.
@@ -405,6 +421,12 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         return self
 
     def _validated_inputs(self, X, client_ids, X_server):
+        if self.privacy_unit == "client" and client_ids is None:
+            raise ValueError(
+                "privacy_unit='client' needs client_ids (the client of every row, or 'chunks' "
+                "on Dask input): without them every row is its own client, so a client with "
+                "many rows would be protected only row by row. Pass client_ids, or use "
+                "privacy_unit='sample'.")
         if is_dask_collection(X):
             return self._validated_dask_inputs(X, client_ids, X_server)
         X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2)
@@ -448,7 +470,8 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         epsilon each and all of delta to the sum) at the privacy unit's
         sensitivity (one row, or one client's clipped contribution,
         ``client_clip``); the mean is their ratio (post-processing). No
-        server data and no initialisation are used.
+        initialisation is used, and the server data only for the bound
+        (``data_radius=None``).
         """
         if self.n_clusters == 1:
             return "public", np.zeros((1, data.X.shape[1])), 1
@@ -464,20 +487,26 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         active = self._active_steps(init, n_lloyd, min(self.n_clusters, n_features) < n_features)
         unit_bounds = self._unit_bounds(radius)
         budget = self._budget(active, n_lloyd, unit_bounds)
-        estimator = self._server_estimator(init, data.server, center)
+        server = self._server_rows(data.server, center, radius)
+        estimator = self._server_estimator(init, server)
         if self.executor == "dask" and not hasattr(data.X, "map_reduce"):
             dask_client()
         values = {"center": center, "radius": radius, "init": init, "public": public_centers,
+                  "server": server,
                   "n_lloyd": n_lloyd, "budget": budget, "estimator": estimator,
                   "client_bounds": unit_bounds if self.privacy_unit == "client" else {}}
         attributes = {"data_radius_": radius, "n_lloyd_iter_": n_lloyd,
                       "init_": "mean" if self.n_clusters == 1 else init,
                       "budget_": budget.as_dict()}
-        if self.verbose:
-            print(f"[{type(self).__name__}] plan: init={init}, T={n_lloyd}, "
-                  f"budget={budget.as_dict()}")
+        shown = budget.as_dict()
         if unproven:  # the budget's sensitivities and scales are multiples of the radius
             unproven["budget_"] = unproven["data_radius_"]
+            shown["steps"] = {step: {key: value for key, value in release.items()
+                                     if key not in ("sensitivity", "scale")}
+                              for step, release in shown["steps"].items()}
+        if self.verbose:  # what budget_ shows: no exact radius (review R8 L4)
+            hidden = " (sensitivities and scales hidden: data-derived)" if unproven else ""
+            print(f"[{type(self).__name__}] plan: init={init}, T={n_lloyd}, budget={shown}{hidden}")
         return PrivateFitPlan(budget.total, values, attributes, unproven)
 
     def _resolve_init(self, server, n_features, center):
@@ -511,6 +540,10 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         replaced: the number of rows is private under either relation.
         """
         return self.privacy_unit == "sample" and super()._row_count_is_public()
+
+    def _privacy_unit(self):
+        """The accountant's unit: ``privacy_unit`` (``"client"`` needs ``client_ids``, so it is true)."""
+        return self.privacy_unit
 
     def _needs_radius(self, data):
         """The public server data gives the bound when there is some (no private bound then).
@@ -605,6 +638,15 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
             return one_row
         clip = {} if self.client_clip is None else self.client_clip
         _check_step_dict(clip, "client_clip", allow_zero=False)
+        for step, bound in clip.items():
+            # The bounds data_radius has (squared for the second moment), so that nothing overflows.
+            power = 2 if step == "projection" else 1
+            low, high = self._MIN_DATA_RADIUS**power, self._MAX_DATA_RADIUS**power
+            if not low <= bound <= high:
+                raise ValueError(
+                    f"client_clip[{step!r}]={bound!r} is outside [{low:.3g}, {high:.3g}] (the "
+                    f"range of data_radius{'**2' if power == 2 else ''}), where the sensitivities "
+                    "and noise scales underflow or overflow; rescale X and the clip bounds.")
         return {**one_row, **{step: float(bound) for step, bound in clip.items()}}
 
     def _budget(self, active, n_lloyd, unit_bounds):
@@ -617,15 +659,54 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         counts = {step: n_lloyd if step.startswith("lloyd") else 1 for step in active}
         arguments = (self._shares(active, n_lloyd), float(self.epsilon), float(self.delta),
                      sensitivities, counts)
-        budget = plan_budget(*arguments, calibration=self.calibration, accounting=self.accounting)
+        budget = self._calibrated(*arguments, accounting=self.accounting)
         if budget is None:
             warn_user(f"{type(self).__name__}: accounting='pld' needs the optional package "
                       "dp-accounting (pip install dp-accounting); using basic composition.",
                       UserWarning)
-            budget = plan_budget(*arguments, calibration=self.calibration, accounting="basic")
+            budget = self._calibrated(*arguments, accounting="basic")
         return budget
 
-    def _server_estimator(self, init, server, center):
+    def _calibrated(self, *arguments, accounting):
+        """:func:`plan_budget`, refusing (ValueError, before any randomness) a release whose
+        sensitivity or noise scale is not a finite positive number (review R8 L5): the public
+        parameters are beyond what float64 calibrates."""
+        message = (f"epsilon={self.epsilon!r}, delta={self.delta!r} and the sensitivities "
+                   "(data_radius, client_clip) give noise that float64 cannot calibrate{}: every "
+                   "sensitivity and noise scale must be a finite positive number; use a moderate "
+                   "epsilon (and rescale X).")
+        try:
+            budget = plan_budget(*arguments, calibration=self.calibration, accounting=accounting)
+        except (OverflowError, ZeroDivisionError) as error:
+            raise ValueError(message.format(f" ({error})")) from error
+        bad = [step for step, release in getattr(budget, "releases", {}).items()
+               if not (0 < release.sensitivity < math.inf and 0 < release.scale < math.inf)]
+        if bad:
+            raise ValueError(message.format(f" for {bad}"))
+        return budget
+
+    def _server_rows(self, server, center, radius):
+        """The public server rows centred at c and, with a ``data_radius`` given, in the ball.
+
+        A given radius bounds the clients' rows, not the server's: a server
+        row outside B(0, ``data_radius``) is projected onto it (a public map
+        of public data), so that no server row can overflow the distances or
+        put a centre outside the ball (review R8 L2). With
+        ``data_radius=None`` the ball is the server's own and holds them.
+        Rows whose difference with ``data_center`` overflows are refused.
+        """
+        if server is None:
+            return None
+        with np.errstate(over="ignore", invalid="ignore"):
+            rows = server - center
+        if not np.all(np.isfinite(rows)):
+            raise ValueError("X_server - data_center overflows the float64 range; rescale X and "
+                             "X_server (and data_center).")
+        if self.data_radius is not None:
+            project_into_ball(rows, radius)
+        return rows
+
+    def _server_estimator(self, init, server):
         """The server's clusterer, checked before any randomness on the public ``X_server``.
 
         For the inits that use it (``"feddp"``, ``"server_lloyds"``), a clone
@@ -634,7 +715,7 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         ``"feddp"``): an estimator that cannot return k centres (no
         ``cluster_centers_``, as DBSCAN or MeanShift) is refused here, not
         after the budget is spent (review RC-07). The default ``KMeans``
-        needs no trial.
+        needs no trial. ``server`` is :meth:`_server_rows`.
         """
         if self.base_estimator is None:
             return KMeans(n_init=10)
@@ -646,7 +727,7 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
             raise ValueError(f"base_estimator {estimator!r} must accept sample_weight in fit: "
                              "FedDP-Init clusters the server points weighted by their noisy "
                              "counts.")
-        points = server - center
+        points = server
         if weighted:
             points = points[:, :min(self.n_clusters, points.shape[1])]
         try:
@@ -665,8 +746,7 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
     # -- private part -----------------------------------------------------------------
     def _fit_private(self, data, plan, rng):
         values = plan.values
-        center, radius = values["center"], values["radius"]
-        server = None if data.server is None else data.server - center
+        center, radius, server = values["center"], values["radius"], values["server"]
         init_rng, lloyd_rng = rng.spawn(2)
         common = {"budget": values["budget"], "bounds": values["client_bounds"], "radius": radius,
                   "neighbouring": self.neighbouring}

@@ -34,7 +34,7 @@ from sklearn.base import clone
 from sklearn.cluster import kmeans_plusplus
 
 from skdpcluster.averaging import _project_onto_ball
-from skdpcluster.averaging._common import _UNIT_ROUNDOFF, project_into_ball
+from skdpcluster.averaging._common import _UNIT_ROUNDOFF, _split_evenly, project_into_ball
 from skdpcluster.cluster._stable_init import nearest_centers, nearest_projected_centers
 from skdpcluster.mechanisms import (
     PrivacyEvent,
@@ -137,16 +137,29 @@ class FederatedBudget:
                 "pld_multiplier": self.multiplier, "steps": steps}
 
 
+def _sum_of_uses(per_use, counts):
+    """The sum over every use of every step (``counts[step]`` uses of ``per_use[step]``), as the
+    ledger adds its events: exactly, then rounded once."""
+    return math.fsum(value for step, value in per_use.items() for _ in range(counts[step]))
+
+
 def _releases(shares, epsilon, delta, sensitivities, counts, calibration, multiplier=1.0):
     """Basic-composition calibration: step s gets ``share * epsilon / uses`` per use, and every
-    Gaussian use the same slice of ``delta``, so that the events sum to (epsilon, delta)."""
+    Gaussian use the same slice of ``delta``, so that the events sum to (epsilon, delta).
+
+    Both are rounded down by a few ulps where the rounded quotients would sum to more than
+    requested (``multiplier`` times epsilon), so that the ledger never exceeds the request
+    (review R8 L6)."""
     n_gaussian = sum(counts[s] for s in shares if s in GAUSSIAN_STEPS)
+    step_delta = _split_evenly(delta, n_gaussian) if n_gaussian else 0.0
+    per_use = {step: multiplier * share * epsilon / counts[step] for step, share in shares.items()}
+    while _sum_of_uses(per_use, counts) > multiplier * epsilon:
+        per_use = {step: math.nextafter(eps, 0.0) for step, eps in per_use.items()}
     releases = {}
-    for step, share in shares.items():
-        eps = multiplier * share * epsilon / counts[step]
+    for step in shares:
+        eps = per_use[step]
         sensitivity = sensitivities[step]
         if step in GAUSSIAN_STEPS:
-            step_delta = delta / n_gaussian
             scale = gaussian_sigma(sensitivity, eps, step_delta, calibration)
             releases[step] = Release(step, "gaussian", eps, step_delta, sensitivity, scale,
                                      counts[step], calibration)
@@ -218,8 +231,8 @@ def plan_budget(shares, epsilon, delta, sensitivities, counts, *, calibration, a
         if budget is not None:
             return budget
     releases = _releases(shares, epsilon, delta, sensitivities, counts, calibration)
-    spent = (math.fsum(r.epsilon * r.count for r in releases.values()),
-             math.fsum(r.delta * r.count for r in releases.values()))
+    spent = (_sum_of_uses({s: r.epsilon for s, r in releases.items()}, counts),
+             _sum_of_uses({s: r.delta for s, r in releases.items()}, counts))
     return FederatedBudget(releases, "basic", spent)
 
 
@@ -628,7 +641,9 @@ def _noisy_means(executor, broadcast, *, releases, label, fallback, radius, rng,
     """One sums-and-counts round: noisy means, with low counts falling back (spec §2 step 11).
 
     ``releases`` is the (sums, counts) pair of :class:`Release`; ``fallback``
-    the centres kept where the noisy count is below ``max(1, 3 b)``.
+    the centres kept where the noisy count is below ``max(1, 3 b)``. Every
+    centre is projected onto the ball, the fallback too (post-processing of
+    released values; review R8 L2).
     """
     sums, counts = executor.reduce(cluster_sums_statistic, **broadcast)
     sum_release, count_release = releases
@@ -637,7 +652,7 @@ def _noisy_means(executor, broadcast, *, releases, label, fallback, radius, rng,
                                          neighbouring)
     trusted = noisy_counts >= max(1.0, LOW_COUNT_SCALES * count_release.scale)
     means = noisy_sums / np.maximum(noisy_counts, 1.0)[:, None]
-    centers = np.where(trusted[:, None], _project_onto_ball(means, 0.0, radius), fallback)
+    centers = _project_onto_ball(np.where(trusted[:, None], means, fallback), 0.0, radius)
     return centers, [sum_event, count_event], np.flatnonzero(~trusted)
 
 
