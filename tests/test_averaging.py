@@ -738,6 +738,8 @@ MEDIAN = {"center": np.zeros(2), "radius": 1.0, "epsilon": 1.0, "delta": 1e-6}
 GAUSS = {"n_public": 10, "center": np.zeros(2), "radius": 1.0, "sigma_min": 0.1, "sigma_max": 1.0,
          "rho": 1.0}
 POINTS = np.zeros((4, 2))
+HUGE_GRID = {"data_radius": 5e306, "r_min": 5e306 / 2**40}
+EXTREMES = np.array([-5e306, 5e306] * 12)
 
 INVALID_CALLS = [
     (A.private_interior_point, ([0.0, np.nan],), {**GRID, "epsilon": 1.0}, "values"),
@@ -745,6 +747,16 @@ INVALID_CALLS = [
     (A.private_interior_point, ([0.0],), {**GRID, "epsilon": 0.0}, "epsilon"),
     (A.private_interior_point, ([0.0],), {**GRID, "r_min": 0.0, "epsilon": 1.0}, "r_min"),
     (A.private_interior_point, ([0.0],), {**GRID, "data_radius": -1.0, "epsilon": 1.0},
+     "data_radius"),
+    # Review R5-4: above 1e100 (the estimators' limit) the release could raise after the
+    # segment was drawn, depending on its width: at 5e306 with half the values at each end.
+    (A.private_interior_point, (EXTREMES,), {**HUGE_GRID, "epsilon": 1.0}, "data_radius"),
+    (A.private_bounding_segment, (EXTREMES,), {**HUGE_GRID, "epsilon": 1.0, "beta": 0.05},
+     "data_radius"),
+    (A.private_average_1d, (EXTREMES,), {**AVG, **HUGE_GRID, "epsilon": 50.0}, "data_radius"),
+    (A.private_average, (EXTREMES[:, None],), {**AVG, **HUGE_GRID, "epsilon": 50.0},
+     "data_radius"),
+    (A.private_average_1d, ([0.0],), {**AVG, "data_radius": 1.01e100, "r_min": 1e90},
      "data_radius"),
     (A.private_bounding_segment, ([0.0],), {**GRID, "epsilon": 1.0, "beta": 1.0}, "beta"),
     (A.private_average_1d, ([0.0],), {**AVG, "n_public": 0.5}, "n_public"),
