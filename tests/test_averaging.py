@@ -697,6 +697,20 @@ def test_gaussian_covariance_does_not_depend_on_the_unit_of_the_data(unit):
     np.testing.assert_allclose(covariance(unit), covariance(1.0), rtol=1e-6)
 
 
+@pytest.mark.parametrize("options", [
+    {"rho": 1e-100},
+    {"sigma_min": 1e-50, "sigma_max": 1e50, "rho": 1e-50},
+    {"sigma_min": 1e150, "sigma_max": 1e150, "radius": 1e150},
+    {"sigma_min": 1e100, "sigma_max": 1e100, "radius": 1e100, "rho": 1e-50},
+])
+def test_gaussian_estimate_is_finite_at_extreme_values_it_accepts(options):
+    # Review R5-4: the refusal of overflowing noise scales leaves these (which ran) accepted.
+    X = np.random.default_rng(0).normal(size=(50, 2))
+    mean, covariance, _ = A.private_gaussian_estimate(
+        X, rng=np.random.default_rng(0), **{**GAUSS, "n_public": 50.0, **options})
+    assert np.all(np.isfinite(mean)) and np.all(np.isfinite(covariance))
+
+
 def test_gaussian_estimate_refuses_a_sigma_ratio_whose_sensitivity_overflows():
     # Review R10: (1e-80, 1e80) raised OverflowError after the mean stage had drawn its noise.
     rng = np.random.default_rng(0)
@@ -788,6 +802,14 @@ INVALID_CALLS = [
     (A.private_gaussian_estimate, (POINTS,), {**GAUSS, "n_iter_cov": 1.5}, "n_iter_cov"),
     (A.private_gaussian_estimate, (POINTS,), {**GAUSS, "n_iter_mean": True}, "n_iter_mean"),
     (A.private_gaussian_estimate, (np.full((4, 2), np.inf),), GAUSS, "points"),
+    # Review R5-4: the square of a mean step's noise scale overflowed once the noise was drawn
+    # (OverflowError at rho=1e-300, or a radius of 1e300); sigma_max**2 at the end, likewise.
+    (A.private_gaussian_estimate, (POINTS,), {**GAUSS, "rho": 1e-300}, "rho=1e-300 is too small"),
+    (A.private_gaussian_estimate, (POINTS,), {**GAUSS, "radius": 1e300},
+     "rho=1.0.*radius=1e\\+300"),
+    (A.private_gaussian_estimate, (POINTS,), {**GAUSS, "sigma_min": 1e155, "sigma_max": 1e155},
+     "sigma_max=1e\\+155"),
+    (A.private_gaussian_estimate, (POINTS,), {**GAUSS, "rho": 5e-324}, "rho=5e-324 is too small"),
 ]
 
 
