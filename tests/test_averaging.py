@@ -822,6 +822,22 @@ def test_invalid_parameters_raise_before_any_randomness(function, args, kwargs, 
     assert rng.bit_generator.state == state
 
 
+@pytest.mark.parametrize("function", [A.private_average_1d, A.private_average])
+def test_an_average_whose_gaussian_step_could_overflow_is_refused_before_any_randomness(function):
+    # Review R5-4: the Gaussian step's sigma grows with the released width; where it overflows
+    # at some widths only, 5 of these 18 releases raised after the segment was drawn.
+    unit = analytic_gaussian_sigma(1.0, 0.5e-6, 3e-9)
+    r_min = 1.797e308 / (1.25 * unit)  # widths 2 r_min fit, 3 r_min overflow
+    for values in (np.zeros(24), np.ones(24), np.array([-1.0, r_min] * 12)):
+        points = values if function is A.private_average_1d else values[:, None]
+        for seed in range(6):
+            rng = np.random.default_rng(seed)
+            with pytest.raises(ValueError, match="epsilon=5e-07, delta=3e-09.*widest segment"):
+                function(points, n_public=1.0, data_radius=1.0, r_min=r_min, epsilon=1e-6,
+                         delta=3e-9, beta=0.05, rng=rng)
+            assert rng.bit_generator.state == np.random.default_rng(seed).bit_generator.state
+
+
 @pytest.mark.parametrize("function, args, kwargs", [
     (A.private_interior_point, ([0.0],), {**GRID, "epsilon": 1.0}),
     (A.private_count, (3,), {"epsilon": 1.0}),

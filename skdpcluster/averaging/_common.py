@@ -81,7 +81,7 @@ def _check_center(center, n_features):
 
 
 def _check_grid(data_radius, r_min):
-    """Validate Lambda (at most 1e100) and r_min; return the grid intervals N = ceil(2 Lambda / r_min)."""
+    """Validate Lambda (at most 1e100) and r_min; the grid intervals N = ceil(2 Lambda / r_min)."""
     data_radius = _check_real(data_radius, "data_radius")
     if data_radius > _MAX_DOMAIN_RADIUS:
         raise ValueError(
