@@ -63,7 +63,7 @@ def _noisy_clipped_average(values, segment, n_public, epsilon, delta, neighbouri
 
 
 def _check_noise_scale(n_public, grid, epsilon, delta, neighbouring):
-    """Refuse, before any randomness, a budget whose Gaussian step of :func:`_average_1d` overflows.
+    r"""Refuse, before any randomness, a budget whose Gaussian step in _average_1d overflows.
 
     The step runs at ``(epsilon / 2, delta)`` with a sensitivity proportional
     to the released width, which is at most :math:`2\Lambda + 3 r_{\min}`
