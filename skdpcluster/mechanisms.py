@@ -439,12 +439,18 @@ def analytic_gaussian_sigma(sensitivity, epsilon, delta):
     Raises
     ------
     ValueError
-        For invalid parameters, where the root cannot be verified and
-        epsilon >= 1 (not met over epsilon 1..1e6, delta 1e-300..0.999), or
-        where sigma exceeds the float64 maximum.
+        For invalid parameters (``epsilon`` above 1e17 too), where the root
+        cannot be verified and epsilon >= 1 (not met over epsilon 1..1e6,
+        delta 1e-300..0.999), or where sigma exceeds the float64 maximum.
     """
     epsilon, delta = check_epsilon_delta(epsilon, delta, allow_zero_delta=False)
     sensitivity = _check_sensitivity(sensitivity)
+    if epsilon > _MAX_ANALYTIC_EPSILON:
+        raise ValueError(
+            f"epsilon must be at most {_MAX_ANALYTIC_EPSILON:g} for the analytic Gaussian "
+            f"calibration, got epsilon={epsilon!r}: the float error bound of delta(sigma) "
+            "overflows above about 3e18."
+        )
     if sensitivity == 0:
         return 0.0
     unit_sigma = _analytic_unit_sigma(epsilon, delta)
@@ -459,6 +465,11 @@ def analytic_gaussian_sigma(sensitivity, epsilon, delta):
         f"epsilon={epsilon!r}, delta={delta!r}; use calibration='classical' (epsilon < 1) or a "
         "larger delta.")
 
+
+#: Largest epsilon of :func:`analytic_gaussian_sigma`: its float error bound
+#: (:func:`_log_gaussian_delta_error`) overflows from about 3e18 (review R5-4); checked up to
+#: 1e17 for delta 1e-300 to 0.999999.
+_MAX_ANALYTIC_EPSILON = 1e17
 
 #: Largest log sigma the bracket of :func:`_analytic_unit_sigma` evaluates: ``exp`` of it
 #: and twice that (the search of :func:`_verified_sigma`) stay finite.

@@ -162,6 +162,9 @@ def test_subsampling_bounds():
         (lambda rng: M.exponential_mechanism([1.0, np.nan], epsilon=1, sensitivity=1, rng=rng), "finite"),
         (lambda rng: M.exponential_mechanism([1.0], epsilon=1, sensitivity=0, rng=rng), "sensitivity"),
         (lambda rng: M.zcdp_gaussian_mechanism(0.0, sensitivity=1, rho=0, rng=rng), "rho"),
+        # Review R5-4: OverflowError in the float error bound of delta(sigma) from about 3e18.
+        (lambda rng: M.gaussian_mechanism(0.0, sensitivity=1, epsilon=1e19, delta=1e-6, rng=rng),
+         "epsilon must be at most 1e\\+17"),
     ],
 )
 def test_invalid_parameters_raise_value_error(call, match):
