@@ -245,11 +245,18 @@ def classical_gaussian_sigma(sensitivity, epsilon, delta):
 
     Dwork & Roth (2014), Theorem A.1; Cohen et al. (2021), Theorem 2.8. The
     proof needs :math:`\varepsilon < 1`; larger values raise ``ValueError``
-    (use :func:`analytic_gaussian_sigma`, valid for every epsilon).
+    (use :func:`analytic_gaussian_sigma`, valid for every epsilon). Computed
+    at sensitivity 1, then scaled and rounded up (:func:`_noise_scale`).
 
     Returns
     -------
     float
+
+    Raises
+    ------
+    ValueError
+        For invalid parameters, ``epsilon >= 1``, or a sigma above the
+        float64 maximum.
     """
     epsilon, delta = check_epsilon_delta(epsilon, delta, allow_zero_delta=False)
     sensitivity = _check_sensitivity(sensitivity)
@@ -258,7 +265,37 @@ def classical_gaussian_sigma(sensitivity, epsilon, delta):
             f"the classical Gaussian calibration is proven only for epsilon < 1, got "
             f"epsilon={epsilon!r}; use calibration='analytic' (Balle & Wang 2018) instead."
         )
-    return sensitivity / epsilon * math.sqrt(2.0 * math.log(1.25 / delta))
+    if sensitivity == 0:
+        return 0.0
+    return _noise_scale(sensitivity * _classical_unit_sigma(epsilon, delta), sensitivity,
+                        f"epsilon={epsilon!r}, delta={delta!r}")
+
+
+def _classical_unit_sigma(epsilon, delta):
+    """The classical calibration at sensitivity 1 (``inf`` where it overflows)."""
+    return math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon
+
+
+def _noise_scale(scale, sensitivity, budget):
+    r"""``scale`` rounded up one float; ``ValueError`` where it is not finite.
+
+    ``scale`` is the sensitivity times the noise scale at sensitivity 1
+    rounded to nearest (a calibration depends on :math:`\Delta/\sigma`
+    only): moved one float up it is never below the exact product of the
+    two floats, even where it underflows (never 0 for a positive
+    sensitivity). Calibrating at 1 and scaling keeps every intermediate
+    value finite at any sensitivity (review R5-4: a bracket around
+    :math:`\log\Delta` overflowed ``exp`` at 1e307 and divided by 0 at
+    1e-323). A scale above the float64 maximum is refused before any draw;
+    ``budget`` names the privacy parameters in the message.
+    """
+    scale = math.nextafter(scale, math.inf)
+    if not math.isfinite(scale):
+        raise ValueError(
+            f"the Gaussian noise scale at sensitivity={sensitivity!r}, {budget} exceeds the "
+            "float64 maximum; rescale the data (a smaller sensitivity) or spend more budget."
+        )
+    return scale
 
 
 def _log_gaussian_delta(sigma, sensitivity, epsilon):
@@ -381,6 +418,11 @@ def analytic_gaussian_sigma(sensitivity, epsilon, delta):
     or not at all (epsilon about 1e-12 or below with delta 1e-30 or below,
     where the float root had up to :math:`e^{620}` times the target delta).
 
+    :math:`\delta(\sigma)` depends on :math:`\Delta/\sigma` only, so all of
+    this runs at sensitivity 1 and the verified sigma is multiplied by
+    ``sensitivity``, the product rounded up one float: never below the exact
+    root at any sensitivity, tiny or huge (see :func:`_noise_scale`).
+
     Parameters
     ----------
     sensitivity : float
@@ -397,37 +439,69 @@ def analytic_gaussian_sigma(sensitivity, epsilon, delta):
     Raises
     ------
     ValueError
-        For invalid parameters, or where the root cannot be verified and
-        epsilon >= 1 (not met over epsilon 1..1e6, delta 1e-300..0.999).
+        For invalid parameters (``epsilon`` above 1e17 too), where the root
+        cannot be verified and epsilon >= 1 (not met over epsilon 1..1e6,
+        delta 1e-300..0.999), or where sigma exceeds the float64 maximum.
     """
     epsilon, delta = check_epsilon_delta(epsilon, delta, allow_zero_delta=False)
     sensitivity = _check_sensitivity(sensitivity)
+    if epsilon > _MAX_ANALYTIC_EPSILON:
+        raise ValueError(
+            f"epsilon must be at most {_MAX_ANALYTIC_EPSILON:g} for the analytic Gaussian "
+            f"calibration, got epsilon={epsilon!r}: the float error bound of delta(sigma) "
+            "overflows above about 3e18."
+        )
     if sensitivity == 0:
         return 0.0
-    target = math.log(delta)
-
-    def excess(log_sigma):
-        with np.errstate(divide="ignore"):  # delta may round to 0 (log -inf) at a tiny epsilon
-            return _log_gaussian_delta(math.exp(log_sigma), sensitivity, epsilon) - target
-
-    # delta(sigma) decreases from 1 (sigma -> 0) to 0 (sigma -> inf); bracket in log-space.
-    lo = math.log(sensitivity) - 10.0
-    while excess(lo) < 0:
-        lo -= 10.0
-    hi = math.log(sensitivity) + 1.0
-    while excess(hi) > 0:
-        hi += 2.0
-    log_sigma = optimize.brentq(excess, lo, hi, xtol=1e-14, rtol=1e-13, maxiter=500)
-    sigma = _verified_sigma(math.exp(log_sigma) * (1.0 + 1e-12), sensitivity, epsilon, target)
+    unit_sigma = _analytic_unit_sigma(epsilon, delta)
     if epsilon < 1:  # the classical calibration is proven there: never return more
-        classical = classical_gaussian_sigma(sensitivity, epsilon, delta)
-        sigma = classical if sigma is None else min(sigma, classical)
-    if sigma is not None:
-        return sigma
+        classical = _classical_unit_sigma(epsilon, delta)
+        unit_sigma = classical if unit_sigma is None else min(unit_sigma, classical)
+    if unit_sigma is not None:
+        return _noise_scale(sensitivity * unit_sigma, sensitivity,
+                            f"epsilon={epsilon!r}, delta={delta!r}")
     raise ValueError(
         f"the analytic Gaussian calibration cannot be verified in double precision at "
         f"epsilon={epsilon!r}, delta={delta!r}; use calibration='classical' (epsilon < 1) or a "
         "larger delta.")
+
+
+#: Largest epsilon of :func:`analytic_gaussian_sigma`: its float error bound
+#: (:func:`_log_gaussian_delta_error`) overflows from about 3e18 (review R5-4); checked up to
+#: 1e17 for delta 1e-300 to 0.999999.
+_MAX_ANALYTIC_EPSILON = 1e17
+
+#: Largest log sigma the bracket of :func:`_analytic_unit_sigma` evaluates: ``exp`` of it
+#: and twice that (the search of :func:`_verified_sigma`) stay finite.
+_MAX_LOG_UNIT_SIGMA = math.log(np.finfo(float).max / 4.0)
+
+
+def _analytic_unit_sigma(epsilon, delta):
+    """The verified analytic sigma at sensitivity 1 (see :func:`analytic_gaussian_sigma`).
+
+    ``None`` where it cannot be verified; ``ValueError`` where it exceeds
+    about 4e307 (epsilon below about 1e-306).
+    """
+    target = math.log(delta)
+
+    def excess(log_sigma):
+        with np.errstate(divide="ignore"):  # delta may round to 0 (log -inf) at a tiny epsilon
+            return _log_gaussian_delta(math.exp(log_sigma), 1.0, epsilon) - target
+
+    # delta(sigma) decreases from 1 (sigma -> 0) to 0 (sigma -> inf); bracket in log-space.
+    # At sensitivity 1 the root is at least about 1/sqrt(2 epsilon) >= 5e-155: lo stays finite.
+    lo = -10.0
+    while excess(lo) < 0:
+        lo -= 10.0
+    hi = 1.0
+    while excess(hi) > 0:
+        hi += 2.0
+        if hi > _MAX_LOG_UNIT_SIGMA:
+            raise ValueError(
+                f"the Gaussian noise scale at epsilon={epsilon!r}, delta={delta!r} exceeds "
+                "the float64 maximum at sensitivity 1; use a larger epsilon or delta.")
+    log_sigma = optimize.brentq(excess, lo, hi, xtol=1e-14, rtol=1e-13, maxiter=500)
+    return _verified_sigma(math.exp(log_sigma) * (1.0 + 1e-12), 1.0, epsilon, target)
 
 
 _GAUSSIAN_CALIBRATIONS = {

@@ -441,6 +441,13 @@ def test_gaussian_estimate_noises_offsets_not_positions(monkeypatch):
         assert np.linalg.norm(value) <= 2000.0 * sensitivity * (1 + 1e-9)
 
 
+def _gdp_rho_bound(epsilon, delta):
+    """mu^2 / 2 of the mu-GDP Gaussian that is (epsilon, delta)-DP, mu = 1 / sigma(1, eps, delta),
+    rounded as the primitives round it (0.5 / sigma**2 can be one ulp below)."""
+    mu = 1.0 / analytic_gaussian_sigma(1.0, epsilon, delta)
+    return mu * mu / 2.0
+
+
 @pytest.mark.parametrize("neighbouring, neighbour_of", [
     ("add_remove", lambda x: x[1:]),
     ("add_remove", lambda x: np.vstack([x, [[9.0, 9.0]]])),
@@ -453,7 +460,7 @@ def test_one_median_releases_respect_their_sensitivity(neighbouring, neighbour_o
         radius=0.5, epsilon=1.0, delta=1e-6, n_iter=20, neighbouring=neighbouring,
     )
     assert 0.5 < ratio <= 1.0 + 1e-9
-    assert event.rho <= 0.5 / analytic_gaussian_sigma(1.0, 1.0, 1e-6) ** 2  # mu^2 / 2 of (1, 1e-6)
+    assert event.rho <= _gdp_rho_bound(1.0, 1e-6)
 
 
 # ---------------------------------------------------------------------------
@@ -498,8 +505,7 @@ def test_one_median_is_close_to_the_geometric_median():
         assert np.linalg.norm(median - reference) < 0.01
     assert (event.epsilon, event.delta) == (1.0, 1e-6)
     # The exact GDP calibration allows more than the (eps, delta) -> zCDP conversion, never less.
-    gdp_rho = 0.5 / analytic_gaussian_sigma(1.0, 1.0, 1e-6) ** 2
-    assert zcdp_rho_for_dp(1.0, 1e-6) < event.rho <= gdp_rho
+    assert zcdp_rho_for_dp(1.0, 1e-6) < event.rho <= _gdp_rho_bound(1.0, 1e-6)
 
 
 def test_one_median_defaults_to_replace_one():
@@ -723,6 +729,20 @@ def test_gaussian_covariance_does_not_depend_on_the_unit_of_the_data(unit):
     np.testing.assert_allclose(covariance(unit), covariance(1.0), rtol=1e-6)
 
 
+@pytest.mark.parametrize("options", [
+    {"rho": 1e-100},
+    {"sigma_min": 1e-50, "sigma_max": 1e50, "rho": 1e-50},
+    {"sigma_min": 1e150, "sigma_max": 1e150, "radius": 1e150},
+    {"sigma_min": 1e100, "sigma_max": 1e100, "radius": 1e100, "rho": 1e-50},
+])
+def test_gaussian_estimate_is_finite_at_extreme_values_it_accepts(options):
+    # Review R5-4: the refusal of overflowing noise scales leaves these (which ran) accepted.
+    X = np.random.default_rng(0).normal(size=(50, 2))
+    mean, covariance, _ = A.private_gaussian_estimate(
+        X, rng=np.random.default_rng(0), **{**GAUSS, "n_public": 50.0, **options})
+    assert np.all(np.isfinite(mean)) and np.all(np.isfinite(covariance))
+
+
 def test_gaussian_estimate_refuses_a_sigma_ratio_whose_sensitivity_overflows():
     # Review R10: (1e-80, 1e80) raised OverflowError after the mean stage had drawn its noise.
     rng = np.random.default_rng(0)
@@ -770,6 +790,8 @@ MEDIAN = {"center": np.zeros(2), "radius": 1.0, "epsilon": 1.0, "delta": 1e-6}
 GAUSS = {"n_public": 10, "center": np.zeros(2), "radius": 1.0, "sigma_min": 0.1, "sigma_max": 1.0,
          "rho": 1.0}
 POINTS = np.zeros((4, 2))
+HUGE_GRID = {"data_radius": 5e306, "r_min": 5e306 / 2**40}
+EXTREMES = np.array([-5e306, 5e306] * 12)
 
 INVALID_CALLS = [
     (A.private_interior_point, ([0.0, np.nan],), {**GRID, "epsilon": 1.0}, "values"),
@@ -777,6 +799,16 @@ INVALID_CALLS = [
     (A.private_interior_point, ([0.0],), {**GRID, "epsilon": 0.0}, "epsilon"),
     (A.private_interior_point, ([0.0],), {**GRID, "r_min": 0.0, "epsilon": 1.0}, "r_min"),
     (A.private_interior_point, ([0.0],), {**GRID, "data_radius": -1.0, "epsilon": 1.0},
+     "data_radius"),
+    # Review R5-4: above 1e100 (the estimators' limit) the release could raise after the
+    # segment was drawn, depending on its width: at 5e306 with half the values at each end.
+    (A.private_interior_point, (EXTREMES,), {**HUGE_GRID, "epsilon": 1.0}, "data_radius"),
+    (A.private_bounding_segment, (EXTREMES,), {**HUGE_GRID, "epsilon": 1.0, "beta": 0.05},
+     "data_radius"),
+    (A.private_average_1d, (EXTREMES,), {**AVG, **HUGE_GRID, "epsilon": 50.0}, "data_radius"),
+    (A.private_average, (EXTREMES[:, None],), {**AVG, **HUGE_GRID, "epsilon": 50.0},
+     "data_radius"),
+    (A.private_average_1d, ([0.0],), {**AVG, "data_radius": 1.01e100, "r_min": 1e90},
      "data_radius"),
     (A.private_bounding_segment, ([0.0],), {**GRID, "epsilon": 1.0, "beta": 1.0}, "beta"),
     (A.private_average_1d, ([0.0],), {**AVG, "n_public": 0.5}, "n_public"),
@@ -802,6 +834,14 @@ INVALID_CALLS = [
     (A.private_gaussian_estimate, (POINTS,), {**GAUSS, "n_iter_cov": 1.5}, "n_iter_cov"),
     (A.private_gaussian_estimate, (POINTS,), {**GAUSS, "n_iter_mean": True}, "n_iter_mean"),
     (A.private_gaussian_estimate, (np.full((4, 2), np.inf),), GAUSS, "points"),
+    # Review R5-4: the square of a mean step's noise scale overflowed once the noise was drawn
+    # (OverflowError at rho=1e-300, or a radius of 1e300); sigma_max**2 at the end, likewise.
+    (A.private_gaussian_estimate, (POINTS,), {**GAUSS, "rho": 1e-300}, "rho=1e-300 is too small"),
+    (A.private_gaussian_estimate, (POINTS,), {**GAUSS, "radius": 1e300},
+     "rho=1.0.*radius=1e\\+300"),
+    (A.private_gaussian_estimate, (POINTS,), {**GAUSS, "sigma_min": 1e155, "sigma_max": 1e155},
+     "sigma_max=1e\\+155"),
+    (A.private_gaussian_estimate, (POINTS,), {**GAUSS, "rho": 5e-324}, "rho=5e-324 is too small"),
 ]
 
 
@@ -812,6 +852,22 @@ def test_invalid_parameters_raise_before_any_randomness(function, args, kwargs, 
     with pytest.raises(ValueError, match=match):
         function(*args, rng=rng, **kwargs)
     assert rng.bit_generator.state == state
+
+
+@pytest.mark.parametrize("function", [A.private_average_1d, A.private_average])
+def test_an_average_whose_gaussian_step_could_overflow_is_refused_before_any_randomness(function):
+    # Review R5-4: the Gaussian step's sigma grows with the released width; where it overflows
+    # at some widths only, 5 of these 18 releases raised after the segment was drawn.
+    unit = analytic_gaussian_sigma(1.0, 0.5e-6, 3e-9)
+    r_min = 1.797e308 / (1.25 * unit)  # widths 2 r_min fit, 3 r_min overflow
+    for values in (np.zeros(24), np.ones(24), np.array([-1.0, r_min] * 12)):
+        points = values if function is A.private_average_1d else values[:, None]
+        for seed in range(6):
+            rng = np.random.default_rng(seed)
+            with pytest.raises(ValueError, match="epsilon=5e-07, delta=3e-09.*widest segment"):
+                function(points, n_public=1.0, data_radius=1.0, r_min=r_min, epsilon=1e-6,
+                         delta=3e-9, beta=0.05, rng=rng)
+            assert rng.bit_generator.state == np.random.default_rng(seed).bit_generator.state
 
 
 @pytest.mark.parametrize("function, args, kwargs", [

@@ -88,6 +88,41 @@ def test_analytic_sigma_at_huge_epsilon(epsilon):
     assert M.analytic_gaussian_sigma(1.0, 2 * epsilon, 0.1) < sigma
 
 
+@pytest.mark.parametrize("epsilon, delta", [(0.5, 1e-6), (1.0, 1e-30), (25.0, 1e-6), (1e4, 0.1)])
+def test_analytic_sigma_is_the_unit_sigma_scaled_and_rounded_up(epsilon, delta):
+    """Review R5-4: the bracket around log(sensitivity) underflowed or overflowed exp (a
+    ZeroDivisionError at 9.88e-324, 'math domain error' at 3e306, OverflowError at 1e307). The
+    calibration runs at sensitivity 1 and is scaled, rounded up one float: delta(sigma) <= delta
+    at every scale, within 1e-9 of the root (60-digit arithmetic)."""
+    mp = pytest.importorskip("mpmath")
+    mp.mp.dps = 60
+    unit = M._analytic_unit_sigma(epsilon, delta)
+    if epsilon < 1:
+        unit = min(unit, M._classical_unit_sigma(epsilon, delta))
+    for sensitivity in (9.88e-324, 1e-310, 1e-300, 1e-150, 1e-10, 1.0, 3.7, 1e10, 1e150, 1e300,
+                        3e306):
+        sigma = M.analytic_gaussian_sigma(sensitivity, epsilon, delta)
+        assert sigma == math.nextafter(sensitivity * unit, math.inf)
+        assert _mp_delta(sigma, sensitivity, epsilon, mp) <= delta, sensitivity
+        if sensitivity >= 1e-300:  # a subnormal sigma is coarser than 1e-9
+            assert _mp_delta(sigma * (1 - 1e-9), sensitivity, epsilon, mp) > delta, sensitivity
+
+
+@pytest.mark.parametrize("calibration, sensitivity, epsilon, match", [
+    ("analytic", 1e307, 0.5, "sensitivity=1e\\+307, epsilon=0.5, delta=1e-30"),
+    ("analytic", 1e300, 1e-10, "sensitivity=1e\\+300, epsilon=1e-10"),
+    ("analytic", 1.0, 1e-310, "epsilon=1e-310, delta=1e-30"),
+    ("classical", 1e300, 1e-10, "sensitivity=1e\\+300, epsilon=1e-10"),  # it returned inf
+])
+def test_a_noise_scale_above_the_float_maximum_is_refused_before_any_draw(
+        calibration, sensitivity, epsilon, match):
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match=match):
+        M.gaussian_mechanism(0.0, sensitivity=sensitivity, epsilon=epsilon, delta=1e-30, rng=rng,
+                             calibration=calibration)
+    assert rng.bit_generator.state == np.random.default_rng(0).bit_generator.state
+
+
 def test_classical_refuses_epsilon_at_least_one():
     with pytest.raises(ValueError, match="epsilon < 1.*analytic"):
         M.classical_gaussian_sigma(1.0, 1.0, 1e-6)
@@ -127,6 +162,9 @@ def test_subsampling_bounds():
         (lambda rng: M.exponential_mechanism([1.0, np.nan], epsilon=1, sensitivity=1, rng=rng), "finite"),
         (lambda rng: M.exponential_mechanism([1.0], epsilon=1, sensitivity=0, rng=rng), "sensitivity"),
         (lambda rng: M.zcdp_gaussian_mechanism(0.0, sensitivity=1, rho=0, rng=rng), "rho"),
+        # Review R5-4: OverflowError in the float error bound of delta(sigma) from about 3e18.
+        (lambda rng: M.gaussian_mechanism(0.0, sensitivity=1, epsilon=1e19, delta=1e-6, rng=rng),
+         "epsilon must be at most 1e\\+17"),
     ],
 )
 def test_invalid_parameters_raise_value_error(call, match):

@@ -12,6 +12,11 @@ from skdpcluster.mechanisms import analytic_gaussian_sigma
 # Grid indices are exact in float64 only up to 2**53; 2 * Lambda / r_min above
 # 2**52 would lose the resolution of the grid (spec §7.2).
 _MAX_GRID_INTERVALS = 2**52
+#: Largest public radius of the primitives, the estimators' largest data_radius: above it
+#: widths, squared norms and the noise scales calibrated to them can overflow after the
+#: randomness is drawn (review R5-4: a 1-D average at data_radius=5e306 raised or not
+#: depending on the released width).
+_MAX_DOMAIN_RADIUS = 1e100
 
 # ---------------------------------------------------------------------------
 # Validation (every check runs before any randomness is drawn)
@@ -76,8 +81,14 @@ def _check_center(center, n_features):
 
 
 def _check_grid(data_radius, r_min):
-    """Validate Lambda and r_min; return the number of grid intervals N = ceil(2 Lambda / r_min)."""
+    """Validate Lambda (at most 1e100) and r_min; the grid intervals N = ceil(2 Lambda / r_min)."""
     data_radius = _check_real(data_radius, "data_radius")
+    if data_radius > _MAX_DOMAIN_RADIUS:
+        raise ValueError(
+            f"data_radius must be at most {_MAX_DOMAIN_RADIUS:g}, got data_radius={data_radius!r}: "
+            "the widths and noise scales of the release could overflow; rescale the data "
+            "(the releases are equivariant under scaling)."
+        )
     r_min = _check_real(r_min, "r_min")
     if 2.0 * data_radius / r_min > _MAX_GRID_INTERVALS:
         raise ValueError(

@@ -12,7 +12,12 @@ from skdpcluster.averaging._common import (
     _split_evenly,
     project_into_ball,
 )
-from skdpcluster.averaging.average_1d import _average_1d, _average_1d_details, _check_average_inputs
+from skdpcluster.averaging.average_1d import (
+    _average_1d,
+    _average_1d_details,
+    _check_average_inputs,
+    _check_noise_scale,
+)
 from skdpcluster.mechanisms import PrivacyEvent
 
 _COMPOSITIONS = ("advanced", "auto", "basic")
@@ -159,6 +164,7 @@ def private_average(
     _check_choice(composition, "composition", _COMPOSITIONS)
     n_axes = points.shape[1]
     budget = _axis_budget(epsilon, delta, n_axes, composition)
+    _check_noise_scale(n_public, grid, budget.epsilon_axis, budget.delta_axis, neighbouring)
     projected = np.array(points, dtype=float)  # a copy: the caller's points are not changed
     project_into_ball(projected, grid[0])  # every row's exact norm <= the radius
     beta_axis = beta / n_axes

@@ -16,6 +16,7 @@ from skdpcluster.averaging._common import (
 from skdpcluster.averaging.bounding_segment import _bounding_segment, _segment_threshold
 from skdpcluster.mechanisms import (
     PrivacyEvent,
+    analytic_gaussian_sigma,
     gaussian_mechanism,
 )
 from skdpcluster.utils._validation import check_epsilon_delta, check_probability
@@ -80,6 +81,29 @@ def _noisy_clipped_average(values, segment, n_public, epsilon, delta, neighbouri
         calibration="analytic", neighbouring=neighbouring,
     )
     return centre + noisy, event
+
+
+def _check_noise_scale(n_public, grid, epsilon, delta, neighbouring):
+    r"""Refuse, before any randomness, a budget whose Gaussian step in _average_1d overflows.
+
+    The step runs at ``(epsilon / 2, delta)`` with a sensitivity proportional
+    to the released width, which is at most :math:`2\Lambda + 3 r_{\min}`
+    (the interior points lie on the grid :math:`-\Lambda + i r_{\min}`,
+    :math:`i \le N`); sigma grows with the sensitivity, so a calibration
+    that holds at :math:`4(\Lambda + r_{\min})` (a margin for rounding)
+    holds at every released width. Before, a sigma above the float64
+    maximum raised after the segment was drawn, or not, depending on its
+    width (review R5-4).
+    """
+    data_radius, r_min, _ = grid
+    widest = _SUM_SENSITIVITY_PER_WIDTH[neighbouring] * 4.0 * (data_radius + r_min) / n_public
+    try:
+        analytic_gaussian_sigma(widest, epsilon / 2.0, delta)
+    except ValueError as exc:
+        raise ValueError(
+            f"{exc} (the Gaussian step of the average at its widest segment, data_radius="
+            f"{data_radius!r}, r_min={r_min!r}, n_public={n_public!r})"
+        ) from None
 
 
 def _check_average_inputs(n_public, data_radius, r_min, epsilon, delta, beta, neighbouring, rng):
@@ -155,6 +179,7 @@ def private_average_1d(
     n_public, grid, epsilon, delta, beta, rng = _check_average_inputs(
         n_public, data_radius, r_min, epsilon, delta, beta, neighbouring, rng
     )
+    _check_noise_scale(n_public, grid, epsilon, delta, neighbouring)
     estimate = _average_1d(values, n_public, grid, epsilon, delta, beta, neighbouring, rng)
     event = PrivacyEvent(
         "private_average_1d", epsilon, delta, neighbouring=neighbouring,

@@ -137,6 +137,55 @@ def _refine_whitening(estimate, transform, ratio, noise_norm, sampling):
 _MAX_SIGMA_RATIO = 1e100
 
 
+#: Largest bound on a noise scale of :func:`private_gaussian_estimate` (see
+#: :func:`_check_noise_scales`): its square, at most 1e304, leaves room below the float64
+#: maximum for the draws and the sums of the releases.
+_MAX_NOISE_SCALE = 1e152
+
+
+def _check_noise_scales(n_dim, n_public, radius, sigma_min, sigma_max, rho, rho_mean, rho_cov):
+    r"""Refuse, before any randomness, public values at which a noise scale could overflow.
+
+    Bounds the noise scales of :func:`_coinpress_mean` and
+    :func:`_coinpress_covariance` from public values alone (review R5-4: at
+    ``rho=1e-300`` the square of a mean step's noise scale overflowed once
+    its noise was drawn). A mean step's scale is
+    :math:`s_t = (r_t + \gamma_1)/(n\sqrt{2\rho_t})`, with
+    :math:`r_0 = R/\sigma_{\max}` and
+    :math:`r_{t+1} = \gamma_2\sqrt{1/n + s_t^2} \le \gamma_2(1 + s_t)`
+    (:math:`n \ge 1`). A covariance step's scale is at most
+    :math:`u_0\gamma_1^2/(n\sqrt{2\rho_t})` (:math:`u` never grows from
+    :math:`u_0 = (\sigma_{\max}/\sigma_{\min})^2`), and about
+    :math:`\sigma_{\max}^2\gamma_1^2/(n\sqrt{2\rho_t})` in the data's
+    units: variances, whose square roots are compared. Each of these, and
+    :math:`\sigma_{\max}` (the covariance is clipped to
+    :math:`\sigma_{\max}^2`), must be at most ``_MAX_NOISE_SCALE``: their
+    squares, and the mean release scaled by :math:`\sigma_{\max}`, stay
+    below about 1e304. A value that overflows here becomes ``inf`` and is refused (no
+    ``**``, which raises).
+    """
+    clip_margin = _chi_radius(n_dim, math.log(n_public / _COINPRESS_BETA))
+    shrink = _chi_radius(n_dim, math.log(1.0 / _COINPRESS_BETA))
+    if not (rho_mean[0] > 0 and rho_cov[0] > 0):
+        raise ValueError(f"rho={rho!r} is too small: its share of a step rounds to 0.")
+    bound, largest = radius / sigma_max, sigma_max
+    for rho_step in rho_mean:
+        bound = (bound + clip_margin) / (n_public * math.sqrt(2.0 * rho_step))
+        largest = max(largest, bound)
+        bound = shrink * (1.0 + bound)
+    for rho_step in rho_cov:  # the covariance's noise is a variance: compare its square root
+        root = math.sqrt(clip_margin * clip_margin / (n_public * math.sqrt(2.0 * rho_step)))
+        largest = max(largest, root * max(sigma_max / sigma_min, sigma_max))
+    if not largest <= _MAX_NOISE_SCALE:
+        raise ValueError(
+            f"rho={rho!r} is too small for the public bounds n_public={n_public!r}, "
+            f"radius={radius!r}, sigma_min={sigma_min!r}, sigma_max={sigma_max!r}: a noise "
+            f"scale of the Gaussian learner (or sigma_max) could reach {largest:.3g}, above "
+            f"{_MAX_NOISE_SCALE:g}, and its square overflow once the noise is drawn; use a "
+            "larger rho or n_public, or a smaller radius, sigma_max or sigma_max / sigma_min."
+        )
+
+
 def _whitened_second_moment(chunk, mean, transform, clip_norm, reach):
     r"""``sum(w w^T)`` over a chunk, ``w`` = ``(x - mean)`` whitened by ``transform`` and clipped.
 
@@ -281,9 +330,12 @@ def private_gaussian_estimate(
         Public radius :math:`R > 0` of that ball.
     sigma_min, sigma_max : float
         Public bounds on the standard deviations,
-        ``0 < sigma_min <= sigma_max``.
+        ``0 < sigma_min <= sigma_max <= 1e152``, ``sigma_max / sigma_min <= 1e100``.
     rho : float
-        Total zCDP budget, > 0.
+        Total zCDP budget, > 0. Public values at which a noise scale could
+        exceed 1e152 (its square would overflow: a tiny ``rho`` with a small
+        ``n_public``, a huge ``radius / sigma_max`` or ``sigma_max / sigma_min``)
+        are refused with a ``ValueError``, before any randomness.
     rng : numpy.random.Generator
     n_iter_mean, n_iter_cov : int, default=3
         Number of steps of each stage.
@@ -313,6 +365,8 @@ def private_gaussian_estimate(
     rng = _check_generator(rng)
     rho_mean = [_split_evenly(rho / 2.0, n_iter_mean)] * n_iter_mean
     rho_cov = [_split_evenly(rho / 2.0, n_iter_cov)] * n_iter_cov
+    _check_noise_scales(rows.shape[1], n_public, radius, sigma_min, sigma_max, rho, rho_mean,
+                        rho_cov)
     scaled_mean = _coinpress_mean(rows, center, sigma_max, n_public, radius / sigma_max,
                                   rho_mean, rng)
     mean = _project_onto_ball(center + sigma_max * scaled_mean, center, radius)

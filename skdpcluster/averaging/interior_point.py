@@ -93,7 +93,8 @@ def private_interior_point(values, *, data_radius, r_min, epsilon, rng):
     values : array-like of shape (n_values,)
         Finite values; may be empty.
     data_radius : float
-        The public bound :math:`\Lambda > 0`.
+        The public bound :math:`\Lambda`, in :math:`(0, 10^{100}]` (rescale the
+        values for a larger one).
     r_min : float
         Grid step, > 0, with ``2 * data_radius / r_min <= 2**52``.
     epsilon : float

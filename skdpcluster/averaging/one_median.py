@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from skdpcluster.averaging._common import (
+    _MAX_DOMAIN_RADIUS,
     _check_choice,
     _check_finite_array,
     _check_generator,
@@ -50,7 +51,6 @@ _MEDIAN_MIN_NORM = 2.0**-500
 # domain radii R_j of at most _MAX_DOMAIN_RADIUS (the estimators' largest data_radius): every
 # difference to an iterate is then finite and far from overflowing (see _clip_into_domains).
 _DOMAIN_REACH = 2.0**20
-_MAX_DOMAIN_RADIUS = 1e100
 
 # ---------------------------------------------------------------------------
 # Private 1-median (shechner_stable.md §9.7)
