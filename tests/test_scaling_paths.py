@@ -1,19 +1,14 @@
 """The memory-bounded passes of issue #17: bounded peaks, and no release changed.
 
-The digests below were recorded from main (commit 156e0e1) before the
-passes were chunked: the same seed must give bit-for-bit the same centres
-and labels. The k-median centres' digest was re-recorded when an intended
-change of the release law landed beside the chunking (issue #16: the grid
-initializer's shifted multi-resolution grid and James-Stein shrinkage; the
-labels did not move), and again, with its labels, when the grid counts became
-those the partition reads (issue #17: the same law, fewer noise draws, so
-another draw from the seed; the same clusters, ARI 1, two centres in the other
-lexicographic order); then the centres once more when every row's unit vector in the
-1-median steps got the factor gamma/N that keeps its computed norm within 1 (a change at
-rounding level, 1.5e-13). The chunk sizes are also shrunk so that every blocked loop runs
-over many blocks (a few rows each), which the small data would otherwise
-fit in one. The peaks are what :mod:`tracemalloc` sees (NumPy reports its
-buffers), with blocks much smaller than the data, as at n = 10^6.
+The label digests below were recorded from main (commit 156e0e1) before the
+passes were chunked (the k-median's again when the grid counts became those
+the partition reads, issue #17: another draw from the seed, the same
+clusters): the same seed must give the same labels, and the chunked passes
+bit-for-bit the centres of the unchunked ones. The chunk sizes are also
+shrunk so that every blocked loop runs over many blocks (a few rows each),
+which the small data would otherwise fit in one. The peaks are what
+:mod:`tracemalloc` sees (NumPy reports its buffers), with blocks much
+smaller than the data, as at n = 10^6.
 """
 
 import hashlib
@@ -33,13 +28,15 @@ from skdpcluster.cluster import _highdim_candidates
 from skdpcluster.cluster._federated_init import clip_rows
 from skdpcluster.datasets import make_separated_mixture
 
-#: estimator -> (sha256 of cluster_centers_.tobytes(), of labels_ as int64), first 16 hex digits.
-#: The stable k-median centres re-recorded for issue #17's 1-median passes (unit vectors scaled
-#: by gamma/N, norms summed feature by feature): the same centres to 2e-13, labels unchanged.
-RECORDED = {
-    PrivateHighDimKMeans: ("4eaac50597b6d56a", "cac487f768555375"),
-    PrivateHighDimKMedian: ("4eaac50597b6d56a", "cac487f768555375"),
-    PrivateStableKMedian: ("669087327a6e995d", "f10eb58ffefe5a48"),
+#: estimator -> sha256 of labels_ as int64, first 16 hex digits, recorded from main before the
+#: passes were chunked (the stable k-median's re-recorded with issue #17's grid counts). The
+#: centres' bits depend on the platform's floating-point kernels (BLAS, SIMD paths: the recorded
+#: centre digests of a 2-core Xeon did not hold on another 2-core Xeon, on every commit), so the
+#: chunked passes' centres are compared with the unchunked ones in the same process instead.
+RECORDED_LABELS = {
+    PrivateHighDimKMeans: "cac487f768555375",
+    PrivateHighDimKMedian: "cac487f768555375",
+    PrivateStableKMedian: "f10eb58ffefe5a48",
 }
 
 
@@ -47,19 +44,23 @@ def _digest(array, dtype):
     return hashlib.sha256(np.ascontiguousarray(array, dtype=dtype).tobytes()).hexdigest()[:16]
 
 
-@pytest.mark.parametrize("chunk_elements", [None, 64])
-@pytest.mark.parametrize("estimator", list(RECORDED), ids=lambda cls: cls.__name__)
-def test_release_unchanged_by_the_chunked_passes(estimator, chunk_elements, monkeypatch):
-    if chunk_elements is not None:
-        monkeypatch.setattr(_highdim_candidates, "CHUNK_ELEMENTS", chunk_elements)
+def _fitted(estimator):
     X = make_separated_mixture(6000, 4, 10, separation=50.0, random_state=1)[0]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        fitted = estimator(4, data_radius=50.0 + 8 * np.sqrt(10), random_state=5,
-                           accountant=BudgetAccountant()).fit(X)
-    assert fitted.status_ == "success"
-    assert (_digest(fitted.cluster_centers_, np.float64),
-            _digest(fitted.labels_, np.int64)) == RECORDED[estimator]
+        return estimator(4, data_radius=50.0 + 8 * np.sqrt(10), random_state=5,
+                         accountant=BudgetAccountant()).fit(X)
+
+
+@pytest.mark.parametrize("estimator", list(RECORDED_LABELS), ids=lambda cls: cls.__name__)
+def test_release_unchanged_by_the_chunked_passes(estimator, monkeypatch):
+    whole = _fitted(estimator)
+    monkeypatch.setattr(_highdim_candidates, "CHUNK_ELEMENTS", 64)
+    chunked = _fitted(estimator)
+    assert whole.status_ == chunked.status_ == "success"
+    assert _digest(whole.labels_, np.int64) == RECORDED_LABELS[estimator]
+    np.testing.assert_array_equal(chunked.cluster_centers_, whole.cluster_centers_)
+    np.testing.assert_array_equal(chunked.labels_, whole.labels_)
 
 
 def _peak_bytes(function, *args, **kwargs):
