@@ -139,6 +139,20 @@ def _check_sensitivity(sensitivity):
     return float(sensitivity)
 
 
+def _checked_scale(scale, sensitivity, budget, kind):
+    """``scale``, refused (ValueError, before any draw) where it is not a usable noise scale.
+
+    A positive sensitivity whose scale underflows to 0 would release the
+    exact value, and one that overflows would release infinities; both
+    happen only at public values beyond what float64 calibrates.
+    """
+    if not (math.isfinite(scale) and (scale > 0 or sensitivity == 0)):
+        raise ValueError(
+            f"the {kind} noise scale at sensitivity={sensitivity!r}, {budget} is {scale!r}: "
+            "beyond what float64 calibrates; rescale the data or choose a moderate budget.")
+    return scale
+
+
 # ---------------------------------------------------------------------------
 # Laplace
 # ---------------------------------------------------------------------------
@@ -171,7 +185,7 @@ def laplace_mechanism(value, *, sensitivity, epsilon, rng, label="", neighbourin
     """
     epsilon, _ = check_epsilon_delta(epsilon, 0.0)
     sensitivity = _check_sensitivity(sensitivity)
-    scale = sensitivity / epsilon
+    scale = _checked_scale(sensitivity / epsilon, sensitivity, f"epsilon={epsilon!r}", "Laplace")
     value = np.asarray(value, dtype=float)
     noisy = value + rng.laplace(0.0, scale, size=value.shape) if scale > 0 else value.copy()
     event = PrivacyEvent(
@@ -608,7 +622,8 @@ def zcdp_gaussian_mechanism(value, *, sensitivity, rho, rng, label="", neighbour
     if not (rho > 0 and np.isfinite(rho)):
         raise ValueError(f"rho must be finite and > 0, got rho={rho!r}.")
     sensitivity = _check_sensitivity(sensitivity)
-    sigma = sensitivity / math.sqrt(2.0 * rho)
+    sigma = _checked_scale(sensitivity / math.sqrt(2.0 * rho), sensitivity, f"rho={rho!r}",
+                           "Gaussian")
     value = np.asarray(value, dtype=float)
     noisy = value + rng.normal(0.0, sigma, size=value.shape) if sigma > 0 else value.copy()
     event = PrivacyEvent(

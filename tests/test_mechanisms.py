@@ -438,3 +438,19 @@ def test_select_privately_refuses_a_radius_its_costs_cannot_hold(radius):
         select_privately([candidate], X, data_radius=radius, epsilon=1.0, random_state=0,
                          accountant=accountant)
     assert accountant.ledger == []
+
+
+@pytest.mark.parametrize("mechanism, budget", [
+    (M.laplace_mechanism, {"sensitivity": 5e-324, "epsilon": 2.0}),
+    (M.zcdp_gaussian_mechanism, {"sensitivity": 5e-324, "rho": 2.0}),
+    (M.laplace_mechanism, {"sensitivity": 1e300, "epsilon": 1e-10}),
+    (M.zcdp_gaussian_mechanism, {"sensitivity": 1e300, "rho": 1e-300}),
+])
+def test_a_noise_scale_that_underflows_or_overflows_is_refused_before_any_draw(mechanism, budget):
+    """A positive sensitivity whose scale rounded to 0 released the exact value (no noise); one
+    that overflowed released infinities. Both are refused, naming the budget, before any draw."""
+    rng = np.random.default_rng(0)
+    state = rng.bit_generator.state
+    with pytest.raises(ValueError, match="noise scale at sensitivity"):
+        mechanism(1.0, rng=rng, **budget)
+    assert rng.bit_generator.state == state
