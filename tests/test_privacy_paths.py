@@ -5,6 +5,8 @@ Each test names the item it covers; all of them failed on the code before the fi
 (checked by running this file against the parent commit).
 """
 
+import contextlib
+import io
 import math
 import re
 import warnings
@@ -33,6 +35,7 @@ from skdpcluster.ktuple._tuples import generate_tuples
 from skdpcluster.cluster._stable_init import GridInitializer
 from skdpcluster.datasets import make_separated_mixture
 from skdpcluster.exceptions import (
+    NotSeparatedError,
     NotSeparatedWarning,
     PrivacyLeakWarning,
     PrivateStepFailedWarning,
@@ -343,6 +346,62 @@ def test_a_failed_first_fit_has_the_attributes_of_a_fit(Estimator, monkeypatch):
                      "separation_"}
     with pytest.raises(NotFittedError, match="released no|private step failed"):
         getattr(failed, "transform" if Estimator is PrivateStandardScaler else "predict")(X[:2])
+
+
+def _separated_and_not(seed=0):
+    rng = np.random.default_rng(seed)
+    easy = np.vstack([m + rng.normal(size=(4000, 2)) for m in ([-500, 0], [500, 0])])
+    hard = np.vstack([m + rng.normal(size=(4000, 2)) for m in ([-1, 0], [1, 0])])
+    return easy, hard
+
+
+def _noisy_centers(accountant, **params):
+    return KTupleClusterer(n_clusters=2, method="noisy_centers", epsilon=50.0, delta=1e-5,
+                           separation=100.0, random_state=1, accountant=accountant, **params)
+
+
+def test_a_not_separated_warning_made_an_error_keeps_the_charged_fallback():
+    """Review R9 M2: the NotSeparatedWarning was given inside the fit's restore-on-error scope,
+    so made an error it put the first fit back beside the second fit's charge."""
+    easy, hard = _separated_and_not()
+    accountant = BudgetAccountant()
+    est = _noisy_centers(accountant)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est.fit(easy)
+    assert est.status_ == "success"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(NotSeparatedWarning):
+            est.set_params(random_state=2).fit(hard)
+    second = accountant.ledger[-1]
+    assert len(accountant.ledger) == 2 and est.privacy_ledger_ == list(second.events)
+    assert est.status_ == "fallback" and np.abs(est.cluster_centers_).max() < 10
+
+
+def test_on_failure_raise_gives_the_bound_warnings_and_leaves_nothing_behind():
+    """Review R9 L2: with data_radius=None and on_failure='raise' the bound's warnings, recorded
+    for after the fit, were lost and their record stayed on the estimator (and in its pickle)."""
+    X = 1e-9 * np.random.default_rng(0).normal(size=(4000, 2))  # at the grid's resolution
+    est = KTupleClusterer(n_clusters=2, method="located", epsilon=4.0, delta=1e-5,
+                          on_failure="raise", random_state=0, accountant=BudgetAccountant())
+    with pytest.warns(UserWarning, match="private bounds of KTupleClusterer"):
+        with pytest.raises(NotSeparatedError):
+            est.fit(X)
+    assert not hasattr(est, "_deferred_warnings") and not hasattr(est, "status_")
+
+
+def test_verbose_prints_only_the_plan_the_fit_runs():
+    """Review R9 L4: with data_radius=None the two trial plans at the ends of the radius grid,
+    which the fit never runs, were printed beside the plan at the released bound."""
+    easy, _ = _separated_and_not()
+    est = PrivateStableKMeans(2, epsilon=2.0, delta=1e-6, verbose=1, random_state=0,
+                              accountant=BudgetAccountant())
+    printed = io.StringIO()
+    with warnings.catch_warnings(), contextlib.redirect_stdout(printed):
+        warnings.simplefilter("ignore")
+        est.fit(easy)
+    assert sum("plan:" in line for line in printed.getvalue().splitlines()) == 1
 
 
 class _MixtureWithFailingLearner(PrivateGaussianMixture):

@@ -441,31 +441,39 @@ class _PrivateFitMixin:
         if result.rho is not None:
             self.privacy_spent_["rho"] = result.rho
         self.privacy_ledger_ = list(result.events)
-        self._deferred_warnings = list(result.warnings)  # given by _report_after_fit
-        if not (result.success or result.step_failed):
-            self._report_failure()
-        elif self.status_ == "fallback":
-            self._report_fallback()
+        deferred = list(result.warnings)
+        outcome = self._outcome_message(result)
+        if outcome is not None and getattr(self, "on_failure", "warn") == "raise":
+            for message, category in deferred:  # the bound's warnings before the documented raise
+                warn_user(message, category)
+            raise NotSeparatedError(outcome)  # the scope puts the previous fit back
+        if outcome is not None:
+            # Given after the scope with the others: inside it, made an error (-W error), it put
+            # the previous fit back beside the new charge (review R9, M2).
+            deferred.append((outcome, NotSeparatedWarning))
+        self._deferred_warnings = deferred  # given by _report_after_fit
 
-    def _report_failure(self):
-        message = (
+    def _outcome_message(self, result):
+        """The message of a failed private test or a fallback release; ``None`` for a success."""
+        if not (result.success or result.step_failed):
+            return self._failure_message()
+        if self.status_ == "fallback":
+            return self._fallback_message()
+        return None
+
+    def _failure_message(self):
+        return (
             f"{type(self).__name__}: the private easy-instance test failed (status_='failure'); "
             "nothing was released. The data may not be well separated, or there may be too "
             "little data per tuple. The budget of the test was spent."
         )
-        if self.on_failure == "raise":
-            raise NotSeparatedError(message)
-        warn_user(message, NotSeparatedWarning)
 
-    def _report_fallback(self):
-        message = (
+    def _fallback_message(self):
+        return (
             f"{type(self).__name__}: the main method did not run or its private test failed "
             "(status_='fallback'); centres were released by the general method on the reserved "
             "share of the budget. fallback_info_ says why."
         )
-        if self.on_failure == "raise":
-            raise NotSeparatedError(message)
-        warn_user(message, NotSeparatedWarning)
 
     def _resolve_accountant(self):
         """The ``accountant`` parameter, or the process default; refused for an unpickled instance.
@@ -608,8 +616,11 @@ class _PrivateFitMixin:
                                      center=self.data_center, neighbouring=self._neighbouring())
         inner = clone(self).set_params(epsilon=self.epsilon - budget.cost[0],
                                        delta=self.delta - budget.cost[1])
+        # Trial plans print nothing (verbose=0): the fit runs neither (review R9, L4).
+        trial = clone(inner).set_params(**({"verbose": 0} if "verbose" in inner.get_params()
+                                           else {}))
         (low, low_warnings), (high, high_warnings) = [
-            self._plan_inner(inner, data, RADIUS_SAFETY * radius, center) for radius in GRID_RANGE]
+            self._plan_inner(trial, data, RADIUS_SAFETY * radius, center) for radius in GRID_RANGE]
         given = [note for note in low_warnings if note in high_warnings]
         for message, category in given:
             warn_user(message, category)
@@ -838,5 +849,6 @@ class _fit_scope:
             state = vars(self.estimator)
             for name in [k for k in state if k.endswith("_")]:
                 del state[name]
+            state.pop("_deferred_warnings", None)  # of the fit that did not commit (review R9, L2)
             state.update(self.saved)
         return False

@@ -790,8 +790,9 @@ class _PrivateStableBase(CostEstimateMixin, _BasePrivateClusterer):
             f"grid has none). About {self.quality_['rows_suggested']} rows (or a larger epsilon) "
             "would help.")
 
-    def _report_fallback(self):
-        """Nothing to add: :meth:`_warn_after_fit` names what ran after the fit."""
+    def _fallback_message(self):
+        """None: no NotSeparatedWarning; :meth:`_warn_after_fit` names what ran after the fit."""
+        return None
 
     def _fallback_initializer(self):
         """The initializer run on the "fallback" share when a fallible one fails."""

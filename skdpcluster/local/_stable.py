@@ -20,7 +20,7 @@ from skdpcluster.cluster._stable_init import (
     center_gaps,
     nearest_centers,
 )
-from skdpcluster.exceptions import NotSeparatedWarning, UtilityWarning
+from skdpcluster.exceptions import UtilityWarning
 from skdpcluster.local._ldp import (
     AVERAGE_GAUSSIAN_SHARE,
     MAX_REPORT_FLOATS,
@@ -536,7 +536,7 @@ class LocalPrivateStableKMeans(_BasePrivateClusterer):
         points = _project_onto_ball(radius * estimate.sums[heavy] / weights[:, None], 0.0,
                                     radius)
         # Too few heavy cells is reported after the fit from the released count (_warn_after_fit,
-        # _report_fallback): a warning inside the round, made an error, failed a charged fit.
+        # _fallback_message): a warning inside the round, made an error, failed a charged fit.
         centers = GridInitializer(warn_few_heavy_cells=False)._cluster_coreset(
             points, weights, self.n_clusters, radius, rng)
         return _canonical(_project_onto_ball(centers, 0.0, radius)), int(heavy.sum()), events
@@ -574,7 +574,7 @@ class LocalPrivateStableKMeans(_BasePrivateClusterer):
         """Warn when the init round's released heavy cells are fewer than the clusters.
 
         Only for ``status_="success"``: a fallback says it in its own warning
-        (:meth:`_report_fallback`). A function of released noisy counts: free.
+        (:meth:`_fallback_message`). A function of released noisy counts: free.
         """
         quality = getattr(self, "quality_", None) or {}
         if quality.get("heavy_cells_short") and self.status_ == "success":
@@ -586,7 +586,7 @@ class LocalPrivateStableKMeans(_BasePrivateClusterer):
                 "centres are likely still there (quality_['heavy_cells_short']). The local model "
                 "needs many more users, or a larger epsilon.", UtilityWarning)
 
-    def _report_fallback(self):
+    def _fallback_message(self):
         """Say that no core region was accepted: the released centres are B (or mu), unmoved."""
         quality = self.quality_
         if self.n_clusters == 1:
@@ -598,7 +598,5 @@ class LocalPrivateStableKMeans(_BasePrivateClusterer):
                     f"cells for n_clusters={self.n_clusters}"
                     + (" (the others are filler points near data_center)"
                        if quality["heavy_cells_short"] else ""))
-        warn_user(
-            f"{type(self).__name__}: {what} (status_='fallback', a function of released noisy "
-            "values). The local model needs many more users, or a larger epsilon.",
-            NotSeparatedWarning)
+        return (f"{type(self).__name__}: {what} (status_='fallback', a function of released "
+                "noisy values). The local model needs many more users, or a larger epsilon.")
