@@ -12,7 +12,7 @@ from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 from sklearn.mixture import GaussianMixture
 
-from skdpcluster import BudgetAccountant
+from skdpcluster import BudgetAccountant, mechanisms
 from skdpcluster.datasets import make_separated_mixture
 from skdpcluster.exceptions import (
     BudgetExceededError,
@@ -23,6 +23,7 @@ from skdpcluster.exceptions import (
 )
 from skdpcluster.ktuple import min_tuples
 from skdpcluster.mechanisms import analytic_gaussian_sigma
+from skdpcluster.mixture import _gaussian_mixture
 from skdpcluster.mixture._gaussian_mixture import PrivateGaussianMixture, _FreshBudget, _nearest_gaps
 from skdpcluster.utils.estimator_checks import dp_checks
 
@@ -557,3 +558,24 @@ def test_noisy_centres_released_far_apart_are_refined():
     assert g.status_ == "success" and g.privacy_spent_["proven"]
     assert "private_step_failed" not in [e.mechanism for e in g.privacy_ledger_]
     assert np.all(np.isfinite(g.means_))
+
+
+def test_the_refinement_noises_offsets_not_positions(monkeypatch):
+    """Review R10 H1: the refinement noised center + mean offset, rounded at the ulp of center:
+    with rows one ulp apart at 2^40 one added row moved it by 4069 sensitivities, and over 1000
+    seeds the neighbours' releases never met. Every noised value is now a mean of n_public
+    terms each within its reach, so its norm is at most n_public times its sensitivity."""
+    noised = []
+
+    def recording(value, *, sensitivity, **options):
+        noised.append((np.linalg.norm(np.atleast_1d(value)), sensitivity))
+        return mechanisms.zcdp_gaussian_mechanism(value, sensitivity=sensitivity, **options)
+
+    monkeypatch.setattr(_gaussian_mixture, "zcdp_gaussian_mechanism", recording)
+    center = np.array([2.0**40])
+    rows = np.vstack([np.full((4999, 1), center + np.spacing(center)), np.full((5001, 1), center)])
+    _gaussian_mixture._refine_component(rows, 10_000.0, center, 1.0, 0.1,
+                                        np.random.default_rng(0))
+    assert len(noised) == 2 * _gaussian_mixture.REFINE_ROUNDS
+    for norm, sensitivity in noised:
+        assert norm <= 10_000.0 * sensitivity * (1 + 1e-9)

@@ -258,17 +258,20 @@ def _clipped_mean_sensitivity(radius, n_public):
 
 
 def _clipped_mean(points, n_public, center, radius, rho, rng):
-    """``center + sum(clip(x - center, radius)) / n_public`` plus Gaussian noise.
+    """``center`` plus ``sum(clip(x - center, radius)) / n_public`` plus Gaussian noise.
 
     Each clipped offset has norm at most ``radius``: add/remove sensitivity ``radius / n_public``
-    (:func:`_clipped_mean_sensitivity`). ``points`` is an array or rows of
-    :mod:`skdpcluster.utils._data` (one pass).
+    (:func:`_clipped_mean_sensitivity`). The noise goes on the mean offset and ``center`` (public
+    or released) is added after, as post-processing: added to ``center`` first, the offset was
+    rounded at the ulp of ``center``, which one row moved by up to 4069 sensitivities far from 0
+    (review R10, H1; ``doc/privacy.rst``, "Noise on offsets, not on positions"). ``points`` is an
+    array or rows of :mod:`skdpcluster.utils._data` (one pass).
     """
     total = as_rows(points).map_reduce(_clipped_offset_sum, center, radius)
-    return zcdp_gaussian_mechanism(center + total / n_public,
-                                   sensitivity=_clipped_mean_sensitivity(radius, n_public),
-                                   rho=rho, rng=rng,
-                                   label="gaussian_mixture/refine_mean", neighbouring="add_remove")
+    offset, event = zcdp_gaussian_mechanism(
+        total / n_public, sensitivity=_clipped_mean_sensitivity(radius, n_public), rho=rho,
+        rng=rng, label="gaussian_mixture/refine_mean", neighbouring="add_remove")
+    return center + offset, event
 
 
 def _centred_log_distance_sum(chunk, center, low, high, middle):
@@ -292,10 +295,10 @@ def _log_scale(points, n_public, center, radius, rho, rng):
     high = math.log(radius)
     low, middle = high - LOG_SCALE_RANGE, high - LOG_SCALE_RANGE / 2.0
     total = as_rows(points).map_reduce(_centred_log_distance_sum, center, low, high, middle)
-    return zcdp_gaussian_mechanism(middle + total / n_public,
-                                   sensitivity=_log_scale_sensitivity(n_public), rho=rho,
-                                   rng=rng, label="gaussian_mixture/refine_log_scale",
-                                   neighbouring="add_remove")
+    offset, event = zcdp_gaussian_mechanism(
+        total / n_public, sensitivity=_log_scale_sensitivity(n_public), rho=rho, rng=rng,
+        label="gaussian_mixture/refine_log_scale", neighbouring="add_remove")
+    return middle + offset, event  # the noise on the offset from the public middle, as above
 
 
 def _refine_component(points, n_public, center, radius, rho, rng):
