@@ -77,6 +77,11 @@ instead:
   entry is charged for one row. A client holds the row, so changing one row
   (replacing it, or adding or removing it in an existing client) changes one
   client's data and keeps the clients' number: it is replacing that client.
+  This assumes that neighbouring datasets keep every row's client
+  (``client_ids`` is public, position by position); if a replaced row may
+  move to another client, two clients change, and a client-level
+  replace-one entry is worth :math:`(2\varepsilon, (1 + e^{\varepsilon})\delta)`
+  for one row, a client-level add/remove one up to a group of four.
   So a client-level replace-one entry holds at the same cost for sample-level
   replace-one, and a client-level add/remove entry, by group privacy for the
   group of two that a replacement of a client is (as above), at
@@ -266,7 +271,9 @@ class LedgerEntry:
     privacy_unit : {"sample", "client"}, default="sample"
         The unit whose change the guarantee covers: one row, or all rows of
         one client. An entry saved before this field existed loads as
-        ``"sample"`` (every fit was charged for one row then).
+        ``"client"`` when one of its events states that unit in its
+        ``details`` (a fit of ``FederatedPrivateKMeans(privacy_unit=
+        "client")``, whose events have always said so), else as ``"sample"``.
     """
 
     epsilon: float
@@ -302,9 +309,11 @@ class LedgerEntry:
                     what="a pickled LedgerEntry")
         for name in _ENTRY_FIELDS:
             object.__setattr__(self, name, state.get(name, _ENTRY_DEFAULTS.get(name)))
+        self.__post_init__()  # the events are checked before they are read
         if "neighbouring" not in state:
             object.__setattr__(self, "neighbouring", _relation_of_events(self.events))
-        self.__post_init__()
+        if "privacy_unit" not in state:
+            object.__setattr__(self, "privacy_unit", _unit_of_events(self.events))
 
     def group_cost(self, neighbouring, privacy_unit=None):
         r"""``(epsilon, delta)`` of this entry under the relation ``neighbouring``.
@@ -365,7 +374,7 @@ class LedgerEntry:
         noise_key = tuple(noise_key) if isinstance(noise_key, list) else noise_key  # several streams
         return cls(data["epsilon"], data["delta"], data.get("label", ""), events, noise_key,
                    data.get("neighbouring", _relation_of_events(events)),
-                   data.get("privacy_unit", DEFAULT_PRIVACY_UNIT))
+                   data.get("privacy_unit", _unit_of_events(events)))
 
 
 def _relation_of_events(events):
@@ -379,6 +388,20 @@ def _relation_of_events(events):
     """
     relations = {getattr(event, "neighbouring", None) for event in events}
     return "add_remove" if relations == {"add_remove"} else DEFAULT_NEIGHBOURING
+
+
+def _unit_of_events(events):
+    """The unit of an entry saved before entries recorded one: that of its events.
+
+    ``"client"`` when an event states it in its ``details`` (every event of
+    a ``FederatedPrivateKMeans(privacy_unit="client")`` fit does, since that
+    estimator exists), else ``"sample"`` (review R9 M1: loading every old
+    entry as ``"sample"`` charged a client-level add/remove fit at epsilon
+    instead of 2 epsilon on a sample-level ledger).
+    """
+    client = any(isinstance(event.details, Mapping) and event.details.get("privacy_unit") == "client"
+                 for event in events)
+    return "client" if client else DEFAULT_PRIVACY_UNIT
 
 
 _ENTRY_FIELDS = frozenset(f.name for f in fields(LedgerEntry))
@@ -1106,13 +1129,24 @@ class BudgetAccountant:
         self._configure(state["epsilon"], state["delta"], state["slack"],
                         state.get("on_repeated_noise", "warn"),
                         state.get("neighbouring"), state.get("privacy_unit"))
-        self._load_entries(state["entries"])
+        self._load_entries(state["entries"], unit_saved="privacy_unit" in state)
         self._detached = not self._COPIES_MAY_SPEND
 
-    def _load_entries(self, entries):
-        """Install a saved ledger after checking its entries and that its total is within the ceiling."""
+    def _load_entries(self, entries, *, unit_saved=True):
+        """Install a saved ledger after checking its entries and that its total is within the ceiling.
+
+        An accountant saved before accountants recorded a unit
+        (``unit_saved=False``) whose entries are for different units (a
+        client-level federated fit beside sample-level ones) is loaded with
+        ``privacy_unit="sample"``: it composed them all then, and one row is
+        the only unit they all protect, so its total is that of the entries
+        converted for one row (module docstring, "Privacy units"), rather than
+        the sum of their own costs that it was then (review R9 M1).
+        """
         if not (isinstance(entries, list) and all(isinstance(e, LedgerEntry) for e in entries)):
             raise ValueError("ledger must be a list of ledger entries.")
+        if not unit_saved and len({entry.privacy_unit for entry in entries}) > 1:
+            self._privacy_unit = "sample"
         try:
             total = self._compose(entries)
         except ValueError as exc:
@@ -1123,7 +1157,9 @@ class BudgetAccountant:
                 f"ceiling (epsilon={self._epsilon:.6g}, delta={self._delta:.6g}); it is corrupt or "
                 "was edited, or (with slack > 0) it was saved by a version that composed with "
                 "the advanced composition of fixed parameters, which an adaptive ledger cannot "
-                "use: the filter composition reports it above its ceiling."
+                "use: the filter composition reports it above its ceiling, or it was saved "
+                "before ledgers recorded the privacy unit and charged a client-level add/remove "
+                "fit at epsilon, which is 2 epsilon for one row."
             )
         self._entries = list(entries)
         self._noise_keys = {}
@@ -1146,7 +1182,7 @@ class BudgetAccountant:
 
     @classmethod
     def from_json(cls, text):
-        """Rebuild an attached accountant from :meth:`to_json` output.
+        r"""Rebuild an attached accountant from :meth:`to_json` output.
 
         Every field is validated as :meth:`spend` validates a spend (finite
         ``epsilon > 0`` and ``delta`` in [0, 1) for every entry and event),
@@ -1155,8 +1191,15 @@ class BudgetAccountant:
         ``"add_remove"`` when all its events state add/remove, else as
         ``"replace_one"``, the library's default relation, and an accountant
         without it as ``neighbouring=None`` (the relation of its entries).
-        Likewise an entry without ``privacy_unit`` loads as ``"sample"`` and
-        an accountant without it as ``privacy_unit=None``.
+        Likewise an entry without ``privacy_unit`` loads as ``"client"`` when
+        one of its events states that unit in its ``details``, else as
+        ``"sample"``, and an accountant without it as ``privacy_unit=None``,
+        or as ``privacy_unit="sample"`` if its entries are for different
+        units: it composed them all then, and one row is the only unit they
+        all protect, so this converts them rather than refusing a ledger
+        whose total is known (a client-level add/remove entry is then charged
+        by group privacy at :math:`(2\varepsilon, (1 + e^{\varepsilon})\delta)`,
+        which may bring the total over the ceiling: ValueError).
 
         Raises
         ------
@@ -1186,7 +1229,7 @@ class BudgetAccountant:
                 entries.append(LedgerEntry.from_dict(entry))
             except ValueError as exc:
                 raise ValueError(f"ledger[{position}]: {exc}") from exc
-        accountant._load_entries(entries)
+        accountant._load_entries(entries, unit_saved="privacy_unit" in data)
         return accountant
 
 
