@@ -757,21 +757,22 @@ class BudgetAccountant:
         likewise. The unit is converted before the relation
         (:meth:`LedgerEntry.group_cost`).
         """
-        unit = self._privacy_unit
-        if unit is None:
-            unit = entries[0].privacy_unit if entries else DEFAULT_PRIVACY_UNIT
-            for entry in entries:
-                if entry.privacy_unit != unit:
-                    raise ValueError(_MIXED_UNITS.format(
-                        label=entry.label or "this spend", new=entry.privacy_unit, held=unit))
-        if self._neighbouring is not None:
-            return [entry.group_cost(self._neighbouring, unit) for entry in entries]
-        held = entries[0].neighbouring if entries else DEFAULT_NEIGHBOURING
+        unit, held = self._terms(entries)
         for entry in entries:
-            if entry.neighbouring != held:
+            if self._privacy_unit is None and entry.privacy_unit != unit:
+                raise ValueError(_MIXED_UNITS.format(
+                    label=entry.label or "this spend", new=entry.privacy_unit, held=unit))
+            if self._neighbouring is None and entry.neighbouring != held:
                 raise ValueError(_MIXED_RELATIONS.format(
                     label=entry.label or "this spend", new=entry.neighbouring, held=held))
         return [entry.group_cost(held, unit) for entry in entries]
+
+    def _terms(self, entries):
+        """The unit and relation ``entries`` are composed for: the accountant's, else the first entry's."""
+        first = entries[0] if entries else None
+        unit = self._privacy_unit or (first.privacy_unit if first else DEFAULT_PRIVACY_UNIT)
+        relation = self._neighbouring or (first.neighbouring if first else DEFAULT_NEIGHBOURING)
+        return unit, relation
 
     def _compose(self, entries):
         """Basic composition; with ``slack > 0``, the smaller epsilon of basic and the filter, and the filter's delta.
@@ -801,8 +802,9 @@ class BudgetAccountant:
     def remaining(self):
         """What is left under the ceiling, as ``(epsilon, delta)``.
 
-        ``epsilon`` is the largest spend ``(epsilon, 0)`` that :meth:`spend`
-        accepts now, and ``delta`` the delta ceiling minus ``total()[1]``.
+        ``epsilon`` is the largest spend ``(epsilon, 0)`` for the ledger's
+        unit and relation (the accountant's, or with ``None`` those of its
+        spends) that :meth:`spend` accepts now, and ``delta`` the delta ceiling minus ``total()[1]``.
         Under basic composition (``slack=0``) the pair itself is accepted as
         one spend. With ``slack > 0`` each is spendable alone, and the
         epsilon left is found by bisection on the acceptance rule (the
@@ -818,13 +820,19 @@ class BudgetAccountant:
     def _largest_accepted_epsilon(self):
         """The largest epsilon of a spend ``(epsilon, 0)`` that keeps the total within the ceiling.
 
-        Without the rounding tolerance of :meth:`_fits`, so that :meth:`spend`
-        accepts it; acceptance is monotone in epsilon, so bisection finds it.
+        The spend is for the ledger's own unit and relation (:meth:`_terms`),
+        at its face value (review R9 L1: a sample-level replace-one probe was
+        refused by client-level and add/remove ledgers). Without the rounding
+        tolerance of :meth:`_fits`, so that :meth:`spend` accepts it;
+        acceptance is monotone in epsilon, so bisection finds it.
         """
+        unit, relation = self._terms(self._entries)
+
         def accepted(epsilon):
             if epsilon == 0.0:
                 return True
-            eps, delta = self._compose([*self._entries, LedgerEntry(epsilon, 0.0)])
+            probe = LedgerEntry(epsilon, 0.0, neighbouring=relation, privacy_unit=unit)
+            eps, delta = self._compose([*self._entries, probe])
             return eps <= self._epsilon and delta <= self._delta
 
         low, high = 0.0, self._epsilon

@@ -1112,6 +1112,25 @@ def test_an_old_ledger_of_both_units_loads_for_one_row():
         BudgetAccountant.from_json(json.dumps({**data, "epsilon": 2.0}))
 
 
+@pytest.mark.parametrize("unit, relation", [("client", "replace_one"), ("client", None),
+                                            (None, "add_remove"), (None, None)])
+def test_remaining_and_an_over_budget_spend_with_slack_for_another_unit_or_relation(unit, relation):
+    """Review R9 L1: with slack > 0, remaining() probed with a sample-level replace-one spend,
+    which client-level and add/remove ledgers refuse: it raised ValueError, and so did an
+    over-budget spend (its BudgetExceededError message calls remaining())."""
+    spent = {"privacy_unit": "client" if unit == "client" or relation is None else "sample",
+             "neighbouring": "replace_one" if relation == "replace_one" else "add_remove"}
+    acc = BudgetAccountant(epsilon=2.0, delta=1e-3, slack=1e-6, privacy_unit=unit,
+                           neighbouring=relation)
+    acc.spend(1.5, 1e-6, **spent)
+    eps_left, delta_left = acc.remaining()
+    assert 0 < eps_left <= 0.5 and delta_left == pytest.approx(1e-3 - 2e-6)
+    with pytest.raises(BudgetExceededError, match="remaining is"):
+        acc.spend(1.0, 1e-6, label="second", **spent)
+    assert len(acc.ledger) == 1
+    acc.spend(eps_left, 0.0, **spent)  # what remaining() reports is accepted
+
+
 def test_the_process_default_takes_either_unit():
     previous = BudgetAccountant._base_default
     try:
