@@ -77,11 +77,6 @@ instead:
   entry is charged for one row. A client holds the row, so changing one row
   (replacing it, or adding or removing it in an existing client) changes one
   client's data and keeps the clients' number: it is replacing that client.
-  This assumes that neighbouring datasets keep every row's client
-  (``client_ids`` is public, position by position); if a replaced row may
-  move to another client, two clients change, and a client-level
-  replace-one entry is worth :math:`(2\varepsilon, (1 + e^{\varepsilon})\delta)`
-  for one row, a client-level add/remove one up to a group of four.
   So a client-level replace-one entry holds at the same cost for sample-level
   replace-one, and a client-level add/remove entry, by group privacy for the
   group of two that a replacement of a client is (as above), at
@@ -92,7 +87,12 @@ instead:
   client-level replace-one entry has no sample-level add/remove guarantee
   (a row may be a client of its own, and the number of clients is treated
   as public) and is refused on an add/remove accountant, as a sample-level
-  replace-one entry is.
+  replace-one entry is. The conversion assumes that neighbouring datasets
+  keep every row's client (``client_ids`` is public, position by
+  position); if a replaced row may move to another client, two clients
+  change, and a client-level replace-one entry is worth
+  :math:`(2\varepsilon, (1 + e^{\varepsilon})\delta)` for one row, a
+  client-level add/remove one up to a group of four.
 * on a client-level accountant (``privacy_unit="client"``), a sample-level
   entry has no client-level guarantee (one client holds many rows) and is
   refused with a ValueError before anything is spent.
@@ -804,7 +804,8 @@ class BudgetAccountant:
 
         ``epsilon`` is the largest spend ``(epsilon, 0)`` for the ledger's
         unit and relation (the accountant's, or with ``None`` those of its
-        spends) that :meth:`spend` accepts now, and ``delta`` the delta ceiling minus ``total()[1]``.
+        spends) that :meth:`spend` accepts now, and ``delta`` the delta
+        ceiling minus ``total()[1]``.
         Under basic composition (``slack=0``) the pair itself is accepted as
         one spend. With ``slack > 0`` each is spendable alone, and the
         epsilon left is found by bisection on the acceptance rule (the
