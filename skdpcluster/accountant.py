@@ -87,7 +87,12 @@ instead:
   client-level replace-one entry has no sample-level add/remove guarantee
   (a row may be a client of its own, and the number of clients is treated
   as public) and is refused on an add/remove accountant, as a sample-level
-  replace-one entry is.
+  replace-one entry is. The conversion assumes that neighbouring datasets
+  keep every row's client (``client_ids`` is public, position by
+  position); if a replaced row may move to another client, two clients
+  change, and a client-level replace-one entry is worth
+  :math:`(2\varepsilon, (1 + e^{\varepsilon})\delta)` for one row, a
+  client-level add/remove one up to a group of four.
 * on a client-level accountant (``privacy_unit="client"``), a sample-level
   entry has no client-level guarantee (one client holds many rows) and is
   refused with a ValueError before anything is spent.
@@ -266,7 +271,9 @@ class LedgerEntry:
     privacy_unit : {"sample", "client"}, default="sample"
         The unit whose change the guarantee covers: one row, or all rows of
         one client. An entry saved before this field existed loads as
-        ``"sample"`` (every fit was charged for one row then).
+        ``"client"`` when one of its events states that unit in its
+        ``details`` (a fit of ``FederatedPrivateKMeans(privacy_unit=
+        "client")``, whose events have always said so), else as ``"sample"``.
     """
 
     epsilon: float
@@ -302,9 +309,11 @@ class LedgerEntry:
                     what="a pickled LedgerEntry")
         for name in _ENTRY_FIELDS:
             object.__setattr__(self, name, state.get(name, _ENTRY_DEFAULTS.get(name)))
+        self.__post_init__()  # the events are checked before they are read
         if "neighbouring" not in state:
             object.__setattr__(self, "neighbouring", _relation_of_events(self.events))
-        self.__post_init__()
+        if "privacy_unit" not in state:
+            object.__setattr__(self, "privacy_unit", _unit_of_events(self.events))
 
     def group_cost(self, neighbouring, privacy_unit=None):
         r"""``(epsilon, delta)`` of this entry under the relation ``neighbouring``.
@@ -365,7 +374,7 @@ class LedgerEntry:
         noise_key = tuple(noise_key) if isinstance(noise_key, list) else noise_key  # several streams
         return cls(data["epsilon"], data["delta"], data.get("label", ""), events, noise_key,
                    data.get("neighbouring", _relation_of_events(events)),
-                   data.get("privacy_unit", DEFAULT_PRIVACY_UNIT))
+                   data.get("privacy_unit", _unit_of_events(events)))
 
 
 def _relation_of_events(events):
@@ -379,6 +388,20 @@ def _relation_of_events(events):
     """
     relations = {getattr(event, "neighbouring", None) for event in events}
     return "add_remove" if relations == {"add_remove"} else DEFAULT_NEIGHBOURING
+
+
+def _unit_of_events(events):
+    """The unit of an entry saved before entries recorded one: that of its events.
+
+    ``"client"`` when an event states it in its ``details`` (every event of
+    a ``FederatedPrivateKMeans(privacy_unit="client")`` fit does, since that
+    estimator exists), else ``"sample"`` (review R9 M1: loading every old
+    entry as ``"sample"`` charged a client-level add/remove fit at epsilon
+    instead of 2 epsilon on a sample-level ledger).
+    """
+    client = any(isinstance(event.details, Mapping) and event.details.get("privacy_unit") == "client"
+                 for event in events)
+    return "client" if client else DEFAULT_PRIVACY_UNIT
 
 
 _ENTRY_FIELDS = frozenset(f.name for f in fields(LedgerEntry))
@@ -734,21 +757,22 @@ class BudgetAccountant:
         likewise. The unit is converted before the relation
         (:meth:`LedgerEntry.group_cost`).
         """
-        unit = self._privacy_unit
-        if unit is None:
-            unit = entries[0].privacy_unit if entries else DEFAULT_PRIVACY_UNIT
-            for entry in entries:
-                if entry.privacy_unit != unit:
-                    raise ValueError(_MIXED_UNITS.format(
-                        label=entry.label or "this spend", new=entry.privacy_unit, held=unit))
-        if self._neighbouring is not None:
-            return [entry.group_cost(self._neighbouring, unit) for entry in entries]
-        held = entries[0].neighbouring if entries else DEFAULT_NEIGHBOURING
+        unit, held = self._terms(entries)
         for entry in entries:
-            if entry.neighbouring != held:
+            if self._privacy_unit is None and entry.privacy_unit != unit:
+                raise ValueError(_MIXED_UNITS.format(
+                    label=entry.label or "this spend", new=entry.privacy_unit, held=unit))
+            if self._neighbouring is None and entry.neighbouring != held:
                 raise ValueError(_MIXED_RELATIONS.format(
                     label=entry.label or "this spend", new=entry.neighbouring, held=held))
         return [entry.group_cost(held, unit) for entry in entries]
+
+    def _terms(self, entries):
+        """The unit and relation ``entries`` are composed for: the accountant's, else the first entry's."""
+        first = entries[0] if entries else None
+        unit = self._privacy_unit or (first.privacy_unit if first else DEFAULT_PRIVACY_UNIT)
+        relation = self._neighbouring or (first.neighbouring if first else DEFAULT_NEIGHBOURING)
+        return unit, relation
 
     def _compose(self, entries):
         """Basic composition; with ``slack > 0``, the smaller epsilon of basic and the filter, and the filter's delta.
@@ -778,8 +802,10 @@ class BudgetAccountant:
     def remaining(self):
         """What is left under the ceiling, as ``(epsilon, delta)``.
 
-        ``epsilon`` is the largest spend ``(epsilon, 0)`` that :meth:`spend`
-        accepts now, and ``delta`` the delta ceiling minus ``total()[1]``.
+        ``epsilon`` is the largest spend ``(epsilon, 0)`` for the ledger's
+        unit and relation (the accountant's, or with ``None`` those of its
+        spends) that :meth:`spend` accepts now, and ``delta`` the delta
+        ceiling minus ``total()[1]``.
         Under basic composition (``slack=0``) the pair itself is accepted as
         one spend. With ``slack > 0`` each is spendable alone, and the
         epsilon left is found by bisection on the acceptance rule (the
@@ -795,13 +821,19 @@ class BudgetAccountant:
     def _largest_accepted_epsilon(self):
         """The largest epsilon of a spend ``(epsilon, 0)`` that keeps the total within the ceiling.
 
-        Without the rounding tolerance of :meth:`_fits`, so that :meth:`spend`
-        accepts it; acceptance is monotone in epsilon, so bisection finds it.
+        The spend is for the ledger's own unit and relation (:meth:`_terms`),
+        at its face value (review R9 L1: a sample-level replace-one probe was
+        refused by client-level and add/remove ledgers). Without the rounding
+        tolerance of :meth:`_fits`, so that :meth:`spend` accepts it;
+        acceptance is monotone in epsilon, so bisection finds it.
         """
+        unit, relation = self._terms(self._entries)
+
         def accepted(epsilon):
             if epsilon == 0.0:
                 return True
-            eps, delta = self._compose([*self._entries, LedgerEntry(epsilon, 0.0)])
+            probe = LedgerEntry(epsilon, 0.0, neighbouring=relation, privacy_unit=unit)
+            eps, delta = self._compose([*self._entries, probe])
             return eps <= self._epsilon and delta <= self._delta
 
         low, high = 0.0, self._epsilon
@@ -1106,13 +1138,24 @@ class BudgetAccountant:
         self._configure(state["epsilon"], state["delta"], state["slack"],
                         state.get("on_repeated_noise", "warn"),
                         state.get("neighbouring"), state.get("privacy_unit"))
-        self._load_entries(state["entries"])
+        self._load_entries(state["entries"], unit_saved="privacy_unit" in state)
         self._detached = not self._COPIES_MAY_SPEND
 
-    def _load_entries(self, entries):
-        """Install a saved ledger after checking its entries and that its total is within the ceiling."""
+    def _load_entries(self, entries, *, unit_saved=True):
+        """Install a saved ledger after checking its entries and that its total is within the ceiling.
+
+        An accountant saved before accountants recorded a unit
+        (``unit_saved=False``) whose entries are for different units (a
+        client-level federated fit beside sample-level ones) is loaded with
+        ``privacy_unit="sample"``: it composed them all then, and one row is
+        the only unit they all protect, so its total is that of the entries
+        converted for one row (module docstring, "Privacy units"), rather than
+        the sum of their own costs that it was then (review R9 M1).
+        """
         if not (isinstance(entries, list) and all(isinstance(e, LedgerEntry) for e in entries)):
             raise ValueError("ledger must be a list of ledger entries.")
+        if not unit_saved and len({entry.privacy_unit for entry in entries}) > 1:
+            self._privacy_unit = "sample"
         try:
             total = self._compose(entries)
         except ValueError as exc:
@@ -1123,7 +1166,9 @@ class BudgetAccountant:
                 f"ceiling (epsilon={self._epsilon:.6g}, delta={self._delta:.6g}); it is corrupt or "
                 "was edited, or (with slack > 0) it was saved by a version that composed with "
                 "the advanced composition of fixed parameters, which an adaptive ledger cannot "
-                "use: the filter composition reports it above its ceiling."
+                "use: the filter composition reports it above its ceiling, or it was saved "
+                "before ledgers recorded the privacy unit and charged a client-level add/remove "
+                "fit at epsilon, which is 2 epsilon for one row."
             )
         self._entries = list(entries)
         self._noise_keys = {}
@@ -1146,7 +1191,7 @@ class BudgetAccountant:
 
     @classmethod
     def from_json(cls, text):
-        """Rebuild an attached accountant from :meth:`to_json` output.
+        r"""Rebuild an attached accountant from :meth:`to_json` output.
 
         Every field is validated as :meth:`spend` validates a spend (finite
         ``epsilon > 0`` and ``delta`` in [0, 1) for every entry and event),
@@ -1155,8 +1200,15 @@ class BudgetAccountant:
         ``"add_remove"`` when all its events state add/remove, else as
         ``"replace_one"``, the library's default relation, and an accountant
         without it as ``neighbouring=None`` (the relation of its entries).
-        Likewise an entry without ``privacy_unit`` loads as ``"sample"`` and
-        an accountant without it as ``privacy_unit=None``.
+        Likewise an entry without ``privacy_unit`` loads as ``"client"`` when
+        one of its events states that unit in its ``details``, else as
+        ``"sample"``, and an accountant without it as ``privacy_unit=None``,
+        or as ``privacy_unit="sample"`` if its entries are for different
+        units: it composed them all then, and one row is the only unit they
+        all protect, so this converts them rather than refusing a ledger
+        whose total is known (a client-level add/remove entry is then charged
+        by group privacy at :math:`(2\varepsilon, (1 + e^{\varepsilon})\delta)`,
+        which may bring the total over the ceiling: ValueError).
 
         Raises
         ------
@@ -1186,7 +1238,7 @@ class BudgetAccountant:
                 entries.append(LedgerEntry.from_dict(entry))
             except ValueError as exc:
                 raise ValueError(f"ledger[{position}]: {exc}") from exc
-        accountant._load_entries(entries)
+        accountant._load_entries(entries, unit_saved="privacy_unit" in data)
         return accountant
 
 

@@ -17,6 +17,7 @@ from skdpcluster import (
     BudgetAccountant,
     BudgetExceededError,
     DetachedAccountantError,
+    FederatedPrivateKMeans,
     KTupleClusterer,
     NoiseReuseError,
     NoiseReuseWarning,
@@ -1048,17 +1049,86 @@ def test_json_and_pickle_keep_units_and_load_old_ledgers_as_sample():
     assert old.privacy_unit is None and old.ledger[0].privacy_unit == "sample"
     with pytest.raises(ValueError, match="privacy_unit='client', but.*ledger holds privacy_unit='sample'"):
         old.spend(0.05, 0.0, privacy_unit="client")
-    unconverted = json.loads(acc.to_json())
-    del unconverted["privacy_unit"]
-    unconverted["ledger"].append({"epsilon": 0.1, "delta": 0.0})  # an old (sample) entry
-    with pytest.raises(ValueError, match="saved ledger.*do not add up"):
-        BudgetAccountant.from_json(json.dumps(unconverted))
+    mixed = json.loads(acc.to_json())
+    del mixed["privacy_unit"]
+    mixed["ledger"].append({"epsilon": 0.1, "delta": 0.0, "neighbouring": "add_remove"})  # sample
+    mixed = BudgetAccountant.from_json(json.dumps(mixed))  # converted for one row (review R9 M1)
+    assert mixed.privacy_unit == "sample" and mixed.total()[0] == pytest.approx(1.0 + 0.1)
     state = {"epsilon": 0.5, "delta": 0.0, "label": "", "events": (), "noise_key": None,
              "neighbouring": "replace_one"}
     assert pickle.loads(pickle.dumps(_Forged(LedgerEntry, state))).privacy_unit == "sample"
     old_state = {"epsilon": 1.0, "delta": 1.0, "slack": 0.0, "on_repeated_noise": "warn",
                  "neighbouring": None, "entries": [LedgerEntry(0.5, 0.0)]}  # an old pickle
     assert pickle.loads(pickle.dumps(_Forged(BudgetAccountant, old_state))).privacy_unit is None
+
+
+def _old_client_level_ledger():
+    """The JSON of a client-level add/remove federated fit, as saved before ledgers had units."""
+    rng = np.random.default_rng(0)
+    X = np.vstack([m + rng.normal(size=(300, 2)) for m in ([-5, 0], [5, 0])])
+    acc = BudgetAccountant(epsilon=4.0, delta=1e-5)
+    FederatedPrivateKMeans(n_clusters=2, epsilon=1.0, delta=1e-6, data_radius=10.0,
+                           privacy_unit="client", neighbouring="add_remove", init="sphere_packing",
+                           random_state=0, accountant=acc).fit(X, client_ids=rng.integers(0, 40, len(X)))
+    data = json.loads(acc.to_json())
+    del data["privacy_unit"], data["ledger"][0]["privacy_unit"]  # the format before 96badc3
+    return acc, data
+
+
+def test_an_old_entry_of_a_client_level_fit_loads_as_client_level():
+    """Review R9 M1: an entry saved before entries recorded their unit loaded as 'sample' even
+    when its events state privacy_unit='client', so a sample-level add/remove ledger charged the
+    client-level add/remove fit at epsilon instead of (2 eps, (1 + e^eps) delta)."""
+    acc, data = _old_client_level_ledger()
+    group = (2.0, (1 + math.exp(1.0)) * 1e-6)
+    as_sample = {**data, "privacy_unit": "sample", "neighbouring": "add_remove"}
+    old = BudgetAccountant.from_json(json.dumps(as_sample))
+    assert old.ledger[0].privacy_unit == "client"
+    assert old.total() == pytest.approx(group, rel=1e-12)
+    old.spend(1.0, 0.0, neighbouring="add_remove")  # a sample-level fit is added at its cost
+    assert old.total()[0] == pytest.approx(3.0)
+    state = {name: getattr(acc.ledger[0], name)
+             for name in ("epsilon", "delta", "label", "events", "noise_key", "neighbouring")}
+    entry = pickle.loads(pickle.dumps(_Forged(LedgerEntry, state)))  # an old pickle
+    assert entry.privacy_unit == "client"
+    assert entry.group_cost("add_remove", "sample") == pytest.approx(group, rel=1e-12)
+    assert BudgetAccountant.from_json(json.dumps(data)).privacy_unit is None  # one unit: unchanged
+
+
+def test_an_old_ledger_of_both_units_loads_for_one_row():
+    """Review R9 M1: an accountant saved before it recorded a unit composed a client-level fit
+    and sample-level ones together; it loads as privacy_unit='sample' (the only unit all its
+    entries protect), with the client-level add/remove fit at the group-of-two cost, and a
+    ceiling that cost exceeds is refused saying why."""
+    acc, data = _old_client_level_ledger()
+    data["ledger"].append({"epsilon": 0.5, "delta": 0.0, "neighbouring": "add_remove"})
+    old = BudgetAccountant.from_json(json.dumps(data))
+    assert old.privacy_unit == "sample" and [e.privacy_unit for e in old.ledger] == ["client", "sample"]
+    assert old.total() == pytest.approx((2.5, (1 + math.exp(1.0)) * 1e-6), rel=1e-12)
+    state = {"epsilon": 4.0, "delta": 1e-5, "slack": 0.0, "neighbouring": None,
+             "entries": old.ledger}  # an old pickle of the accountant
+    assert pickle.loads(pickle.dumps(_Forged(BudgetAccountant, state))).privacy_unit == "sample"
+    with pytest.raises(ValueError, match="over its ceiling.*client-level add/remove fit at epsilon"):
+        BudgetAccountant.from_json(json.dumps({**data, "epsilon": 2.0}))
+
+
+@pytest.mark.parametrize("unit, relation", [("client", "replace_one"), ("client", None),
+                                            (None, "add_remove"), (None, None)])
+def test_remaining_and_an_over_budget_spend_with_slack_for_another_unit_or_relation(unit, relation):
+    """Review R9 L1: with slack > 0, remaining() probed with a sample-level replace-one spend,
+    which client-level and add/remove ledgers refuse: it raised ValueError, and so did an
+    over-budget spend (its BudgetExceededError message calls remaining())."""
+    spent = {"privacy_unit": "client" if unit == "client" or relation is None else "sample",
+             "neighbouring": "replace_one" if relation == "replace_one" else "add_remove"}
+    acc = BudgetAccountant(epsilon=2.0, delta=1e-3, slack=1e-6, privacy_unit=unit,
+                           neighbouring=relation)
+    acc.spend(1.5, 1e-6, **spent)
+    eps_left, delta_left = acc.remaining()
+    assert 0 < eps_left <= 0.5 and delta_left == pytest.approx(1e-3 - 2e-6)
+    with pytest.raises(BudgetExceededError, match="remaining is"):
+        acc.spend(1.0, 1e-6, label="second", **spent)
+    assert len(acc.ledger) == 1
+    acc.spend(eps_left, 0.0, **spent)  # what remaining() reports is accepted
 
 
 def test_the_process_default_takes_either_unit():

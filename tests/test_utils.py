@@ -161,3 +161,25 @@ def test_every_parameter_is_documented_once_and_no_placeholder_is_left(name):
                   if re.match(r"^\w[\w, ]* : ", line) for name in line.split(" : ")[0].split(",")]
     expected = list(inspect.signature(estimator).parameters)
     assert sorted(documented) == sorted(expected)
+
+
+@pytest.mark.parametrize("name", ["PrivateStableKMeans", "PrivateStableKMedian", "KTupleClusterer",
+                                  "PrivateHighDimKMeans", "PrivateHighDimKMedian",
+                                  "PrivateGaussianMixture", "FederatedPrivateKMeans",
+                                  "SampleAggregateStableKMeans", "local.LocalPrivateStableKMeans",
+                                  "preprocessing.PrivateStandardScaler"])
+def test_data_center_is_documented_with_its_none_after_a_failed_step(name):
+    """Review R9 L3: every estimator sets ``data_center_``, ``None`` after a failed private step,
+    but LocalPrivateStableKMeans, SampleAggregateStableKMeans and PrivateGaussianMixture did not
+    document it as an attribute, and no docstring said it could be None."""
+    import importlib
+    import inspect
+    import re
+
+    module, _, cls = f"skdpcluster.{name}".rpartition(".")
+    doc = inspect.getdoc(getattr(importlib.import_module(module), cls))
+    attributes = doc.split("\nAttributes\n----------\n")[1]
+    entry = re.search(r"^data_center_ : (.*)\n((?:    .*\n)+)", attributes, re.MULTILINE)
+    assert entry is not None, f"{name} does not document data_center_"
+    assert entry[1] == "ndarray of shape (n_features,) or None"
+    assert "``None`` after a fit whose private step failed" in " ".join(entry[2].split())

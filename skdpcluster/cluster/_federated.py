@@ -280,11 +280,7 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         delta) per use, sensitivity, noise scale and uses (public).
     data_radius_ : float
         The bound :math:`\Delta` used (private when ``data_radius=None``; ``nan`` with ``data_radius="data"``).
-    data_center_ : ndarray of shape (n_features,)
-        The centre of the bound: released when ``data_radius=None`` released
-        it (private; under replace-one, the origin when the rows were too few to
-        locate it; under add/remove, where n is private, always a released centre),
-        else the public ``data_center`` (the origin when it is ``None``).
+    {data_center_}
     status_ : str
         ``"success"``: centres are always released; ``"failure"`` only when the private step failed (a
         :class:`~skdpcluster.exceptions.PrivateStepFailedWarning`; nothing released).

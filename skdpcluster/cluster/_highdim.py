@@ -835,11 +835,7 @@ _SHARED_ATTRIBUTES = r"""
         The resolved budget (:class:`HighDimBudget`, public).
     data_radius_ : float
         The L2 bound :math:`\Lambda` used (private when ``data_radius=None``; ``nan`` with ``data_radius="data"``).
-    data_center_ : ndarray of shape (n_features,)
-        The centre of the bound: released when ``data_radius=None`` released
-        it (private; under replace-one, the origin when the rows were too few to
-        locate it; under add/remove, where n is private, always a released centre),
-        else the public ``data_center`` (the origin when it is ``None``).
+    {data_center_}
     privacy_spent_ : dict
         ``{"epsilon", "delta", "proven"}`` charged to the accountant, never
         more than requested; ``delta`` is 0 in the pure-DP default.

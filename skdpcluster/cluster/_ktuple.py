@@ -301,12 +301,7 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
     data_radius_ : float
         The bound used by ``"averages"`` (private when ``data_radius=None``;
         ``nan`` for ``"noisy_centers"``).
-    data_center_ : ndarray of shape (n_features,)
-        The centre of the bound: released when ``data_radius=None`` released
-        it (private; the origin when the rows were too few to locate it), else
-        the public ``data_center`` (the origin when it is ``None``).
-        With ``"data"`` the exact bound is used but not stored (``data_radius_``
-        is ``nan``) and ``privacy_spent_["proven"]`` is False. At most 1e100.
+    {data_center_}
     privacy_spent_ : dict
         ``{"epsilon", "delta", "proven"}`` charged to the accountant; never
         more than requested in the default modes. Plus ``"rho"`` when the

@@ -235,6 +235,7 @@ class SampleAggregateStableKMeans(PrivateStableKMeans):
     privacy_ledger_ : list of PrivacyEvent
     data_radius_ : float
         The bound :math:`\Lambda` used (the private one when ``data_radius=None``).
+    {data_center_}
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (`n_features_in_`,)
 

@@ -1203,11 +1203,7 @@ _SHARED_ATTRIBUTES = r"""
         ledger is ``privacy_spent_``.
     data_radius_ : float
         The bound used (private when ``data_radius=None``; ``nan`` with ``data_radius="data"``).
-    data_center_ : ndarray of shape (n_features,)
-        The centre of the bound: released when ``data_radius=None`` released
-        it (private; under replace-one, the origin when the rows were too few to
-        locate it; under add/remove, where n is private, always a released centre),
-        else the public ``data_center`` (the origin when it is ``None``).
+    {data_center_}
     n_features_in_ : int
         Number of features seen during fit.
     feature_names_in_ : ndarray of shape (`n_features_in_`,)

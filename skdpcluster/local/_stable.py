@@ -238,6 +238,10 @@ class LocalPrivateStableKMeans(_BasePrivateClusterer):
         One user's reports of every round (zero cost each, their per-user
         (epsilon, delta) in ``details``), then the ``"local_per_user"`` event
         carrying the per-user guarantee.
+    data_center_ : ndarray of shape (n_features,) or None
+        The public ``data_center`` (the origin when it is ``None``); ``None``
+        after a fit whose private step failed (``"private_step_failed"`` in
+        ``privacy_ledger_``), first fit or refit.
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (`n_features_in_`,)
 

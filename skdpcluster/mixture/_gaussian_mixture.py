@@ -692,6 +692,7 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
     m_, ell_, separation_, data_radius_ : int, float, float, float
         Public parameters of the k-tuple test (see
         :class:`~skdpcluster.KTupleClusterer`).
+    {data_center_}
     privacy_spent_ : dict
         ``{"epsilon", "delta", "proven"}`` charged to the accountant; never
         more than requested.

@@ -14,6 +14,7 @@ from skdpcluster.averaging._common import project_into_ball
 from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _PrivateFitMixin, _random_state_constraint
 from skdpcluster.mechanisms import gaussian_mechanism
 from skdpcluster.utils._compat import Interval, StrOptions
+from skdpcluster.utils._docstrings import shared_params
 
 __all__ = ["PrivateStandardScaler", "make_private_pipeline"]
 
@@ -62,6 +63,7 @@ def _moments_pass(rows, radius, epsilon, delta, rng):
     return mean, np.maximum(second - mean**2, max(sigma, (_MIN_SCALE * radius) ** 2)), event
 
 
+@shared_params
 class PrivateStandardScaler(_PrivateFitMixin, OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
     r"""Standardize features with a differentially private mean and standard deviation.
 
@@ -126,17 +128,20 @@ class PrivateStandardScaler(_PrivateFitMixin, OneToOneFeatureMixin, TransformerM
         ``scale_ ** 2``.
     output_radius_ : float
         Public bound on the norm of every row ``transform`` returns.
-    data_radius_, data_center_ : float, ndarray
+    data_radius_ : float
         The bound used: released privately when ``data_radius=None``, else
-        the public ``data_radius`` (``nan`` with ``"data"``) and
-        ``data_center`` (the origin when it is ``None``).
+        the public ``data_radius`` (``nan`` with ``"data"``).
+    {data_center_}
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (`n_features_in_`,)
     privacy_spent_ : dict
         ``{"epsilon", "delta", "proven"}`` of the fit.
     privacy_ledger_ : list of PrivacyEvent
     status_ : str
-        Always ``"success"`` (the scaler has no private test).
+        ``"success"`` (the scaler has no private test); ``"failure"`` only
+        when the private step failed (a
+        :class:`~skdpcluster.exceptions.PrivateStepFailedWarning`; nothing
+        released).
 
     Examples
     --------

@@ -1,4 +1,4 @@
-"""One text for the parameters the estimators share, filled into their docstrings.
+"""One text for the parameters (and attributes) the estimators share, filled into their docstrings.
 
 A placeholder is a docstring line holding only ``{name}``: :func:`shared_params`
 replaces it by ``_shared_params[name]``, every line indented like the
@@ -36,6 +36,15 @@ of (epsilon, delta) (:mod:`skdpcluster.bounds`), stored in
 ``data_center_`` and ``data_radius_``; ``"data"`` computes the exact
 bound from the data (not private, with a
 :class:`~skdpcluster.exceptions.PrivacyLeakWarning`).""",
+    # An entry of the Attributes sections of the estimators with a private bound.
+    "data_center_": """\
+data_center_ : ndarray of shape (n_features,) or None
+    The centre of the bound: released when ``data_radius=None`` released
+    it (private; under replace-one, where the number of rows is public, the
+    origin when they were too few to locate it; under add/remove always a
+    released centre), else the public ``data_center`` (the origin when it
+    is ``None``). ``None`` after a fit whose private step failed
+    (``"private_step_failed"`` in ``privacy_ledger_``), first fit or refit.""",
     "accountant": """\
 accountant : BudgetAccountant, default=None
     Charged once per fit with ``privacy_spent_``; ``None`` uses the
