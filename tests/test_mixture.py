@@ -557,3 +557,17 @@ def test_noisy_centres_released_far_apart_are_refined():
     assert g.status_ == "success" and g.privacy_spent_["proven"]
     assert "private_step_failed" not in [e.mechanism for e in g.privacy_ledger_]
     assert np.all(np.isfinite(g.means_))
+
+
+def test_a_sigma_max_the_learner_refuses_is_refused_before_any_spend():
+    """Review R10 M1: sigma_max above 1e152 was refused by the learner inside the private step,
+    after the refinement's noise: a charged failure (proven=False). Now a ValueError naming
+    sigma_max, with nothing charged."""
+    accountant = BudgetAccountant()
+    X = np.random.default_rng(0).normal(size=(400, 2))
+    estimator = PrivateGaussianMixture(n_components=1, epsilon=1.0, delta=1e-6, data_radius=10.0,
+                                       sigma_min=1e-3, sigma_max=1e153, random_state=0,
+                                       accountant=accountant)
+    with pytest.raises(ValueError, match="sigma_max=1e\\+153"):
+        estimator.fit(X)
+    assert accountant.ledger == []

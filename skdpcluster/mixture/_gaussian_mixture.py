@@ -24,7 +24,8 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from skdpcluster.ktuple._framework import FLOAT_MAX
 from skdpcluster.ktuple._tuples import allocate_blocks, generate_tuples_of_rows
 from skdpcluster.averaging import private_gaussian_estimate
-from skdpcluster.averaging._common import project_into_ball
+from skdpcluster.averaging._common import _split_evenly, project_into_ball
+from skdpcluster.averaging.gaussian import _MAX_NOISE_SCALE
 from skdpcluster.cluster._base import (
     PrivateFit,
     PrivateFitPlan,
@@ -142,8 +143,16 @@ class _FreshBudget:
         # 2018, Theorem 8; Dong, Roth & Su 2022, Corollary 2.13).
         mu = 1.0 / analytic_gaussian_sigma(1.0, epsilon, delta)
         per_component = mu * mu / 8.0
-        return cls(float(epsilon), float(delta), mu, REFINE_SHARE * per_component,
-                   (1.0 - REFINE_SHARE) * per_component)
+        rho_refine, rho_learner = REFINE_SHARE * per_component, (1.0 - REFINE_SHARE) * per_component
+        # The smallest zCDP share of a release: the refinement's steps and the learner's (half
+        # of rho_learner over its longer stage). A share that rounds to 0 was refused inside the
+        # private step, a charged failure (review R10 M1: epsilon = delta = 1e-220).
+        if not min(rho_refine / (2 * REFINE_ROUNDS),
+                   _split_evenly(rho_learner / 2.0, max(LEARNER_ITERATIONS))) > 0:
+            raise ValueError(
+                f"epsilon={epsilon!r} and delta={delta!r} are too small for "
+                "PrivateGaussianMixture: the zCDP share of a Gaussian release rounds to 0.")
+        return cls(float(epsilon), float(delta), mu, rho_refine, rho_learner)
 
     def event(self, released, events):
         """The composite event of the fresh part: ``(epsilon, delta)``, priced even if not run."""
@@ -956,6 +965,11 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         low, high = self.sigma_min, self.sigma_max
         if isinstance(low, Real) and isinstance(high, Real) and low > high:
             raise ValueError(f"sigma_min={low!r} must not exceed sigma_max={high!r}.")
+        if isinstance(high, Real) and not high <= _MAX_NOISE_SCALE:
+            # The learner refuses it (its square overflows), but inside the private step after
+            # the refinement's noise: a charged failure (review R10 M1).
+            raise ValueError(f"sigma_max={high!r} must be at most {_MAX_NOISE_SCALE:g}: the "
+                             "learner's covariance, clipped to sigma_max**2, would overflow.")
         if low is not None and high is not None:
             return {}
         reason = (
