@@ -23,7 +23,8 @@ from skdpcluster.exceptions import (
 )
 from skdpcluster.ktuple import min_tuples
 from skdpcluster.mechanisms import analytic_gaussian_sigma
-from skdpcluster.mixture._gaussian_mixture import PrivateGaussianMixture, _FreshBudget, _nearest_gaps
+from skdpcluster.ktuple._framework import nearest_gaps as _nearest_gaps
+from skdpcluster.mixture._gaussian_mixture import PrivateGaussianMixture, _FreshBudget
 from skdpcluster.utils.estimator_checks import dp_checks
 
 N_TUPLES = min_tuples(1.0, 1e-6, 0.05)  # 1963

@@ -21,7 +21,7 @@ from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from skdpcluster.ktuple._framework import FLOAT_MAX
+from skdpcluster.ktuple._framework import FLOAT_MAX, nearest_gaps
 from skdpcluster.ktuple._tuples import allocate_blocks, generate_tuples_of_rows
 from skdpcluster.averaging import private_gaussian_estimate
 from skdpcluster.averaging._common import _split_evenly, project_into_ball
@@ -328,23 +328,6 @@ def _refine_component(points, n_public, center, radius, rho, rng):
         radius = max(min(radius, SCALE_CLIP_FACTOR * scale), np.finfo(float).tiny)
         events += [mean_event, scale_event]
     return center, radius, scale, events
-
-
-def _nearest_gaps(centers):
-    """Distance from every centre to its nearest other centre, at most the largest float.
-
-    Each difference is scaled by a power of two near its largest coordinate
-    (exact) before its norm, so no square overflows or underflows:
-    ``np.linalg.norm`` made every gap above about 1.3e154 infinite, and the
-    refinement's clipping radius with it (review R6-L2). A gap beyond the float
-    range (a difference that overflowed) is :data:`FLOAT_MAX`.
-    """
-    differences = centers[:, None, :] - centers[None, :, :]
-    _, exponents = np.frexp(np.max(np.abs(differences), axis=-1))
-    scales = np.ldexp(1.0, exponents - 1)[..., None]  # finite, and > 0 for every float
-    gaps = np.minimum(np.linalg.norm(differences / scales, axis=-1) * scales[..., 0], FLOAT_MAX)
-    np.fill_diagonal(gaps, np.inf)
-    return gaps.min(axis=1)
 
 
 def _empirical_sigmas(points):
@@ -1084,7 +1067,7 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         points, exact = _components(fresh, centers)
         counts, count_event = _noisy_counts(exact, k, budget.rho_refine, rng, "refine")
         if radii is None:
-            radii = np.maximum(_nearest_gaps(centers) / 2.0, np.finfo(float).tiny)
+            radii = np.maximum(nearest_gaps(centers) / 2.0, np.finfo(float).tiny)
         refined, events = [], [count_event]
         for j in range(k):
             *result, refine_events = _refine_component(points[j], max(counts[j], 1.0),
