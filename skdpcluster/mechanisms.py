@@ -33,6 +33,7 @@ The guarantees here are those of the idealised real-valued mechanisms.
 
 import math
 from dataclasses import asdict, dataclass, field, replace
+from fractions import Fraction
 from numbers import Integral
 
 import numpy as np
@@ -49,11 +50,13 @@ __all__ = [
     "gaussian_mechanism",
     "gaussian_sigma",
     "laplace_mechanism",
+    "laplace_scale",
     "laplace_zero_cells_above",
     "randomized_response",
     "subsampled_epsilon_delta",
     "subsampled_event",
     "zcdp_gaussian_mechanism",
+    "zcdp_gaussian_sigma",
     "zcdp_rho_for_dp",
     "zcdp_to_dp",
 ]
@@ -139,18 +142,84 @@ def _check_sensitivity(sensitivity):
     return float(sensitivity)
 
 
-def _checked_scale(scale, sensitivity, budget, kind):
-    """``scale``, refused (ValueError, before any draw) where it is not a usable noise scale.
+def _checked_scale(scale, sensitivity, budget, kind, covers):
+    r"""``scale`` rounded up to the first float that ``covers`` exactly; ValueError where unusable.
 
-    A positive sensitivity whose scale underflows to 0 would release the
-    exact value, and one that overflows would release infinities; both
-    happen only at public values beyond what float64 calibrates.
+    ``scale`` is the calibration's quotient rounded to nearest, within
+    :math:`k` units of roundoff :math:`u = 2^{-53}` of the exact value
+    (:math:`k` = 1 for the Laplace scale, 3 for the zCDP sigma: see the
+    callers). For a normal ``scale`` in :math:`[2^e, 2^{e+1})` one float
+    up adds :math:`2^{e-52} > u \cdot` ``scale`` and every later step at least
+    as much, so at most :math:`k` steps reach the exact value; ``covers``
+    (an exact rational comparison) stops at the first float at or above it,
+    so an exact quotient is kept as it is. A positive sensitivity whose scale
+    is below the smallest normal float (a subnormal has no relative
+    precision: 5 ulps / 2 rounded to 2), 0 (the exact value would be
+    released) or infinite is refused before any draw; this happens only at
+    public values beyond what float64 calibrates.
     """
-    if not (math.isfinite(scale) and (scale > 0 or sensitivity == 0)):
+    if sensitivity == 0:
+        return 0.0
+    if scale >= _SMALLEST_NORMAL:  # within k roundoffs of the exact value: step up to it
+        while math.isfinite(scale) and not covers(Fraction(scale)):
+            scale = math.nextafter(scale, math.inf)
+    if not (math.isfinite(scale) and scale >= _SMALLEST_NORMAL):
         raise ValueError(
             f"the {kind} noise scale at sensitivity={sensitivity!r}, {budget} is {scale!r}: "
             "beyond what float64 calibrates; rescale the data or choose a moderate budget.")
     return scale
+
+
+#: The smallest positive normal float64: noise scales below it are refused (see _checked_scale).
+_SMALLEST_NORMAL = float(np.finfo(float).tiny)
+
+
+def laplace_scale(sensitivity, epsilon):
+    r"""The Laplace mechanism's scale :math:`\Delta/\varepsilon`, rounded up.
+
+    The quotient rounded to nearest is within a relative :math:`u = 2^{-53}`
+    of the exact one, so at most one float up (:func:`_checked_scale`) is at
+    or above it (review R10 L2: rounded to nearest, half of all scales were
+    below the calibration, the true epsilon up to 0.49 ulp above the
+    recorded one). ``ValueError``, before any draw, for invalid parameters
+    or a scale that underflows below the smallest normal float or
+    overflows.
+
+    Returns
+    -------
+    float
+    """
+    epsilon, _ = check_epsilon_delta(epsilon, 0.0)
+    sensitivity = _check_sensitivity(sensitivity)
+    exact = Fraction(sensitivity) / Fraction(epsilon)
+    return _checked_scale(sensitivity / epsilon, sensitivity, f"epsilon={epsilon!r}", "Laplace",
+                          lambda scale: scale >= exact)
+
+
+def zcdp_gaussian_sigma(sensitivity, rho):
+    r"""The zCDP Gaussian noise scale :math:`\Delta/\sqrt{2\rho}`, rounded up.
+
+    ``2 * rho`` is exact (or overflows, which gives a scale of 0, refused),
+    the square root and the quotient each round by a relative :math:`u =
+    2^{-53}` at most, so the computed :math:`q` satisfies
+    :math:`\Delta/\sqrt{2\rho} \le q (1 + u)/(1 - u) < q (1 + 3u)`: at most
+    three floats up (:func:`_checked_scale`, which stops at the first sigma
+    with :math:`2\rho\sigma^2 \ge \Delta^2` exactly) are at or above the
+    exact scale (review R10 L2: rounded to nearest, the true rho was up to
+    1.81 ulp above the recorded one). ``ValueError``, before any draw, for
+    an invalid ``rho`` or sensitivity, or a scale that underflows below the
+    smallest normal float or overflows.
+
+    Returns
+    -------
+    float
+    """
+    if not (rho > 0 and np.isfinite(rho)):
+        raise ValueError(f"rho must be finite and > 0, got rho={rho!r}.")
+    sensitivity = _check_sensitivity(sensitivity)
+    squared, twice_rho = Fraction(sensitivity) ** 2, 2 * Fraction(rho)
+    return _checked_scale(sensitivity / math.sqrt(2.0 * rho), sensitivity, f"rho={rho!r}",
+                          "Gaussian", lambda sigma: twice_rho * sigma * sigma >= squared)
 
 
 # ---------------------------------------------------------------------------
@@ -163,7 +232,8 @@ def laplace_mechanism(value, *, sensitivity, epsilon, rng, label="", neighbourin
 
     Theorem 2.6 of Cohen et al. (2021): if :math:`\|f(S) - f(S')\|_1 \le
     \Delta` for all neighbours, then :math:`f(S) + \mathrm{Lap}(\Delta/\varepsilon)`
-    (independent noise per coordinate) is :math:`\varepsilon`-DP.
+    (independent noise per coordinate) is :math:`\varepsilon`-DP. The
+    scale is rounded up (:func:`laplace_scale`) and recorded in the event.
 
     Parameters
     ----------
@@ -185,7 +255,7 @@ def laplace_mechanism(value, *, sensitivity, epsilon, rng, label="", neighbourin
     """
     epsilon, _ = check_epsilon_delta(epsilon, 0.0)
     sensitivity = _check_sensitivity(sensitivity)
-    scale = _checked_scale(sensitivity / epsilon, sensitivity, f"epsilon={epsilon!r}", "Laplace")
+    scale = laplace_scale(sensitivity, epsilon)
     value = np.asarray(value, dtype=float)
     noisy = value + rng.laplace(0.0, scale, size=value.shape) if scale > 0 else value.copy()
     event = PrivacyEvent(
@@ -615,15 +685,13 @@ def zcdp_rho_for_dp(epsilon, delta):
 def zcdp_gaussian_mechanism(value, *, sensitivity, rho, rng, label="", neighbouring="replace_one"):
     r"""Release ``value + N(0, sigma^2 I)`` with :math:`\sigma = \Delta/\sqrt{2\rho}`.
 
-    Bun & Steinke (2016), Proposition 1.6: this is :math:`\rho`-zCDP. The
+    Bun & Steinke (2016), Proposition 1.6: this is :math:`\rho`-zCDP;
+    sigma is rounded up (:func:`zcdp_gaussian_sigma`) and recorded. The
     event records ``rho`` and ``epsilon = delta = 0``: its (epsilon, delta)
     cost is decided by the caller's zCDP composition and conversion.
     """
-    if not (rho > 0 and np.isfinite(rho)):
-        raise ValueError(f"rho must be finite and > 0, got rho={rho!r}.")
+    sigma = zcdp_gaussian_sigma(sensitivity, rho)
     sensitivity = _check_sensitivity(sensitivity)
-    sigma = _checked_scale(sensitivity / math.sqrt(2.0 * rho), sensitivity, f"rho={rho!r}",
-                           "Gaussian")
     value = np.asarray(value, dtype=float)
     noisy = value + rng.normal(0.0, sigma, size=value.shape) if sigma > 0 else value.copy()
     event = PrivacyEvent(

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from skdpcluster.mechanisms import zcdp_gaussian_sigma
 from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score
 
@@ -406,7 +407,8 @@ def test_kmedian_ledger_records_the_one_medians_releases(mixture, neighbouring, 
     assert (details["count_sensitivity"], details["gradient_sensitivity"]) == sensitivities
     assert (details["n_iter"], details["step_scale"]) == (20, 0.5)
     for kind, share in (("count", details["rho_count"]), ("gradient", details["rho_per_step"])):
-        assert details[f"{kind}_scale"] == details[f"{kind}_sensitivity"] / math.sqrt(2 * share)
+        # Rounded up (review R10 L2): at most 3 floats above the quotient rounded to nearest.
+        assert details[f"{kind}_scale"] == zcdp_gaussian_sigma(details[f"{kind}_sensitivity"], share)
     assert details["rho_count"] == pytest.approx(0.1 * details["call_rho"], rel=1e-12)
     assert details["call_rho"] == math.fsum([details["rho_count"]] + [details["rho_per_step"]] * 20)
     assert details["call_rho"] <= event.rho == rho

@@ -211,3 +211,29 @@ def test_a_clamped_release_warns_that_it_carries_no_information():
         result = private_k_noisy_centers(tuples, epsilon=0.001, delta=1e-6, beta=0.05,
                                          separation=7.5, rng=np.random.default_rng(0))
     assert result.success and np.all(np.isfinite(result.centers))
+
+
+def test_log_gaps_hold_their_sensitivity_at_the_extremes():
+    """Review R10 L1: the gaps were np.linalg.norm of the differences, whose squares are
+    subnormal for gaps ~1.6e-162..1.5e-154 (two gaps 2e-9 apart in relative terms gave log
+    gaps 0.347 = 48 eta apart); eta = log((Delta+2)/(Delta-2)) rounded to 0 above ~3.6e16 (a
+    Laplace of sensitivity 0: no noise) and below the rounding of log D from ~1e15. Now the
+    gaps are scaled before their norm, eta is log1p(4/(Delta-2)), and a separation whose eta
+    is below 2**-40 is refused before any randomness, naming separation."""
+    from skdpcluster.ktuple._framework import nearest_gaps
+    from skdpcluster.ktuple.noisy_centers import _log_gaps_sensitivity
+
+    boundary = math.sqrt(1.5) * 2.0**-537
+    for gap in (boundary * (1 - 1e-9), boundary * (1 + 1e-9), 3e-162):
+        computed = nearest_gaps(np.array([[0.0], [gap]]))
+        assert abs(math.log(computed[0]) - math.log(gap)) < 1e-15
+    assert _log_gaps_sensitivity(2, 1e17) == pytest.approx(2 * 4e-17, rel=1e-15)
+    n = min_tuples(1.0, 1e-6, 0.05)
+    tuples = np.zeros((n, 2, 1))
+    tuples[:, 1, 0] = 1.0
+    rng = np.random.default_rng(0)
+    state = rng.bit_generator.state
+    with pytest.raises(ValueError, match="separation=10000000000000.0 is too large"):
+        private_k_noisy_centers(tuples, epsilon=1.0, delta=1e-6, beta=0.05, separation=1e13,
+                                rng=rng)
+    assert rng.bit_generator.state == state

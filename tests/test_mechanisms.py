@@ -445,6 +445,9 @@ def test_select_privately_refuses_a_radius_its_costs_cannot_hold(radius):
     (M.zcdp_gaussian_mechanism, {"sensitivity": 5e-324, "rho": 2.0}),
     (M.laplace_mechanism, {"sensitivity": 1e300, "epsilon": 1e-10}),
     (M.zcdp_gaussian_mechanism, {"sensitivity": 1e300, "rho": 1e-300}),
+    # Subnormal scales (review R10 L2): 5 ulps / 2 rounded to 2 ulps (true epsilon 2.5).
+    (M.laplace_mechanism, {"sensitivity": 5 * 2.0**-1074, "epsilon": 2.0}),
+    (M.zcdp_gaussian_mechanism, {"sensitivity": 1e-300, "rho": 1e16}),
 ])
 def test_a_noise_scale_that_underflows_or_overflows_is_refused_before_any_draw(mechanism, budget):
     """A positive sensitivity whose scale rounded to 0 released the exact value (no noise); one
@@ -454,3 +457,24 @@ def test_a_noise_scale_that_underflows_or_overflows_is_refused_before_any_draw(m
     with pytest.raises(ValueError, match="noise scale at sensitivity"):
         mechanism(1.0, rng=rng, **budget)
     assert rng.bit_generator.state == state
+
+
+def test_laplace_and_zcdp_scales_are_never_below_the_exact_calibration():
+    """Review R10 L2: the scales were rounded to nearest, so about half were below
+    sensitivity / epsilon (true epsilon up to 0.49 ulp above the recorded one) or
+    sensitivity / sqrt(2 rho) (true rho up to 1.81 ulp above). Checked exactly in rationals;
+    the event records the scale the noise used."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(0)
+    for _ in range(3000):
+        sensitivity = float(10 ** rng.uniform(-300, 300))
+        epsilon, rho = float(10 ** rng.uniform(-3, 1)), float(10 ** rng.uniform(-6, 1))
+        scale = M.laplace_scale(sensitivity, epsilon)
+        _, event = M.laplace_mechanism(0.0, sensitivity=sensitivity, epsilon=epsilon, rng=rng)
+        assert event.scale == scale
+        assert Fraction(sensitivity) / Fraction(scale) <= Fraction(epsilon)
+        sigma = M.zcdp_gaussian_sigma(sensitivity, rho)
+        _, event = M.zcdp_gaussian_mechanism(0.0, sensitivity=sensitivity, rho=rho, rng=rng)
+        assert event.scale == sigma
+        assert Fraction(sensitivity) ** 2 / (2 * Fraction(sigma) ** 2) <= Fraction(rho)

@@ -23,8 +23,9 @@ from skdpcluster.exceptions import (
 )
 from skdpcluster.ktuple import min_tuples
 from skdpcluster.mechanisms import analytic_gaussian_sigma
+from skdpcluster.ktuple._framework import nearest_gaps as _nearest_gaps
 from skdpcluster.mixture import _gaussian_mixture
-from skdpcluster.mixture._gaussian_mixture import PrivateGaussianMixture, _FreshBudget, _nearest_gaps
+from skdpcluster.mixture._gaussian_mixture import PrivateGaussianMixture, _FreshBudget
 from skdpcluster.utils.estimator_checks import dp_checks
 
 N_TUPLES = min_tuples(1.0, 1e-6, 0.05)  # 1963
@@ -579,3 +580,17 @@ def test_the_refinement_noises_offsets_not_positions(monkeypatch):
     assert len(noised) == 2 * _gaussian_mixture.REFINE_ROUNDS
     for norm, sensitivity in noised:
         assert norm <= 10_000.0 * sensitivity * (1 + 1e-9)
+
+
+def test_a_sigma_max_the_learner_refuses_is_refused_before_any_spend():
+    """Review R10 M1: sigma_max above 1e152 was refused by the learner inside the private step,
+    after the refinement's noise: a charged failure (proven=False). Now a ValueError naming
+    sigma_max, with nothing charged."""
+    accountant = BudgetAccountant()
+    X = np.random.default_rng(0).normal(size=(400, 2))
+    estimator = PrivateGaussianMixture(n_components=1, epsilon=1.0, delta=1e-6, data_radius=10.0,
+                                       sigma_min=1e-3, sigma_max=1e153, random_state=0,
+                                       accountant=accountant)
+    with pytest.raises(ValueError, match="sigma_max=1e\\+153"):
+        estimator.fit(X)
+    assert accountant.ledger == []

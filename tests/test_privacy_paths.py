@@ -7,6 +7,7 @@ Each test names the item it covers; all of them failed on the code before the fi
 
 import contextlib
 import io
+import itertools
 import math
 import re
 import warnings
@@ -594,3 +595,47 @@ def test_a_bound_below_the_rounding_floor_is_refused_before_any_randomness(estim
         clone(estimator).set_params(data_radius=2.0**-501, accountant=accountant,
                                     random_state=0).fit(X)
     assert accountant.ledger == []
+
+
+def _extreme_budget_estimators():
+    """Every estimator of the package, with its number of clusters where it has one."""
+    import skdpcluster
+
+    classes = [getattr(skdpcluster, name) for name in skdpcluster.__all__]
+    classes = [cls for cls in classes if isinstance(cls, type) and hasattr(cls, "fit")]
+    for cls in classes + [LocalPrivateStableKMeans]:
+        name = "n_components" if cls is PrivateGaussianMixture else "n_clusters"
+        for k in (1, 2):
+            yield pytest.param(cls, {name: k}, id=f"{cls.__name__}-{k}")
+    yield pytest.param(PrivateStandardScaler, {}, id="PrivateStandardScaler")
+
+
+@pytest.mark.parametrize("cls, size", list(_extreme_budget_estimators()))
+def test_extreme_public_budgets_are_refused_before_any_spend_or_fit_proven(cls, size):
+    """Review R10 M1: the calibrations' refusals (epsilon above 1e17, a noise scale beyond the
+    float range, a zCDP share that rounds to 0) ran inside the private step of several
+    estimators, so public settings ended as charged failures (proven=False) or, in the stable
+    estimators' noise check, a ZeroDivisionError. Each setting is now either refused with a
+    ValueError and an empty ledger, or fits proven with no failed step."""
+    X = np.random.default_rng(0).normal(size=(120, 2))
+    X[:60] += 4.0
+    settings = [(1e18, 1e-6, 10.0), (1e18, 1e-6, 1e100), (1e-220, 1e-220, 10.0),
+                (1e-220, 1e-220, 1e100)]
+    relations = ["replace_one", "add_remove"] if "neighbouring" in cls().get_params() else [None]
+    for (epsilon, delta, radius), relation in itertools.product(settings, relations):
+        accountant = BudgetAccountant()
+        params = dict(size, epsilon=epsilon, delta=delta, data_radius=radius, random_state=0,
+                      accountant=accountant)
+        if relation is not None:
+            params["neighbouring"] = relation
+        estimator = cls(**params)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                estimator.fit(X)
+        except ValueError:
+            assert accountant.ledger == [], params
+            continue
+        assert estimator.privacy_spent_["proven"], params
+        assert not any(event.mechanism == "private_step_failed"
+                       for event in estimator.privacy_ledger_), params

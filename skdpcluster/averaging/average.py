@@ -8,6 +8,7 @@ import numpy as np
 
 from skdpcluster.averaging._common import (
     _check_choice,
+    _check_grid,
     _check_points,
     _split_evenly,
     project_into_ball,
@@ -92,6 +93,28 @@ def _axis_budget(epsilon, delta, n_axes, composition):
     return basic
 
 
+def _checked_axis_budget(n_public, grid, epsilon, delta, n_axes, composition, neighbouring):
+    """The per-axis budget, refused (ValueError) where an axis' Gaussian step cannot calibrate."""
+    budget = _axis_budget(epsilon, delta, n_axes, composition)
+    _check_noise_scale(n_public, grid, budget.epsilon_axis, budget.delta_axis, neighbouring)
+    return budget
+
+
+def check_average_budget(*, n_public, data_radius, r_min, epsilon, delta, n_features,
+                         neighbouring, composition="auto"):
+    """Refuse, in a plan, the public values at which :func:`private_average` would raise.
+
+    For callers that validate ``epsilon``, ``delta`` and ``neighbouring``
+    themselves and run :func:`private_average` inside a private step (review
+    R10 M1: its calibration refusals, an epsilon above 1e17 or a sigma above
+    the float maximum, ended such fits as charged failures). ``n_public``
+    is the smallest divisor the release can get (the noise grows as it
+    shrinks). Raises ``ValueError`` as :func:`private_average` would.
+    """
+    grid = _check_grid(data_radius, r_min)
+    _checked_axis_budget(n_public, grid, epsilon, delta, n_features, composition, neighbouring)
+
+
 def private_average(
     points,
     *,
@@ -163,8 +186,7 @@ def private_average(
     )
     _check_choice(composition, "composition", _COMPOSITIONS)
     n_axes = points.shape[1]
-    budget = _axis_budget(epsilon, delta, n_axes, composition)
-    _check_noise_scale(n_public, grid, budget.epsilon_axis, budget.delta_axis, neighbouring)
+    budget = _checked_axis_budget(n_public, grid, epsilon, delta, n_axes, composition, neighbouring)
     projected = np.array(points, dtype=float)  # a copy: the caller's points are not changed
     project_into_ball(projected, grid[0])  # every row's exact norm <= the radius
     beta_axis = beta / n_axes

@@ -23,6 +23,7 @@ from skdpcluster.averaging._common import (
 from skdpcluster.mechanisms import (
     PrivacyEvent,
     zcdp_gaussian_mechanism,
+    zcdp_gaussian_sigma,
 )
 from skdpcluster.utils._threads import ordered_map
 from skdpcluster.utils._validation import check_epsilon_delta
@@ -357,6 +358,8 @@ def private_one_medians(
             f"step_scale={step_scale!r} is above {MAX_STEP_SCALE:g}: a step of more than a "
             "million domain radii only overshoots, and its products overflow float64.")
     _check_choice(neighbouring, "neighbouring", _MEDIAN_SENSITIVITIES)
+    check_one_median_budget(epsilon=epsilon, delta=delta, n_iter=n_iter,
+                            neighbouring=neighbouring)
     rng = _check_generator(rng)
     counts, order = cell_order(labels, len(centers))
     points_t = sorted_by_cell(points, order)
@@ -493,9 +496,7 @@ def _median_descent(counts, unit_sums, centers, radii, *, epsilon, delta, rng, n
     ``unit_sums(iterates)`` returns the per-cell sums of unit vectors at the iterates.
     """
     gradient_sensitivity, count_sensitivity = _MEDIAN_SENSITIVITIES[neighbouring]
-    rho = _gdp_rho(epsilon, delta)
-    rho_count = _MEDIAN_COUNT_SHARE * rho
-    rho_step = _split_evenly(rho - rho_count, n_iter)
+    rho_count, rho_step = _median_rhos(epsilon, delta, n_iter)
     noisy_counts, count_event = zcdp_gaussian_mechanism(
         counts.astype(float), sensitivity=count_sensitivity, rho=rho_count, rng=rng,
         neighbouring=neighbouring,
@@ -514,6 +515,33 @@ def _median_descent(counts, unit_sums, centers, radii, *, epsilon, delta, rng, n
             suffix_sum += iterates
     return suffix_sum / (n_iter - n_iter // 2), _median_event(
         epsilon, delta, count_event, gradient_event, n_iter, step_scale, len(centers))
+
+
+def _median_rhos(epsilon, delta, n_iter):
+    """The zCDP of the 1-median's count release and of each of its ``n_iter`` steps."""
+    rho = _gdp_rho(epsilon, delta)
+    rho_count = _MEDIAN_COUNT_SHARE * rho
+    return rho_count, _split_evenly(rho - rho_count, n_iter)
+
+
+def check_one_median_budget(*, epsilon, delta, n_iter, neighbouring):
+    """Refuse, before any randomness, a budget whose 1-median releases cannot calibrate.
+
+    Raises ``ValueError`` naming epsilon and delta where the calibration of
+    :func:`_median_rhos` refuses them (epsilon above 1e17) or a release's
+    zCDP share rounds to 0 or its noise scale leaves the float range (a tiny
+    epsilon and delta). :func:`private_one_medians` runs it on its
+    parameters; the estimators run it in their plans (review R10 M1: the
+    refusal came inside their private step, a charged failure).
+    """
+    gradient_sensitivity, count_sensitivity = _MEDIAN_SENSITIVITIES[neighbouring]
+    try:
+        rho_count, rho_step = _median_rhos(epsilon, delta, n_iter)
+        zcdp_gaussian_sigma(count_sensitivity, rho_count)
+        zcdp_gaussian_sigma(gradient_sensitivity, rho_step)
+    except ValueError as exc:
+        raise ValueError(f"the private 1-median cannot calibrate its noise at epsilon={epsilon!r}, "
+                         f"delta={delta!r} over n_iter={n_iter}: {exc}") from None
 
 
 def _median_event(epsilon, delta, count_event, gradient_event, n_iter, step_scale, n_cells):

@@ -34,9 +34,11 @@ import math
 import numpy as np
 
 from skdpcluster.averaging import private_average, private_count, private_one_medians
-from skdpcluster.averaging.one_median import private_one_medians_of_rows
+from skdpcluster.averaging.average import check_average_budget
+from skdpcluster.averaging.one_median import check_one_median_budget, private_one_medians_of_rows
 from skdpcluster.averaging._common import _MAX_GRID_INTERVALS
 from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan
+from skdpcluster.mechanisms import laplace_scale
 from skdpcluster.utils._warnings import warn_user
 
 __all__ = ["fit_one_cluster", "plan_one_cluster"]
@@ -81,9 +83,35 @@ def plan_one_cluster(estimator, X, statistic, attributes=None):
     radius, unproven = estimator._resolve_radius(X, center)
     r_min = resolved_r_min(estimator, getattr(estimator, "r_min", None), radius)
     values = {"one_cluster": statistic, "center": center, "data_radius": radius, "r_min": r_min}
+    _check_calibrations(estimator, X.shape, values)
     attributes = {**(attributes or {}), "data_radius_": radius}
     return PrivateFitPlan((float(estimator.epsilon), float(estimator.delta)), values, attributes,
                           unproven)
+
+
+def _check_calibrations(estimator, shape, values):
+    """Refuse, in the plan, a budget at which the release's calibrations would raise.
+
+    They raised inside the private step, which made a public setting a charged
+    failure (review R10 M1: epsilon above 1e17, or a noise scale beyond the
+    float range at a tiny epsilon and delta with a large radius). The mean is
+    checked at the split :func:`_private_mean` uses and at its smallest
+    divisor: ``n_samples`` under replace-one, 1 under add/remove (the divisor
+    is ``max(noisy count, 1)``; the noise grows as it shrinks).
+    """
+    epsilon, delta = float(estimator.epsilon), float(estimator.delta)
+    neighbouring = getattr(estimator, "neighbouring", "replace_one")
+    if values["one_cluster"] == "median":
+        check_one_median_budget(epsilon=epsilon, delta=delta, neighbouring=neighbouring,
+                                n_iter=getattr(estimator, "gd_iterations", MEDIAN_ITERATIONS))
+        return
+    n_public = float(shape[0])
+    if neighbouring == "add_remove":
+        laplace_scale(1.0, COUNT_SHARE * epsilon)
+        epsilon, n_public = epsilon - COUNT_SHARE * epsilon, 1.0
+    check_average_budget(n_public=max(n_public, 1.0), data_radius=values["data_radius"],
+                         r_min=values["r_min"], epsilon=epsilon, delta=delta,
+                         n_features=shape[1], neighbouring=neighbouring)
 
 
 def resolved_r_min(estimator, r_min, radius):

@@ -53,6 +53,8 @@ from skdpcluster.cluster._stable_init import (
 )
 from skdpcluster.exceptions import PrivacyAccountingError, UtilityWarning
 from skdpcluster.mechanisms import (
+    _MAX_ANALYTIC_EPSILON,
+    _SMALLEST_NORMAL,
     PrivacyEvent,
     _log_gaussian_delta,
     analytic_gaussian_sigma,
@@ -161,6 +163,13 @@ def plan_budget(privacy_model, fractions, epsilon, delta):
             rho_parts["fallback"] = 0.0
     scale = rho_total / math.fsum(rho_parts.values())
     rho = {name: part * scale for name, part in rho_parts.items()}
+    # Every release splits its part among a few steps or levels: a part below the smallest
+    # normal float could round to 0 there, inside the private step, a charged failure (or a
+    # ZeroDivisionError; review R10 M1: epsilon = delta = 1e-220).
+    if not all(part >= _SMALLEST_NORMAL for name, part in rho.items() if rho_parts[name] > 0):
+        raise ValueError(
+            f"epsilon={epsilon!r} and delta={delta!r} are too small: the zCDP budget of a part "
+            f"of the fit ({min(rho.values()):.3g}) is below the smallest normal float64.")
     if privacy_model == "zcdp":
         initializer = {"rho": rho["init"]}
     elif privacy_model == "public":
@@ -254,7 +263,10 @@ def one_median_privacy(rho):
         low -= 10.0
     while excess(high) > 0:
         high += 2.0
-    epsilon = math.exp(optimize.brentq(excess, low, high, xtol=1e-14, rtol=1e-14))
+    # Capped at the largest epsilon the calibration takes (a smaller epsilon spends less rho):
+    # a huge budget raised inside the private step (review R10 M1: epsilon=1e18).
+    epsilon = min(math.exp(optimize.brentq(excess, low, high, xtol=1e-14, rtol=1e-14)),
+                  _MAX_ANALYTIC_EPSILON)
     while _gaussian_rho(epsilon, delta) > rho:
         epsilon *= 1.0 - 1e-12
     return epsilon, delta

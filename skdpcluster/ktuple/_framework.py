@@ -90,6 +90,26 @@ def canonical_order(centers):
 FLOAT_MAX = float(np.finfo(float).max)
 
 
+def nearest_gaps(centers):
+    """Distance from every centre to its nearest other centre, at most the largest float.
+
+    Each difference is scaled by a power of two near its largest coordinate
+    (exact) before its norm, so no square overflows or underflows:
+    ``np.linalg.norm`` made every gap above about 1.3e154 infinite, and the
+    refinement's clipping radius with it (review R6-L2), and squared gaps
+    between about 1.6e-162 and 1.5e-154 are subnormal, which quantised the
+    log gaps of the noisy-centres method far beyond their sensitivity
+    (review R10 L1). A gap beyond the float range (a difference that
+    overflowed) is :data:`FLOAT_MAX`.
+    """
+    differences = centers[:, None, :] - centers[None, :, :]
+    _, exponents = np.frexp(np.max(np.abs(differences), axis=-1))
+    scales = np.ldexp(1.0, exponents - 1)[..., None]  # finite, and > 0 for every float
+    gaps = np.minimum(np.linalg.norm(differences / scales, axis=-1) * scales[..., 0], FLOAT_MAX)
+    np.fill_diagonal(gaps, np.inf)
+    return gaps.min(axis=1)
+
+
 def clamp_to_float_range(values):
     """``values`` clamped to [-:data:`FLOAT_MAX`, :data:`FLOAT_MAX`]: an overflow becomes finite.
 

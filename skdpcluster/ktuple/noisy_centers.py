@@ -54,6 +54,7 @@ from skdpcluster.ktuple._framework import (
     check_tuple_parameters,
     clamp_to_float_range,
     conditioning_event,
+    nearest_gaps,
     run_partition_test,
 )
 from skdpcluster.mechanisms import (
@@ -86,13 +87,6 @@ def default_separation(k, epsilon, delta, beta):
     return max(7.0, (10.0 / epsilon) * k * math.log(k / delta) * math.sqrt(math.log(k / beta)))
 
 
-def _nearest_center_gaps(centers):
-    """D_i = min_{j != i} ||c_i - c_j||."""
-    gaps = np.linalg.norm(centers[:, None, :] - centers[None, :, :], axis=-1)
-    np.fill_diagonal(gaps, np.inf)
-    return gaps.min(axis=1)
-
-
 def _lambda_shift(k, epsilon, delta):
     """s = (4k/eps) log(4k/delta): Pr[Lap(4k/eps) < -s] = delta/(8k)."""
     return (4 * k / epsilon) * math.log(4 * k / delta)
@@ -100,7 +94,7 @@ def _lambda_shift(k, epsilon, delta):
 
 def _log_lambda_offset(separation, k, epsilon, delta):
     """log(lambda_i / D_i) at a zero Laplace draw, log-Laplace mechanism."""
-    eta = math.log((separation + 2) / (separation - 2))
+    eta = _log_gap_eta(separation)
     return math.log(2 / (separation - 2)) + eta * _lambda_shift(k, epsilon, delta)
 
 
@@ -111,7 +105,31 @@ def _log_gaps_sensitivity(k, separation):
     :math:`\eta = \log((\Delta+2)/(\Delta-2))` (spec §2.1), and all k can
     move at once.
     """
-    return k * math.log((separation + 2) / (separation - 2))
+    return k * _log_gap_eta(separation)
+
+
+#: The smallest eta (sensitivity of one log gap) the log-lambda step takes: below it the
+#: rounding of log D_i (an ulp of about 2^-52 |log D_i|, |log D_i| up to ~745) nears eta.
+_MIN_LOG_GAP_ETA = 2.0**-40
+
+
+def _log_gap_eta(separation):
+    r""":math:`\eta = \log((\Delta+2)/(\Delta-2))`, as ``log1p(4/(Delta-2))``.
+
+    The quotient form rounds to 0 above :math:`\Delta \approx 3.6\cdot10^{16}`
+    (a Laplace of sensitivity 0: no noise) and loses its digits well before
+    (review R10 L1); ``log1p`` keeps eta's relative precision.
+    """
+    return math.log1p(4.0 / (separation - 2.0))
+
+
+def _check_log_gap_resolution(separation):
+    """Refuse, before any randomness, a separation whose eta the float log gaps do not resolve."""
+    if not _log_gap_eta(separation) >= _MIN_LOG_GAP_ETA:
+        raise ValueError(
+            f"separation={separation!r} is too large for method='noisy_centers': the sensitivity "
+            f"of a log gap, about 4/separation, is below {_MIN_LOG_GAP_ETA:.3g}, where the "
+            "rounding of the log gaps nears it; use a separation of at most about 1e12.")
 
 
 def _joint_gaussian_sensitivity(k):
@@ -305,6 +323,7 @@ def private_k_noisy_centers(
     if separation is None:
         separation = default_separation(k, epsilon, delta, beta)
     check_tuple_parameters(tuples, epsilon, delta, beta, separation, accounting)
+    _check_log_gap_resolution(separation)
     _check_modes(lambda_mechanism, gaussian_calibration, k, epsilon)
     if lambda_mechanism == "paper":
         warn_user(
@@ -319,7 +338,7 @@ def private_k_noisy_centers(
     events = list(test_events)
     centers = None
     if test.success:
-        gaps = _nearest_center_gaps(test.centers)
+        gaps = nearest_gaps(test.centers)
         lambdas, lambda_event = _LAMBDA_STEPS[lambda_mechanism](
             gaps, separation, k, epsilon, delta, rng
         )

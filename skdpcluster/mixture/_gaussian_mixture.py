@@ -21,10 +21,11 @@ from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from skdpcluster.ktuple._framework import FLOAT_MAX
+from skdpcluster.ktuple._framework import FLOAT_MAX, nearest_gaps
 from skdpcluster.ktuple._tuples import allocate_blocks, generate_tuples_of_rows
 from skdpcluster.averaging import private_gaussian_estimate
-from skdpcluster.averaging._common import project_into_ball
+from skdpcluster.averaging._common import _split_evenly, project_into_ball
+from skdpcluster.averaging.gaussian import _MAX_NOISE_SCALE
 from skdpcluster.cluster._base import (
     PrivateFit,
     PrivateFitPlan,
@@ -142,8 +143,16 @@ class _FreshBudget:
         # 2018, Theorem 8; Dong, Roth & Su 2022, Corollary 2.13).
         mu = 1.0 / analytic_gaussian_sigma(1.0, epsilon, delta)
         per_component = mu * mu / 8.0
-        return cls(float(epsilon), float(delta), mu, REFINE_SHARE * per_component,
-                   (1.0 - REFINE_SHARE) * per_component)
+        rho_refine, rho_learner = REFINE_SHARE * per_component, (1.0 - REFINE_SHARE) * per_component
+        # The smallest zCDP share of a release: the refinement's steps and the learner's (half
+        # of rho_learner over its longer stage). A share that rounds to 0 was refused inside the
+        # private step, a charged failure (review R10 M1: epsilon = delta = 1e-220).
+        if not min(rho_refine / (2 * REFINE_ROUNDS),
+                   _split_evenly(rho_learner / 2.0, max(LEARNER_ITERATIONS))) > 0:
+            raise ValueError(
+                f"epsilon={epsilon!r} and delta={delta!r} are too small for "
+                "PrivateGaussianMixture: the zCDP share of a Gaussian release rounds to 0.")
+        return cls(float(epsilon), float(delta), mu, rho_refine, rho_learner)
 
     def event(self, released, events):
         """The composite event of the fresh part: ``(epsilon, delta)``, priced even if not run."""
@@ -322,23 +331,6 @@ def _refine_component(points, n_public, center, radius, rho, rng):
         radius = max(min(radius, SCALE_CLIP_FACTOR * scale), np.finfo(float).tiny)
         events += [mean_event, scale_event]
     return center, radius, scale, events
-
-
-def _nearest_gaps(centers):
-    """Distance from every centre to its nearest other centre, at most the largest float.
-
-    Each difference is scaled by a power of two near its largest coordinate
-    (exact) before its norm, so no square overflows or underflows:
-    ``np.linalg.norm`` made every gap above about 1.3e154 infinite, and the
-    refinement's clipping radius with it (review R6-L2). A gap beyond the float
-    range (a difference that overflowed) is :data:`FLOAT_MAX`.
-    """
-    differences = centers[:, None, :] - centers[None, :, :]
-    _, exponents = np.frexp(np.max(np.abs(differences), axis=-1))
-    scales = np.ldexp(1.0, exponents - 1)[..., None]  # finite, and > 0 for every float
-    gaps = np.minimum(np.linalg.norm(differences / scales, axis=-1) * scales[..., 0], FLOAT_MAX)
-    np.fill_diagonal(gaps, np.inf)
-    return gaps.min(axis=1)
 
 
 def _empirical_sigmas(points):
@@ -960,6 +952,11 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         low, high = self.sigma_min, self.sigma_max
         if isinstance(low, Real) and isinstance(high, Real) and low > high:
             raise ValueError(f"sigma_min={low!r} must not exceed sigma_max={high!r}.")
+        if isinstance(high, Real) and not high <= _MAX_NOISE_SCALE:
+            # The learner refuses it (its square overflows), but inside the private step after
+            # the refinement's noise: a charged failure (review R10 M1).
+            raise ValueError(f"sigma_max={high!r} must be at most {_MAX_NOISE_SCALE:g}: the "
+                             "learner's covariance, clipped to sigma_max**2, would overflow.")
         if low is not None and high is not None:
             return {}
         reason = (
@@ -1074,7 +1071,7 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         points, exact = _components(fresh, centers)
         counts, count_event = _noisy_counts(exact, k, budget.rho_refine, rng, "refine")
         if radii is None:
-            radii = np.maximum(_nearest_gaps(centers) / 2.0, np.finfo(float).tiny)
+            radii = np.maximum(nearest_gaps(centers) / 2.0, np.finfo(float).tiny)
         refined, events = [], [count_event]
         for j in range(k):
             *result, refine_events = _refine_component(points[j], max(counts[j], 1.0),

@@ -12,7 +12,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from skdpcluster.accountant import BudgetAccountant
 from skdpcluster.averaging._common import project_into_ball
 from skdpcluster.cluster._base import PrivateFit, PrivateFitPlan, _PrivateFitMixin, _random_state_constraint
-from skdpcluster.mechanisms import gaussian_mechanism
+from skdpcluster.mechanisms import gaussian_mechanism, gaussian_sigma
 from skdpcluster.utils._compat import Interval, StrOptions
 from skdpcluster.utils._docstrings import shared_params
 
@@ -188,6 +188,9 @@ class PrivateStandardScaler(_PrivateFitMixin, OneToOneFeatureMixin, TransformerM
         radius, unproven = self._resolve_radius(X, center)
         output_radius = (OUTPUT_RADIUS_PER_SQRT_FEATURE * math.sqrt(n_features)
                          if self.output_radius is None else float(self.output_radius))
+        # The passes' calibration (public: its sensitivity is fixed), refused here rather than
+        # inside the private step, where it was a charged failure (review R10 M1: epsilon > 2e17).
+        gaussian_sigma(_MOMENTS_SENSITIVITY, self.epsilon / 2.0, self.delta / 2.0)
         return PrivateFitPlan((float(self.epsilon), float(self.delta)),
                               {"center": center, "radius": radius},
                               {"data_radius_": radius, "output_radius_": output_radius},
