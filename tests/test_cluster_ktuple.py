@@ -490,3 +490,18 @@ def test_noisy_centres_shifted_back_by_a_far_centre_stay_finite():
         assert est.predict(one).shape == (2,)
         clamped += int(np.any(est.cluster_centers_ == np.finfo(float).max))
     assert clamped  # the overflow happened (the noise is about 1e307 here)
+
+
+@pytest.mark.parametrize("entry", ["fit", "fit_tuples"])
+def test_a_separation_the_log_gaps_do_not_resolve_is_refused_before_any_spend(entry):
+    """Review R10 L1 follow-up: private_k_noisy_centers refuses a separation above about 4.4e12
+    (eta below 2^-40) before its randomness, but inside the estimator's private step, where the
+    refusal was a charged failure. The estimator's plan refuses it now, nothing charged."""
+    accountant = BudgetAccountant()
+    est = KTupleClusterer(n_clusters=2, method="noisy_centers", separation=1e13, epsilon=4.0,
+                          delta=1e-5, data_radius=10.0, random_state=0, accountant=accountant)
+    X = np.random.default_rng(0).normal(size=(20_000, 2))
+    data = X if entry == "fit" else X.reshape(10_000, 2, 2)
+    with pytest.raises(ValueError, match="separation=10000000000000.0 is too large"):
+        getattr(est, entry)(data)
+    assert accountant.ledger == [] and not hasattr(est, "status_")

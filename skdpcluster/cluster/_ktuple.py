@@ -45,6 +45,7 @@ from skdpcluster.ktuple.located import (
 )
 from skdpcluster.ktuple.noisy_centers import _check_modes as check_noisy_centers_modes
 from skdpcluster.ktuple.noisy_centers import (
+    _check_log_gap_resolution,
     default_separation,
     noise_to_gap_ratio,
     private_k_noisy_centers,
@@ -490,6 +491,7 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
         )
         self._check_aggregation_parameters(n_tuples)
         if self._method() == "noisy_centers":
+            _check_log_gap_resolution(separation)  # in the plan: refused before any randomness
             self._warn_if_noise_exceeds_gaps(separation)
         center = self._resolve_center(n_features)
         m, _ = compute_m_eps1(n_tuples, self.epsilon / 2, self.delta / 4, self.beta / 2)
