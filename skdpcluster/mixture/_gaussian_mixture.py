@@ -321,6 +321,10 @@ def _refine_component(points, n_public, center, radius, rho, rng):
     a Gaussian mechanism at ``rho / (2 * REFINE_ROUNDS)`` (add/remove).
     """
     rho_step = rho / (2 * REFINE_ROUNDS)
+    # The smallest radius whose mean step has a normal noise scale (the mechanisms refuse a
+    # subnormal one): coincident released centres start at a gap of 0 (public post-processing).
+    floor = 4.0 * np.finfo(float).tiny * n_public * max(1.0, math.sqrt(2.0 * rho_step))
+    radius = max(radius, floor)
     events = []
     for _ in range(REFINE_ROUNDS):
         center, mean_event = _clipped_mean(points, n_public, center, radius, rho_step, rng)
@@ -328,7 +332,7 @@ def _refine_component(points, n_public, center, radius, rho, rng):
         # Post-processing: every clipped log-distance lies in [log(radius) - L, log(radius)].
         high = math.log(radius)
         scale = math.exp(min(max(log_scale, high - LOG_SCALE_RANGE), high))
-        radius = max(min(radius, SCALE_CLIP_FACTOR * scale), np.finfo(float).tiny)
+        radius = max(min(radius, SCALE_CLIP_FACTOR * scale), floor)
         events += [mean_event, scale_event]
     return center, radius, scale, events
 
