@@ -401,7 +401,22 @@ def _unit_of_events(events):
     """
     client = any(isinstance(event.details, Mapping) and event.details.get("privacy_unit") == "client"
                  for event in events)
-    return "client" if client else DEFAULT_PRIVACY_UNIT
+    return "client" if client or any(map(_unstated_federated_failure, events)) else (
+        DEFAULT_PRIVACY_UNIT)
+
+
+def _unstated_federated_failure(event):
+    """Whether ``event`` is a failed ``FederatedPrivateKMeans`` step saved without its unit.
+
+    Such an event was the whole ledger entry of a failed fit, which may have
+    been client-level: it loads as client-level, which costs at least as
+    much on a sample-level ledger (review R11 M1: loaded as sample-level, a
+    failed client-level add/remove fit was charged epsilon, not 2 epsilon).
+    Failed steps record their unit since.
+    """
+    details = event.details if isinstance(event.details, Mapping) else {}
+    return (event.mechanism == "private_step_failed" and "privacy_unit" not in details
+            and str(event.label).startswith("FederatedPrivateKMeans"))
 
 
 _ENTRY_FIELDS = frozenset(f.name for f in fields(LedgerEntry))

@@ -27,6 +27,7 @@ from skdpcluster import (
 )
 from skdpcluster.accountant import LedgerEntry, drawn_noise_key, noise_fingerprint
 from skdpcluster.datasets import make_separated_mixture
+from skdpcluster.exceptions import PrivateStepFailedWarning
 from skdpcluster.mechanisms import PrivacyEvent
 from skdpcluster.preprocessing import PrivateStandardScaler
 
@@ -1138,3 +1139,42 @@ def test_the_process_default_takes_either_unit():
         assert BudgetAccountant.default().privacy_unit == "sample"
     finally:
         BudgetAccountant._base_default = previous
+
+
+def test_an_old_failed_federated_entry_loads_as_client_level():
+    """Review R11 M1: a failed fit's only event, 'private_step_failed', stated no unit, so the
+    entry of a failed client-level add/remove federated fit, saved before entries recorded
+    their unit, loaded as sample-level: charged epsilon, not 2 epsilon, on a sample-level
+    ledger. Such an entry now loads as client-level, and failed steps record their unit."""
+    failed = PrivacyEvent("private_step_failed", 1.0, 1e-6,
+                          label="FederatedPrivateKMeans/private_step_failed",
+                          neighbouring="add_remove",
+                          details={"reason": "the private step raised", "proven": False})
+    old = {"epsilon": 1.0, "delta": 1e-6, "label": "FederatedPrivateKMeans.fit",
+           "events": [failed.to_dict()], "neighbouring": "add_remove"}  # no privacy_unit
+    ledger = {"epsilon": 10.0, "delta": 1e-3, "slack": 0.0, "neighbouring": "add_remove",
+              "privacy_unit": "sample", "ledger": [old]}
+    loaded = BudgetAccountant.from_json(json.dumps(ledger))
+    assert loaded.ledger[0].privacy_unit == "client"
+    assert loaded.total() == pytest.approx((2.0, (1 + math.exp(1.0)) * 1e-6), rel=1e-12)
+    other = {**old, "label": "PrivateStableKMeans.fit",
+             "events": [{**failed.to_dict(), "label": "PrivateStableKMeans/private_step_failed"}]}
+    assert LedgerEntry.from_dict(other).privacy_unit == "sample"  # no client level there
+
+
+@pytest.mark.private_step_failure
+def test_a_failed_step_records_its_unit_and_relation(monkeypatch):
+    def draw_and_raise(self, data, plan, rng):
+        rng.normal()
+        raise ValueError("a stand-in for a data-dependent defect")
+
+    monkeypatch.setattr(FederatedPrivateKMeans, "_fit_private", draw_and_raise)
+    rng = np.random.default_rng(0)
+    X = np.vstack([m + rng.normal(size=(300, 2)) for m in ([-5, 0], [5, 0])])
+    est = FederatedPrivateKMeans(n_clusters=2, data_radius=10.0, privacy_unit="client",
+                                 neighbouring="add_remove", init="sphere_packing", random_state=0,
+                                 accountant=BudgetAccountant())
+    with pytest.warns(PrivateStepFailedWarning):
+        est.fit(X, client_ids=rng.integers(0, 40, len(X)))
+    (event,) = est.privacy_ledger_
+    assert event.neighbouring == "add_remove" and event.details["privacy_unit"] == "client"

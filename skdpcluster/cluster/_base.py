@@ -395,8 +395,9 @@ class _PrivateFitMixin:
         event = PrivacyEvent(
             "private_step_failed", float(plan.cost[0]), float(plan.cost[1]),
             label=f"{type(self).__name__}/private_step_failed",
+            neighbouring=self._neighbouring(),
             details={"reason": "the private step raised; the planned cost is charged in full",
-                     "proven": False},
+                     "proven": False, "privacy_unit": self._privacy_unit()},
         )
         # Nothing of an earlier fit may pass for this fit's release, and a failed first fit has
         # the attributes of a failed refit (review R3-6).
