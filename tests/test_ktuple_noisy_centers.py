@@ -1,6 +1,7 @@
 """PrivatekNoisyCenters (spec §6, review finding 4)."""
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -221,13 +222,11 @@ def test_log_gaps_hold_their_sensitivity_at_the_extremes():
     gaps are scaled before their norm, eta is log1p(4/(Delta-2)), and a separation whose eta
     is below 2**-40 is refused before any randomness, naming separation."""
     from skdpcluster.ktuple._framework import nearest_gaps
-    from skdpcluster.ktuple.noisy_centers import _log_gaps_sensitivity
-
     boundary = math.sqrt(1.5) * 2.0**-537
     for gap in (boundary * (1 - 1e-9), boundary * (1 + 1e-9), 3e-162):
         computed = nearest_gaps(np.array([[0.0], [gap]]))
         assert abs(math.log(computed[0]) - math.log(gap)) < 1e-15
-    assert _log_gaps_sensitivity(2, 1e17) == pytest.approx(2 * 4e-17, rel=1e-15)
+    assert noisy_centers._log_gap_eta(1e17) == pytest.approx(4e-17, rel=1e-15)
     n = min_tuples(1.0, 1e-6, 0.05)
     tuples = np.zeros((n, 2, 1))
     tuples[:, 1, 0] = 1.0
@@ -237,3 +236,20 @@ def test_log_gaps_hold_their_sensitivity_at_the_extremes():
         private_k_noisy_centers(tuples, epsilon=1.0, delta=1e-6, beta=0.05, separation=1e13,
                                 rng=rng)
     assert rng.bit_generator.state == state
+
+
+@pytest.mark.parametrize("separation", [4e12, 1e10, 1e6, 10.0])
+def test_the_log_gaps_sensitivity_covers_the_rounding_of_the_logs(separation):
+    """Review R11 L1: the sensitivity k eta held for the exact logs only; the computed logs of
+    gaps near 1e+-300 moved by up to 1.023 eta at separation 4e12. For gaps whose exact ratio
+    is at most e^eta, the computed logs now move by at most the per-gap sensitivity."""
+    per_gap = noisy_centers._log_gaps_sensitivity(1, separation)
+    ratio = 1 + Fraction(4) / (Fraction(separation) - 2)  # e^eta: the largest admissible ratio
+    worst = 0.0
+    for exponent in (-300, -150, -1, 0, 1, 150, 300):
+        for gap in 10.0 ** exponent * (1 + np.random.default_rng(exponent + 400).random(200)):
+            moved = float(Fraction(gap) * ratio)
+            if Fraction(moved) > Fraction(gap) * ratio:  # rounded up: take the float below
+                moved = math.nextafter(moved, 0.0)
+            worst = max(worst, abs(math.log(moved) - math.log(gap)))
+    assert worst <= per_gap
