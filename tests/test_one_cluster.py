@@ -14,6 +14,7 @@ from skdpcluster import (
     PrivateStableKMedian,
     SampleAggregateStableKMeans,
 )
+from skdpcluster.exceptions import UtilityWarning
 from skdpcluster.mechanisms import analytic_gaussian_sigma
 
 RADIUS = 20.0
@@ -128,3 +129,18 @@ def test_one_cluster_still_refuses_a_wrong_initializer_before_spending(Estimator
         Estimator(n_clusters=1, initializer=np.zeros((5, 3)), data_radius=RADIUS,
                   accountant=accountant).fit(blob[:, :3])
     assert accountant.ledger == []
+
+
+@pytest.mark.parametrize("epsilon", [1.6e-307, 3e-307, 1e-306])
+def test_a_tiny_epsilon_fits_one_cluster_without_an_overflow(epsilon):
+    """Review R11 L2: the bounding segment's threshold t = ceil((8/eps) log(...)) overflowed
+    (math.ceil(inf)) inside the private step, a charged failure; and the pre-spend utility
+    warning's row count overflowed before it (OverflowError, not a warning). Now every value is
+    among the t extremes, and the warning says no float64 count of rows suffices."""
+    X = np.random.default_rng(0).normal(size=(600, 2)) / 20.0
+    accountant = BudgetAccountant()
+    with pytest.warns(UtilityWarning, match="rows"):
+        est = KTupleClusterer(n_clusters=1, epsilon=epsilon, delta=1e-6, data_radius=10.0,
+                              random_state=0, accountant=accountant).fit(X)
+    assert est.status_ == "success" and est.privacy_spent_["proven"]
+    assert [entry.epsilon for entry in accountant.ledger] == [epsilon]

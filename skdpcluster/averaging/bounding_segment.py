@@ -16,8 +16,13 @@ from skdpcluster.utils._validation import check_epsilon_delta, check_probability
 
 
 def _segment_threshold(n_intervals, epsilon, beta):
-    """t = ceil((4/eps_IP) log(|G|/beta_IP)) with eps_IP = eps/2, beta_IP = beta/2."""
-    return math.ceil((8.0 / epsilon) * math.log(2.0 * (n_intervals + 1) / beta))
+    """t = ceil((4/eps_IP) log(|G|/beta_IP)) with eps_IP = eps/2, beta_IP = beta/2.
+
+    ``math.inf`` where t overflows (an epsilon below about 1e-306): every value is then among
+    the t extremes (review R11 L2: ``math.ceil`` raised OverflowError inside private steps).
+    """
+    threshold = (8.0 / epsilon) * math.log(2.0 * (n_intervals + 1) / beta)
+    return math.ceil(threshold) if math.isfinite(threshold) else math.inf
 
 
 def _bounding_segment(values, data_radius, r_min, n_intervals, epsilon, beta, rng):

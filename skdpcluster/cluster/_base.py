@@ -324,12 +324,16 @@ class _PrivateFitMixin:
         fraction = self._noise_fraction(n_samples, n_features)
         if fraction <= UTILITY_NOISE_FRACTION:
             return
-        needed = math.ceil(n_samples * (fraction / UTILITY_NOISE_FRACTION) ** (1.0 / self._NOISE_RATE))
+        with np.errstate(over="ignore"):  # at a tiny epsilon no float64 count of rows suffices
+            needed = float(n_samples * np.float64(fraction / UTILITY_NOISE_FRACTION)
+                           ** (1.0 / self._NOISE_RATE))
+        rows = (f"About {math.ceil(needed)} rows" if math.isfinite(needed)
+                else "More rows than float64 counts")
         warn_user(
             f"{type(self).__name__}: with {n_samples} rows, epsilon={self.epsilon}, "
             f"{self._n_centres()} centres and {n_features} features, the noise of each released "
             f"centre is at least about {fraction:.0%} of the data bound (a public estimate); the "
-            f"centres may be close to random. About {needed} rows (or a larger epsilon) bring it below "
+            f"centres may be close to random. {rows} (or a larger epsilon) bring it below "
             f"{UTILITY_NOISE_FRACTION:.0%}.",
             UtilityWarning,
         )
