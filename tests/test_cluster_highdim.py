@@ -1183,3 +1183,17 @@ def test_rows_outside_the_ball_or_off_centre_are_mapped():
     assert not _highdim._ClipRows(np.zeros(2), 5.0).changes_nothing(X)
     assert not _highdim._ClipRows(np.array([0.0, 1e-300]), 5.0).changes_nothing(X)
     assert not _highdim._ClipRows(np.zeros(2), 5.0).changes_nothing(np.asfortranarray(X))
+
+
+@pytest.mark.parametrize("Estimator", [PrivateHighDimKMeans, PrivateHighDimKMedian])
+@pytest.mark.parametrize("data_radius", [1.0, 2.0**-500])
+def test_a_projected_ball_that_underflows_is_refused_before_any_spend(Estimator, data_radius):
+    """Review R11 L3: proj_clip_factor=1e-300 gave a zero exponential-mechanism sensitivity or
+    NaN rows inside the private step (a charged failure); it is refused in the plan."""
+    accountant = BudgetAccountant()
+    X = data_radius * np.random.default_rng(0).uniform(-0.5, 0.5, size=(400, 3))
+    est = Estimator(2, data_radius=data_radius, proj_clip_factor=1e-300, random_state=0,
+                    accountant=accountant)
+    with pytest.raises(ValueError, match="proj_clip_factor=1e-300"):
+        est.fit(X)
+    assert accountant.ledger == [] and not hasattr(est, "status_")

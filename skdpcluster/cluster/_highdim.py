@@ -439,6 +439,13 @@ class _PrivateHighDimBase(_BasePrivateClusterer):
             n_trials, n_mean_steps)
         center = self._resolve_center(n_features)
         radius, unproven = self._resolve_bounds(X, center)
+        if not self.proj_clip_factor * radius >= self._MIN_DATA_RADIUS:
+            # The projected ball's squared scores and clipped rows underflow (review R11 L3: a
+            # zero sensitivity or NaN rows inside the private step, a charged failure).
+            raise ValueError(
+                f"proj_clip_factor={self.proj_clip_factor!r} times the data bound "
+                f"{float(radius):.3g} is below 2**-500: the projected rows' ball underflows. Use a "
+                "proj_clip_factor near 1 (a theory-safe one is about 1 to 3).")
         plan = PrivateFitPlan(budget.cost(), {"center": center, "radius": radius, "budget": budget},
                               {"data_radius_": radius, "budget_": budget.as_dict()}, unproven)
         if self.verbose:
