@@ -273,7 +273,9 @@ class LedgerEntry:
         one client. An entry saved before this field existed loads as
         ``"client"`` when one of its events states that unit in its
         ``details`` (a fit of ``FederatedPrivateKMeans(privacy_unit=
-        "client")``, whose events have always said so), else as ``"sample"``.
+        "client")``, whose events have always said so) or when it is a failed
+        ``FederatedPrivateKMeans`` step that does not say (it may have been
+        client-level), else as ``"sample"``.
     """
 
     epsilon: float
@@ -1216,7 +1218,8 @@ class BudgetAccountant:
         ``"replace_one"``, the library's default relation, and an accountant
         without it as ``neighbouring=None`` (the relation of its entries).
         Likewise an entry without ``privacy_unit`` loads as ``"client"`` when
-        one of its events states that unit in its ``details``, else as
+        one of its events states that unit in its ``details`` (or it is a
+        failed ``FederatedPrivateKMeans`` step that does not say), else as
         ``"sample"``, and an accountant without it as ``privacy_unit=None``,
         or as ``privacy_unit="sample"`` if its entries are for different
         units: it composed them all then, and one row is the only unit they
