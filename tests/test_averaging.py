@@ -743,6 +743,31 @@ def test_gaussian_estimate_is_finite_at_extreme_values_it_accepts(options):
     assert np.all(np.isfinite(mean)) and np.all(np.isfinite(covariance))
 
 
+@pytest.mark.parametrize("rho", [1e-40, 1e-120, 1e-160, 1e-300])
+@pytest.mark.parametrize("n_public, radius, sigma_min, sigma_max", [
+    (1.0, 6e-6, 6e-7, 1.5e-5), (1e40, 1.0, 0.1, 1.0), (1.0, 1e90, 1e-10, 1.0),
+    (5.0, 6e93, 6e92, 1.5e94), (1.0, 1.0, 1e140, 1e145),
+])
+def test_the_learners_test_without_an_exception_is_its_pre_draw_check(
+        n_public, radius, sigma_min, sigma_max, rho):
+    # Review R11 M2: PrivateGaussianMixture asks _learner_accepts, on its released bounds, whether
+    # the learner would refuse them, and releases its refinement instead (no charged failure).
+    from skdpcluster.averaging.gaussian import _learner_accepts
+
+    rng = np.random.default_rng(0)
+    accepted = _learner_accepts(2, n_public, radius, sigma_min, sigma_max, rho, 2, 4)
+    try:
+        with np.errstate(over="ignore"):  # an accepted huge noise on three rows (finite)
+            A.private_gaussian_estimate(np.zeros((3, 2)), n_public=n_public, center=np.zeros(2),
+                                        radius=radius, sigma_min=sigma_min, sigma_max=sigma_max,
+                                        rho=rho, rng=rng, n_iter_mean=2, n_iter_cov=4)
+    except ValueError as error:
+        assert not accepted and "too small" in str(error)
+        assert rng.bit_generator.state == np.random.default_rng(0).bit_generator.state
+    else:
+        assert accepted
+
+
 def test_gaussian_estimate_refuses_a_sigma_ratio_whose_sensitivity_overflows():
     # Review R10: (1e-80, 1e80) raised OverflowError after the mean stage had drawn its noise.
     rng = np.random.default_rng(0)

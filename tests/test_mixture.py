@@ -20,6 +20,7 @@ from skdpcluster.exceptions import (
     NotSeparatedError,
     NotSeparatedWarning,
     PrivacyLeakWarning,
+    UtilityWarning,
 )
 from skdpcluster.ktuple import min_tuples
 from skdpcluster.mechanisms import analytic_gaussian_sigma
@@ -594,3 +595,61 @@ def test_a_sigma_max_the_learner_refuses_is_refused_before_any_spend():
     with pytest.raises(ValueError, match="sigma_max=1e\\+153"):
         estimator.fit(X)
     assert accountant.ledger == []
+
+
+def _fit_recording_warnings(estimator, X):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        estimator.fit(X)
+    return [(warning.category, str(warning.message)) for warning in caught]
+
+
+@pytest.mark.parametrize("budget, scale", [(1e-80, 1.0), (1e-100, 1e9), (1e-150, 1e90)])
+def test_a_budget_the_learner_refuses_falls_back_to_the_refinement(budget, scale):
+    """Review R11 M2: at epsilon = delta <= 1e-80 the learner refused the released noisy count
+    and bounds inside the private step (rho 'too small for the public bounds'): a charged
+    failure, proven=False. Those components now release the refinement pass's centre and an
+    isotropic covariance from its scale (status_='fallback'), the ledger is the plan and a
+    UtilityWarning says so after the fit; the neighbouring budget 1e-60 still fits."""
+    rng = np.random.default_rng(0)
+    X = np.vstack([rng.normal(-5, 1, (300, 2)), rng.normal(5, 1, (300, 2))]) * scale / 20.0
+    for epsilon in (budget, 1e-60):
+        accountant = BudgetAccountant()
+        g = PrivateGaussianMixture(n_components=2, epsilon=epsilon, delta=epsilon,
+                                   data_radius=10.0 * scale, random_state=0,
+                                   accountant=accountant)
+        caught = _fit_recording_warnings(g, X)
+        assert "private_step_failed" not in [e.mechanism for e in g.privacy_ledger_]
+        assert g.privacy_spent_ == {"epsilon": epsilon, "delta": epsilon, "proven": True}
+        assert len(accountant.ledger) == 1 and accountant.total() == (epsilon, epsilon)
+        refined_only = g.fallback_info_.get("learner_fallback", [])
+        assert bool(refined_only) == (epsilon == budget)
+        learner_warnings = [m for c, m in caught if c is UtilityWarning and "learner_fallback" in m]
+        assert len(learner_warnings) == (1 if refined_only else 0)
+        assert g.status_ == "fallback"  # the k-tuple path cannot run at these budgets either
+        for j in refined_only:  # s^2 I + reg_covar, s within the component's released bounds
+            variance = g.covariances_[j][0, 0] - g.reg_covar
+            np.testing.assert_array_equal(g.covariances_[j],
+                                          (variance + g.reg_covar) * np.eye(2))
+            assert g.sigma_min_[j] ** 2 * (1 - 1e-12) <= variance
+            assert variance <= g.sigma_max_[j] ** 2 * (1 + 1e-12)
+        assert np.all(np.isfinite(g.means_)) and np.all(np.isfinite(g.precisions_cholesky_))
+
+
+def test_one_component_whose_learner_falls_back_is_no_failed_test():
+    """Review R11 M2, one component: the learner's fallback alone gives status_='fallback' with
+    fallback_info_ naming it, a UtilityWarning and no NotSeparatedWarning; on_failure='raise'
+    does not raise (no private test failed). Seed 3 draws a noisy count of at most 1."""
+    X = np.random.default_rng(0).normal(size=(400, 2))
+    for on_failure in ("warn", "raise"):
+        accountant = BudgetAccountant()
+        g = PrivateGaussianMixture(n_components=1, epsilon=1e-80, delta=1e-80, data_radius=10.0,
+                                   on_failure=on_failure, random_state=3, accountant=accountant)
+        caught = _fit_recording_warnings(g, X)
+        assert g.status_ == "fallback" and g.converged_
+        assert g.fallback_info_ == {"reason": _gaussian_mixture._LEARNER_FALLBACK_REASON,
+                                    "learner_fallback": [0]}
+        assert NotSeparatedWarning not in [category for category, _ in caught]
+        assert any(c is UtilityWarning and "learner_fallback" in m for c, m in caught)
+        assert g.privacy_spent_["proven"] and accountant.total() == (1e-80, 1e-80)
+        assert np.all(np.isfinite(g.means_)) and np.all(np.isfinite(g.score_samples(g.means_)))

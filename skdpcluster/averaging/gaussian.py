@@ -143,13 +143,16 @@ _MAX_SIGMA_RATIO = 1e100
 _MAX_NOISE_SCALE = 1e152
 
 
-def _check_noise_scales(n_dim, n_public, radius, sigma_min, sigma_max, rho, rho_mean, rho_cov):
-    r"""Refuse, before any randomness, public values at which a noise scale could overflow.
+def _step_shares(rho, n_iter_mean, n_iter_cov):
+    """The zCDP share of every step of :func:`private_gaussian_estimate`: ``rho / 2`` per stage."""
+    return ([_split_evenly(rho / 2.0, n_iter_mean)] * n_iter_mean,
+            [_split_evenly(rho / 2.0, n_iter_cov)] * n_iter_cov)
 
-    Bounds the noise scales of :func:`_coinpress_mean` and
-    :func:`_coinpress_covariance` from public values alone (review R5-4: at
-    ``rho=1e-300`` the square of a mean step's noise scale overflowed once
-    its noise was drawn). A mean step's scale is
+
+def _largest_noise_scale(n_dim, n_public, radius, sigma_min, sigma_max, rho_mean, rho_cov):
+    r"""A bound, from public values alone, on every noise scale of the learner and ``sigma_max``.
+
+    A mean step's scale is
     :math:`s_t = (r_t + \gamma_1)/(n\sqrt{2\rho_t})`, with
     :math:`r_0 = R/\sigma_{\max}` and
     :math:`r_{t+1} = \gamma_2\sqrt{1/n + s_t^2} \le \gamma_2(1 + s_t)`
@@ -157,17 +160,11 @@ def _check_noise_scales(n_dim, n_public, radius, sigma_min, sigma_max, rho, rho_
     :math:`u_0\gamma_1^2/(n\sqrt{2\rho_t})` (:math:`u` never grows from
     :math:`u_0 = (\sigma_{\max}/\sigma_{\min})^2`), and about
     :math:`\sigma_{\max}^2\gamma_1^2/(n\sqrt{2\rho_t})` in the data's
-    units: variances, whose square roots are compared. Each of these, and
-    :math:`\sigma_{\max}` (the covariance is clipped to
-    :math:`\sigma_{\max}^2`), must be at most ``_MAX_NOISE_SCALE``: their
-    squares, and the mean release scaled by :math:`\sigma_{\max}`, stay
-    below about 1e304. A value that overflows here becomes ``inf`` and is refused (no
-    ``**``, which raises).
+    units: variances, whose square roots are compared. Every share must be
+    positive. A value that overflows becomes ``inf`` (no ``**``, which raises).
     """
     clip_margin = _chi_radius(n_dim, math.log(n_public / _COINPRESS_BETA))
     shrink = _chi_radius(n_dim, math.log(1.0 / _COINPRESS_BETA))
-    if not (rho_mean[0] > 0 and rho_cov[0] > 0):
-        raise ValueError(f"rho={rho!r} is too small: its share of a step rounds to 0.")
     bound, largest = radius / sigma_max, sigma_max
     for rho_step in rho_mean:
         bound = (bound + clip_margin) / (n_public * math.sqrt(2.0 * rho_step))
@@ -176,6 +173,38 @@ def _check_noise_scales(n_dim, n_public, radius, sigma_min, sigma_max, rho, rho_
     for rho_step in rho_cov:  # the covariance's noise is a variance: compare its square root
         root = math.sqrt(clip_margin * clip_margin / (n_public * math.sqrt(2.0 * rho_step)))
         largest = max(largest, root * max(sigma_max / sigma_min, sigma_max))
+    return largest
+
+
+def _learner_accepts(n_dim, n_public, radius, sigma_min, sigma_max, rho, n_iter_mean, n_iter_cov):
+    """Whether :func:`_check_noise_scales` accepts these values (no exception: a caller's test).
+
+    For valid arguments of :func:`private_gaussian_estimate` (``n_public >= 1``,
+    positive bounds, ``sigma_max / sigma_min <= 1e100``): True exactly when the
+    learner does not refuse them in its pre-draw check.
+    """
+    rho_mean, rho_cov = _step_shares(rho, n_iter_mean, n_iter_cov)
+    return (rho_mean[0] > 0 and rho_cov[0] > 0 and _largest_noise_scale(
+        n_dim, n_public, radius, sigma_min, sigma_max, rho_mean, rho_cov) <= _MAX_NOISE_SCALE)
+
+
+def _check_noise_scales(n_dim, n_public, radius, sigma_min, sigma_max, rho, rho_mean, rho_cov):
+    r"""Refuse, before any randomness, public values at which a noise scale could overflow.
+
+    Bounds the noise scales of :func:`_coinpress_mean` and
+    :func:`_coinpress_covariance` from public values alone
+    (:func:`_largest_noise_scale`; review R5-4: at ``rho=1e-300`` the square
+    of a mean step's noise scale overflowed once its noise was drawn). Each
+    of them, and :math:`\sigma_{\max}` (the covariance is clipped to
+    :math:`\sigma_{\max}^2`), must be at most ``_MAX_NOISE_SCALE``: their
+    squares, and the mean release scaled by :math:`\sigma_{\max}`, stay
+    below about 1e304. :func:`_learner_accepts` is the same test without the
+    exception, for callers whose bounds are released inside a private step.
+    """
+    if not (rho_mean[0] > 0 and rho_cov[0] > 0):
+        raise ValueError(f"rho={rho!r} is too small: its share of a step rounds to 0.")
+    largest = _largest_noise_scale(n_dim, n_public, radius, sigma_min, sigma_max, rho_mean,
+                                   rho_cov)
     if not largest <= _MAX_NOISE_SCALE:
         raise ValueError(
             f"rho={rho!r} is too small for the public bounds n_public={n_public!r}, "
@@ -363,8 +392,7 @@ def private_gaussian_estimate(
     n_iter_mean = _check_positive_int(n_iter_mean, "n_iter_mean")
     n_iter_cov = _check_positive_int(n_iter_cov, "n_iter_cov")
     rng = _check_generator(rng)
-    rho_mean = [_split_evenly(rho / 2.0, n_iter_mean)] * n_iter_mean
-    rho_cov = [_split_evenly(rho / 2.0, n_iter_cov)] * n_iter_cov
+    rho_mean, rho_cov = _step_shares(rho, n_iter_mean, n_iter_cov)
     _check_noise_scales(rows.shape[1], n_public, radius, sigma_min, sigma_max, rho, rho_mean,
                         rho_cov)
     scaled_mean = _coinpress_mean(rows, center, sigma_max, n_public, radius / sigma_max,

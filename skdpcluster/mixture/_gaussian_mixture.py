@@ -25,7 +25,7 @@ from skdpcluster.ktuple._framework import FLOAT_MAX, nearest_gaps
 from skdpcluster.ktuple._tuples import allocate_blocks, generate_tuples_of_rows
 from skdpcluster.averaging import private_gaussian_estimate
 from skdpcluster.averaging._common import _split_evenly, project_into_ball
-from skdpcluster.averaging.gaussian import _MAX_NOISE_SCALE
+from skdpcluster.averaging.gaussian import _MAX_NOISE_SCALE, _learner_accepts
 from skdpcluster.cluster._base import (
     PrivateFit,
     PrivateFitPlan,
@@ -40,7 +40,7 @@ from skdpcluster.cluster._ktuple import (
     unused_share_event,
     warn_if_general_method_short,
 )
-from skdpcluster.exceptions import InsufficientDataError, PrivacyLeakWarning
+from skdpcluster.exceptions import InsufficientDataError, PrivacyLeakWarning, UtilityWarning
 from skdpcluster.mechanisms import PrivacyEvent, analytic_gaussian_sigma, zcdp_gaussian_mechanism
 from skdpcluster.utils import check_random_state
 from skdpcluster.utils._compat import Interval, StrOptions
@@ -96,6 +96,12 @@ MIN_SIGMA_RATIO = 1e-6
 SIGMA_FLOOR = 1e-40
 #: ``None`` bounds: the empirical extreme standard deviations, widened by this factor.
 DATA_SIGMA_MARGIN = 2.0
+
+#: ``fallback_info_["reason"]`` when only the single-Gaussian learner fell back.
+_LEARNER_FALLBACK_REASON = (
+    "the Gaussian learner's pre-draw check refused the released noisy count and bounds of the "
+    "components in 'learner_fallback' (a noise scale above 1e152): their means are the "
+    "refinement pass's centres and their covariances isotropic from its private scale")
 
 #: ``quality_`` when no private test ran (one component, or too few rows for the tuple path).
 _NO_TEST = {"test": None, "test_passed": None, "located_width": None}
@@ -355,6 +361,22 @@ def _auto_sigmas(scale, n_features):
     """
     divisor = AUTO_FLOOR_DIVISOR * max(1.0, math.sqrt(n_features / AUTO_FLOOR_DIMENSION))
     return scale / divisor, AUTO_SIGMA_MAX_FACTOR * scale
+
+
+def _refined_estimate(center, scale, sigma_min, sigma_max):
+    r"""A component's release from its refinement pass alone, where the learner cannot run.
+
+    The mean is the refined centre; the covariance is :math:`s^2 I` with
+    :math:`s = \mathrm{scale}/\sqrt d` (the private typical distance
+    :math:`S \approx \sqrt{\mathrm{tr}\,\Sigma}` spread over the d
+    directions) clipped into the component's bounds, each first capped at
+    ``_MAX_NOISE_SCALE`` so that :math:`s^2` is finite. Post-processing of
+    released values (and of the bounds). Returns the mean, the covariance and
+    the bounds it lies within, as :meth:`PrivateGaussianMixture._learn_component`.
+    """
+    low, high = min(sigma_min, _MAX_NOISE_SCALE), min(sigma_max, _MAX_NOISE_SCALE)
+    std = min(max(scale / math.sqrt(center.shape[0]), low), high)
+    return center, std * std * np.eye(center.shape[0]), low, high
 
 
 # ---------------------------------------------------------------------------
@@ -983,14 +1005,19 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         else:
             found, status = self._find_centers(tuple_rows, plan, tuple_rng, ktuple_rng,
                                                fallback_rng)
-        attributes, fresh_events = self._empty_release(), []
+        attributes, fresh_events, refined_only = self._empty_release(), [], []
         if found.success:
             phase("refinement and Gaussian learner on the fresh rows",
                   rows=plan.attributes["n_fresh_"])
-            attributes, fresh_events = self._fit_fresh(fresh, found.centers, plan.values["budget"],
-                                                       fresh_rng, radii)
+            attributes, fresh_events, refined_only = self._fit_fresh(
+                fresh, found.centers, plan.values["budget"], fresh_rng, radii)
         attributes.update(tuple_centers_=found.centers, converged_=bool(found.success),
                           labels_=self._training_labels(X, attributes), **found.attributes)
+        if refined_only:  # decided from released values: the charge below is the plan's
+            status = "fallback"
+            attributes["fallback_info_"] = {
+                "reason": _LEARNER_FALLBACK_REASON,
+                **(attributes.get("fallback_info_") or {}), "learner_fallback": refined_only}
         fresh_event = plan.values["budget"].event(found.success, fresh_events)
         event = _parallel_event(found.events, fresh_event)
         return PrivateFit(None, found.success, [event], proven=found.proven, attributes=attributes,
@@ -1050,7 +1077,33 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         return _labels_or_none(X, parameters)
 
     def _warn_after_fit(self):
+        """The general method's short grid, and the components the learner could not fit.
+
+        From released attributes only (``fallback_info_``), after the fit.
+        """
         warn_if_general_method_short(self, self.n_components)
+        refined_only = (getattr(self, "fallback_info_", None) or {}).get("learner_fallback")
+        if refined_only:
+            warn_user(
+                f"PrivateGaussianMixture: at epsilon={self.epsilon!r} and delta={self.delta!r}, "
+                f"the released noisy counts and bounds of components {refined_only} would give "
+                f"the Gaussian learner a noise scale above {_MAX_NOISE_SCALE:g}, so it did not "
+                "run for them (status_='fallback', fallback_info_['learner_fallback']): their "
+                "means_ are the refinement pass's centres and their covariances_ are isotropic, "
+                "from its private scale, and carry little information. The whole budget was "
+                "charged. A larger epsilon and delta, or more rows per component, would help.",
+                UtilityWarning)
+
+    def _fallback_message(self):
+        """The base class's warning when step 3 fell back; ``None`` when only learners did.
+
+        A k-tuple fallback's ``fallback_info_`` holds its ``"share"``; a
+        learner fallback alone is no failed test (no NotSeparatedWarning, and
+        ``on_failure="raise"`` does not raise): :meth:`_warn_after_fit` says it.
+        """
+        if "share" in self.fallback_info_:
+            return super()._fallback_message()
+        return None
 
     def _failure_attributes(self, plan):
         """After a failed private step: no parameters (``_FITTED_ATTRIBUTES``), not converged."""
@@ -1087,13 +1140,28 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         events.append(count_event)
         estimates = [self._learn_component(points[j], counts[j], *refined[j],
                                            budget.rho_learner, rng) for j in range(k)]
-        events += [estimate[-1] for estimate in estimates]
-        return self._release(estimates, counts), events
+        events += [estimate[-1] for estimate in estimates if estimate[-1] is not None]
+        refined_only = [j for j, estimate in enumerate(estimates) if estimate[-1] is None]
+        return self._release(estimates, counts), events, refined_only
 
     def _learn_component(self, points, count, center, radius, scale, rho, rng):
+        """The learner's mean, covariance, bounds and event for one component.
+
+        Where the learner's pre-draw check would refuse the released count
+        and bounds (:func:`~skdpcluster.averaging.gaussian._learner_accepts`:
+        a noise scale above 1e152, at tiny budgets), that component's
+        release is :func:`_refined_estimate` instead, with event ``None``: a
+        decision from released values, drawing no noise, whose fit is
+        charged its plan as any other (review R11 M2: the learner's
+        ValueError was a charged failure).
+        """
         sigma_min, sigma_max = self._component_sigmas(points, scale)
+        n_public = max(count, 1.0)
+        if not _learner_accepts(points.shape[1], n_public, radius, sigma_min, sigma_max, rho,
+                                *LEARNER_ITERATIONS):
+            return (*_refined_estimate(center, scale, sigma_min, sigma_max), None)
         mean, covariance, event = private_gaussian_estimate(
-            points, n_public=max(count, 1.0), center=center, radius=radius, sigma_min=sigma_min,
+            points, n_public=n_public, center=center, radius=radius, sigma_min=sigma_min,
             sigma_max=sigma_max, rho=rho, rng=rng, n_iter_mean=LEARNER_ITERATIONS[0],
             n_iter_cov=LEARNER_ITERATIONS[1],
         )
