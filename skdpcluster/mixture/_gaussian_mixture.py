@@ -488,6 +488,20 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
     5. Per component, the CoinPress-style learner
        :func:`~skdpcluster.averaging.private_gaussian_estimate` (§9.6)
        releases the mean and the covariance, dividing by a noisy count.
+       Where its pre-draw check would refuse the released count and bounds
+       (a noise scale above 1e152: tiny budgets, from about
+       :math:`\varepsilon = \delta = 10^{-73}` down with ``"auto"`` bounds
+       and a noisy count near 1),
+       that component releases its refinement instead: the refined centre
+       and :math:`s^2 I`, :math:`s` the private scale over :math:`\sqrt d`
+       clipped into its bounds (``status_="fallback"``,
+       ``fallback_info_["learner_fallback"]``, a
+       :class:`~skdpcluster.UtilityWarning` after the fit). The test is on
+       released values, so it is post-processing; no learner noise is drawn
+       for that component, and the fit is charged its plan all the same.
+       (A refusal before any spend cannot replace it: the bounds are
+       released, and ``sigma_max`` grows with the released centres' gap,
+       which ``"noisy_centers"`` does not bound.)
     6. Weights :math:`\hat w_j = \max(\hat n_j, 1) / \sum_l \max(\hat n_l, 1)`
        from the noisy counts (§9.2 step 5 clips at 0; clipping at 1 keeps
        every log-likelihood finite).
@@ -676,7 +690,8 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
     status_ : {"success", "fallback", "failure"}
         ``"success"``: the private k-tuple test passed; ``"fallback"``: the
         tuple path could not run or its test failed and the fallback's
-        centres were refined; ``"failure"``: nothing released
+        centres were refined, or the learner could not run for some
+        component (step 5); ``"failure"``: nothing released
         (``fallback_share=0`` only). A private release.
     fallback_info_ : dict or None
         After ``status_="fallback"``: the ``"reason"`` (from public or
@@ -686,7 +701,12 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
         the tuple part's zCDP budget and ``"n_heavy_cells"`` (the grid's
         released count; below ``n_components``, a
         :class:`~skdpcluster.UtilityWarning` after the fit says that some
-        centres are filler points).
+        centres are filler points). ``"learner_fallback"``: the components
+        whose mean and covariance are their refinement's (step 5; the
+        ``"reason"`` is the tuple path's when it fell back too). Only the
+        tuple path's fallback gives a
+        :class:`~skdpcluster.exceptions.NotSeparatedWarning` (and raises
+        with ``on_failure="raise"``).
     quality_ : dict
         The k-tuple test's released outcome, as ``quality_`` of
         :class:`~skdpcluster.KTupleClusterer`:
@@ -699,8 +719,10 @@ class PrivateGaussianMixture(_PrivateFitMixin, ClusterMixin, BaseEstimator):
     tuple_centers_ : ndarray of shape (n_components, n_features) or None
         The k private centres of step 3 (a private release).
     sigma_min_, sigma_max_ : ndarray of shape (n_components,) or None
-        The learner's bounds for every component; all ``nan`` for a bound
-        computed from the data (``sigma_min=None`` or ``sigma_max=None``).
+        The learner's bounds for every component (for a component of
+        ``fallback_info_["learner_fallback"]``, each capped at 1e152: the
+        bounds of its covariance); all ``nan`` for a bound computed from the
+        data (``sigma_min=None`` or ``sigma_max=None``).
     labels_ : ndarray of shape (n_samples,)
         :meth:`predict` on the training rows (-1 after a failure); a lazy
         Dask array after a fit on Dask input. **Not private**: a function of
