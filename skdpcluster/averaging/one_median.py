@@ -235,8 +235,11 @@ def _block_unit_sums(iterates, points_t, blocks):
         norm = np.sqrt(np.einsum("ij,ij->j", difference, difference, out=norms[:rows]),
                        out=norms[:rows])
         factor = factors[:rows]
-        factor.fill(0.0)
-        np.divide(gamma, norm, out=factor, where=norm >= _MEDIAN_MIN_NORM)
+        if norm.min() >= _MEDIAN_MIN_NORM:  # the usual block: no row adds 0 (a third faster)
+            np.divide(gamma, norm, out=factor)
+        else:
+            factor.fill(0.0)
+            np.divide(gamma, norm, out=factor, where=norm >= _MEDIAN_MIN_NORM)
         partials.append((cell, difference @ factor))
     return partials
 
