@@ -12,7 +12,6 @@ A new estimator writes ``_plan``, ``_fit_private`` and its constraints.
 """
 
 import math
-import warnings
 from dataclasses import dataclass, field, replace
 from numbers import Integral, Real
 
@@ -49,7 +48,7 @@ from skdpcluster.utils._data import (
     is_dask_collection,
 )
 from skdpcluster.utils._progress import fit_progress, phase
-from skdpcluster.utils._warnings import warn_user
+from skdpcluster.utils._warnings import collected_warnings, warn_user
 
 __all__ = ["PrivateFit", "PrivateFitPlan"]
 
@@ -669,10 +668,9 @@ class _PrivateFitMixin:
             The message and category of every warning the plan gave.
         """
         inner.set_params(data_radius=ReleasedRadius(radius), data_center=center)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
+        with collected_warnings() as caught:  # not the process-wide filters: thread-safe
             plan = inner._plan(data)
-        return plan, [(str(warning.message), warning.category) for warning in caught]
+        return plan, caught
 
     def _fit_private_with_bounds(self, data, plan, rng):
         """Release the bound, then run the fit on the rest of the budget with it as public."""

@@ -1,7 +1,6 @@
 r"""FederatedPrivateKMeans: FedDP-KMeans (Scott, Lampert & Saulpic, ICML 2025) for scikit-learn."""
 
 import math
-import warnings
 from dataclasses import dataclass
 from numbers import Integral, Real
 
@@ -43,7 +42,7 @@ from skdpcluster.utils._compat import HasMethods, Interval, StrOptions, fit_cont
 from skdpcluster.utils._data import dask_rows_from_input, is_dask_collection
 from skdpcluster.utils._docstrings import shared_params
 from skdpcluster.utils._progress import phase
-from skdpcluster.utils._warnings import warn_user
+from skdpcluster.utils._warnings import silenced_warnings, warn_user
 
 __all__ = ["FederatedPrivateKMeans"]
 
@@ -727,8 +726,7 @@ class FederatedPrivateKMeans(_BasePrivateClusterer):
         if weighted:
             points = points[:, :min(self.n_clusters, points.shape[1])]
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
+            with silenced_warnings():  # a trial: a third-party fit, on the shared silence
                 _fit_centers(estimator, self.n_clusters, points, 0,
                              np.ones(len(points)) if weighted else None)
         except Exception as error:  # public data, before any randomness: refuse, naming it

@@ -1,7 +1,6 @@
 r"""KTupleClusterer: private k-tuple clustering (Cohen et al., ICML 2021) as a scikit-learn estimator."""
 
 import math
-import warnings
 from dataclasses import replace
 from numbers import Integral, Real
 
@@ -21,7 +20,7 @@ from skdpcluster.cluster._cost_estimate import COST_KEYS, CostEstimateMixin
 from skdpcluster.cluster._one_cluster import fit_one_cluster, plan_one_cluster, resolved_r_min
 from skdpcluster.exceptions import InsufficientDataError, UtilityWarning
 from skdpcluster.mechanisms import PrivacyEvent
-from skdpcluster.utils._warnings import warn_user
+from skdpcluster.utils._warnings import collected_warnings, warn_user
 from skdpcluster.ktuple import min_tuples
 from skdpcluster.averaging import _project_onto_ball
 from skdpcluster.ktuple._framework import (
@@ -647,8 +646,7 @@ class KTupleClusterer(CostEstimateMixin, _BasePrivateClusterer):
         if self.fallback_share != "auto":
             return float(self.fallback_share), reason
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # a probe: the real plan warns
+            with collected_warnings(ignore=True):  # a probe: the real plan warns
                 self._plan_tuple_path(X)  # reads no parameter it could change, fallback_share none
         except InsufficientDataError as error:
             return 1.0, str(error)
@@ -940,8 +938,7 @@ def plan_fallback(X, n_clusters, epsilon, delta, data_radius, data_center, n_job
                                    data_radius=data_radius, data_center=data_center, n_jobs=n_jobs)
     fallback._check_n_clusters()
     probe = clone(fallback).set_params(data_radius=data_radius or 1.0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with collected_warnings(ignore=True):
         probe._plan(X)
     return fallback
 
@@ -949,8 +946,7 @@ def plan_fallback(X, n_clusters, epsilon, delta, data_radius, data_center, n_job
 def run_fallback(fallback, X, rng):
     """Fit the planned fallback on its own ledger: (centres, events, its status, proven)."""
     fitted = clone(fallback).set_params(accountant=BudgetAccountant(), random_state=rng)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the caller's status says what happened
+    with collected_warnings(ignore=True):  # the caller's status says what happened
         fitted.fit(X)
     return (fitted.cluster_centers_, list(fitted.privacy_ledger_), fitted.status_,
             fitted.privacy_spent_["proven"])

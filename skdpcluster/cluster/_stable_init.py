@@ -43,7 +43,6 @@ The kernels (:func:`nearest_centers`, :func:`noisy_cell_sums`,
 
 import functools
 import math
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,7 +55,7 @@ from skdpcluster.cluster._ktuple import KTupleClusterer
 from skdpcluster.mechanisms import zcdp_gaussian_mechanism
 from skdpcluster.utils._compat import single_threaded
 from skdpcluster.utils._data import as_rows
-from skdpcluster.utils._warnings import warn_user
+from skdpcluster.utils._warnings import collected_warnings, warn_user
 
 __all__ = [
     "GridInitializer",
@@ -1080,6 +1079,14 @@ class GridInitializer:
         the restarts were most of a fit at n = 10^4: issue #17). Missing
         centres (fewer leaves than k) are :func:`filler_centers` along the
         released principal ``directions`` (columns; the coordinate axes when ``None``).
+
+        Before the restarts, equal coreset points (the shrinkage can take
+        several to the centre) are merged, their weights added: the weighted
+        k-means objective is the same, and scikit-learn's ``KMeans`` then has
+        no duplicate points to warn about ("Number of distinct clusters found
+        smaller than n_clusters"), so no warning filter is touched
+        (:mod:`skdpcluster.utils._warnings`). At most k distinct points are
+        the centres themselves, as above, with filler centres for the rest.
         """
         n_fit = min(n_clusters, len(points))
         if directions is None:
@@ -1094,11 +1101,14 @@ class GridInitializer:
                 "large).", UserWarning)
         if n_fit == len(points):  # a centre per point: the points are the optimum (cost 0)
             return np.vstack([points, filler])
+        points, weights = _merge_equal_points(points, weights)
+        if len(points) <= n_fit:  # more than k points, at most k distinct: the same optimum
+            return np.vstack([points, filler_centers(n_fit - len(points), directions,
+                                                     GRID_FILLER_RADIUS * data_radius, rng)])
         model = KMeans(n_clusters=n_fit, n_init=self.n_restarts, max_iter=100,
                        random_state=int(rng.integers(2**31 - 1)))
         # A few hundred points: native threads cost more than they give (8x, measured).
-        with warnings.catch_warnings(), single_threaded():
-            warnings.simplefilter("ignore")  # duplicate coreset points
+        with single_threaded():
             model.fit(points, sample_weight=weights)
         return np.vstack([model.cluster_centers_, filler])
 
@@ -1112,6 +1122,21 @@ class GridInitializer:
             events += noisy.events
             fallbacks.append(int(fallback.sum()))
         return centers, events, fallbacks
+
+
+def _merge_equal_points(points, weights):
+    """Equal rows of ``points`` merged into their first occurrence, their weights added.
+
+    Returns the arrays themselves when the rows are distinct (the usual case).
+    """
+    _, first, inverse = np.unique(points, axis=0, return_index=True, return_inverse=True)
+    if len(first) == len(points):
+        return points, weights
+    order = np.argsort(first, kind="stable")  # first-occurrence order, as in ``points``
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    merged = np.bincount(rank[inverse.ravel()], weights=weights, minlength=len(first))
+    return points[first[order]], merged
 
 
 def _second_moment(chunk):
@@ -1335,8 +1360,7 @@ class KTupleInitializer:
         if neighbouring != "replace_one":
             raise ValueError("the k-tuple initializer is private under replace-one only.")
         inner = self.configured(n_clusters, budget, data_radius, rng)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # NotSeparatedWarning: handled by the caller
+        with collected_warnings(ignore=True):  # NotSeparatedWarning: handled by the caller
             inner.fit(X)
         info = {"ktuple_status": inner.status_, "n_tuples": inner.n_tuples_}
         return inner.cluster_centers_, list(inner.privacy_ledger_), info

@@ -37,8 +37,6 @@ scikit-learn's results, not its random streams (spec §10.5, ambiguity 29).
 import contextlib
 import copy
 import math
-import threading
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,6 +51,7 @@ from skdpcluster.utils._data import chunk_generators
 from skdpcluster.utils._errstate import in_caller_errstate
 from skdpcluster.utils._progress import advance
 from skdpcluster.utils._threads import fit_threads, ordered_map
+from skdpcluster.utils._warnings import silenced_warnings
 
 __all__ = ["generate_tuples", "replace_bad_tuples", "sort_tuple_rows"]
 
@@ -306,44 +305,6 @@ def _chunk_bounds(n_blocks, bytes_per_block, n_workers):
     return list(zip(edges[:-1], edges[1:]))
 
 
-_SILENCE_LOCK = threading.Lock()
-_silence = {"depth": 0, "saved": None}
-
-
-@contextlib.contextmanager
-def _silenced_warnings():
-    """Python warnings off while any tuple generation of the process runs (re-entrant).
-
-    A base clusterer can warn depending on its block (scikit-learn's
-    ``GaussianMixture`` on a block with one extreme row: "Number of distinct
-    clusters found smaller than n_clusters"): printed for some data sets and
-    not for their neighbours, an output outside the ledger (review RE-F1).
-    The warning filters are process-wide, and a ``catch_warnings`` per fit is
-    not thread-safe (two fits in two threads left the filters at "ignore"
-    for good, and let the second fit's block warnings through: re-review
-    V3), so one process-wide silence is shared: the first generation to
-    start saves the filters and ignores everything, the last to end restores
-    them. Warnings of other threads are dropped in between (the price of
-    process-wide filters). Joblib worker processes silence their own blocks
-    the same way.
-    """
-    with _SILENCE_LOCK:
-        if _silence["depth"] == 0:
-            context = warnings.catch_warnings()
-            context.__enter__()
-            warnings.simplefilter("ignore")
-            _silence["saved"] = context
-        _silence["depth"] += 1
-    try:
-        yield
-    finally:
-        with _SILENCE_LOCK:
-            _silence["depth"] -= 1
-            if _silence["depth"] == 0:
-                _silence["saved"].__exit__(None, None, None)
-                _silence["saved"] = None
-
-
 def _solve_in_chunks(solver, X, blocks, draws, n_jobs):
     """Run ``solver`` on chunks of blocks; tuples in block order.
 
@@ -356,13 +317,14 @@ def _solve_in_chunks(solver, X, blocks, draws, n_jobs):
     :mod:`skdpcluster.utils._threads`: every block's tuple is computed from
     that block alone, so the tuples are the same bits on any number of
     threads); otherwise through joblib, on ``n_jobs`` workers.
+
+    Third-party code warns depending on the block (a scikit-learn fit per
+    block), and joblib about nested parallelism: those runs hold the shared
+    :func:`~skdpcluster.utils._warnings.silenced_warnings` (joblib worker
+    processes, in :meth:`_PerBlockFits._fit_block`). The batched solver on one
+    worker leaves the process's warning filters alone: it gives no warning
+    (its NumPy work runs under ``np.errstate(all="ignore")``).
     """
-    with _silenced_warnings():  # the workers' warnings too, on threads
-        return _solve_chunks(solver, X, blocks, draws, n_jobs)
-
-
-def _solve_chunks(solver, X, blocks, draws, n_jobs):
-    """:func:`_solve_in_chunks` under the caller's warning filters."""
     n_workers = effective_n_jobs(n_jobs)
     n_threads = fit_threads() if n_workers == 1 and solver.prefer == "threads" else 1
     n_blocks, block_size = blocks.shape
@@ -385,9 +347,11 @@ def _solve_chunks(solver, X, blocks, draws, n_jobs):
         backend, _ = get_active_backend(prefer=solver.prefer)
         return_as = "generator" if getattr(backend, "supports_return_generator", True) else "list"
         parallel = Parallel(n_jobs=n_jobs, return_as=return_as, prefer=solver.prefer)
-        for (_, stop), chunk in zip(bounds, parallel(tasks)):
-            chunks.append(chunk)
-            advance(int(stop), n_blocks, "blocks")
+        quiet = n_workers > 1 or solver.prefer != "threads"
+        with silenced_warnings() if quiet else contextlib.nullcontext():
+            for (_, stop), chunk in zip(bounds, parallel(tasks)):
+                chunks.append(chunk)
+                advance(int(stop), n_blocks, "blocks")
     return np.concatenate(chunks).astype(np.float64, copy=False)
 
 
@@ -440,7 +404,7 @@ class _PerBlockFits:
         if "random_state" in model.get_params(deep=False):
             model.set_params(random_state=seed)
         try:
-            with np.errstate(all="ignore"), _silenced_warnings():
+            with np.errstate(all="ignore"), silenced_warnings():
                 model.fit(X)
                 if self.output == "label_means":
                     labels = model.labels_ if hasattr(model, "labels_") else model.predict(X)

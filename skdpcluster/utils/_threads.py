@@ -17,6 +17,7 @@ so the noisy releases drawn from them, are the same bits on one thread or
 many.
 """
 
+import contextvars
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -70,14 +71,18 @@ def ordered_map(func, items, n_threads):
     are waited for first, so nothing of the map runs on once the caller has
     the error. A forked child starts with no pool (the parent's threads are
     not copied by ``fork``). The threads compute under the caller's
-    floating-point error handling (:func:`~skdpcluster.utils._errstate.in_caller_errstate`).
+    floating-point error handling (:func:`~skdpcluster.utils._errstate.in_caller_errstate`)
+    and each in a copy of the caller's :mod:`contextvars` context (so a
+    :func:`~skdpcluster.utils._warnings.collected_warnings` scope of the
+    caller collects their warnings too).
     """
     items = list(items)
     nested = threading.current_thread().name.startswith(_THREAD_PREFIX)
     if n_threads <= 1 or len(items) <= 1 or nested:
         return [func(item) for item in items]
     func = in_caller_errstate(func)
-    futures = [_executor(min(n_threads, len(items))).submit(func, item) for item in items]
+    executor = _executor(min(n_threads, len(items)))
+    futures = [executor.submit(contextvars.copy_context().run, func, item) for item in items]
     try:
         return [future.result() for future in futures]
     except BaseException:
