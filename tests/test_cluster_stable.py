@@ -390,27 +390,32 @@ def test_one_median_privacy_spends_at_most_the_target():
         assert rho * (1 - 1e-9) <= _gaussian_rho(epsilon, delta) <= rho
 
 
+@pytest.mark.parametrize("warm_start, n_steps, first_step", [(True, 10, 10), (False, 20, 0)])
 @pytest.mark.parametrize("neighbouring, sensitivities", [
     ("replace_one", (math.sqrt(2.0), 2.0)), ("add_remove", (1.0, 1.0))])
-def test_kmedian_ledger_records_the_one_medians_releases(mixture, neighbouring, sensitivities):
+def test_kmedian_ledger_records_the_one_medians_releases(mixture, neighbouring, sensitivities,
+                                                          warm_start, n_steps, first_step):
     """Review R6a F4: the stable/medians event had neither sensitivity nor scale, nor the
     primitive's shares, and called the joint (epsilon', delta') of the call on all cells
-    "per_cell"."""
+    "per_cell". Issue #17: the warm start runs the schedule's second half (steps 10 to 19 of
+    20) on the same budget, each step with twice the share."""
     est = PrivateStableKMedian(4, data_radius=RADIUS, neighbouring=neighbouring,
-                               gd_iterations=20, accountant=BudgetAccountant(),
-                               random_state=0).fit(mixture[0][:5000])
+                               gd_iterations=20, gd_warm_start=warm_start,
+                               accountant=BudgetAccountant(), random_state=0).fit(mixture[0][:5000])
     (event,) = [e for e in est.privacy_ledger_ if e.label == "stable/medians"]
     details = event.details
     rho = est.budget_["rho_refine"]
     assert (details["joint_epsilon"], details["joint_delta"]) == one_median_privacy(rho)
     assert not {"per_cell_epsilon", "per_cell_delta"} & set(details)
     assert (details["count_sensitivity"], details["gradient_sensitivity"]) == sensitivities
-    assert (details["n_iter"], details["step_scale"]) == (20, 0.5)
+    assert (details["n_iter"], details["first_step"], details["step_scale"]) == (
+        n_steps, first_step, 0.5)
     for kind, share in (("count", details["rho_count"]), ("gradient", details["rho_per_step"])):
         # Rounded up (review R10 L2): at most 3 floats above the quotient rounded to nearest.
         assert details[f"{kind}_scale"] == zcdp_gaussian_sigma(details[f"{kind}_sensitivity"], share)
     assert details["rho_count"] == pytest.approx(0.1 * details["call_rho"], rel=1e-12)
-    assert details["call_rho"] == math.fsum([details["rho_count"]] + [details["rho_per_step"]] * 20)
+    assert details["call_rho"] == math.fsum([details["rho_count"]]
+                                            + [details["rho_per_step"]] * n_steps)
     assert details["call_rho"] <= event.rho == rho
     # One sensitivity for both kinds of release under add/remove; never one scale here.
     assert event.sensitivity == (1.0 if neighbouring == "add_remove" else None)
@@ -932,7 +937,9 @@ def test_the_grid_of_a_ktuple_fallback_is_reported_on_its_share():
 #: Fits whose releases were recorded from main at 038aa15 (before issue #17's speed work) and
 #: again when the grid counts became the cells the partition reads (issue #17: the same law,
 #: fewer noise draws, so another draw from the same seed; ``tests/data/stable_releases.json``):
-#: name -> (estimator, parameters, (n_samples, n_clusters, n_features), on Dask).
+#: name -> (estimator, parameters, (n_samples, n_clusters, n_features), on Dask). The k-median
+#: fits recorded then run the whole schedule (``gd_warm_start=False``); the ``_warm`` ones were
+#: recorded when the warm start became the default (issue #17: half the steps, another release).
 _RECORDED_FITS = {
     "kmeans_projected": (PrivateStableKMeans, {"n_clusters": 4, "data_radius": 60.0,
                                                "random_state": 0}, (20_000, 4, 6), False),
@@ -946,15 +953,24 @@ _RECORDED_FITS = {
     "kmeans_many_cells": (PrivateStableKMeans, {"n_clusters": 20, "data_radius": 80.0,
                                                 "random_state": 4}, (30_000, 20, 10), False),
     "kmedian_projected": (PrivateStableKMedian, {"n_clusters": 4, "data_radius": 60.0,
-                                                 "random_state": 0}, (20_000, 4, 6), False),
+                                                 "gd_warm_start": False, "random_state": 0},
+                          (20_000, 4, 6), False),
+    "kmedian_projected_warm": (PrivateStableKMedian, {"n_clusters": 4, "data_radius": 60.0,
+                                                      "random_state": 0}, (20_000, 4, 6), False),
     "kmedian_private_bound_global": (PrivateStableKMedian, {
         "n_clusters": 2, "median_domain": "global", "random_state": 2}, (20_000, 2, 3), False),
     "kmedian_many_cells": (PrivateStableKMedian, {"n_clusters": 20, "data_radius": 80.0,
-                                                  "random_state": 4}, (30_000, 20, 10), False),
+                                                  "gd_warm_start": False, "random_state": 4},
+                           (30_000, 20, 10), False),
+    "kmedian_many_cells_warm": (PrivateStableKMedian, {"n_clusters": 20, "data_radius": 80.0,
+                                                       "random_state": 4}, (30_000, 20, 10), False),
     "kmeans_dask": (PrivateStableKMeans, {"n_clusters": 4, "data_radius": 60.0,
                                           "random_state": 0}, (20_000, 4, 6), True),
     "kmedian_dask": (PrivateStableKMedian, {"n_clusters": 4, "data_radius": 60.0,
-                                            "random_state": 0}, (20_000, 4, 6), True),
+                                            "gd_warm_start": False, "random_state": 0},
+                     (20_000, 4, 6), True),
+    "kmedian_dask_warm": (PrivateStableKMedian, {"n_clusters": 4, "data_radius": 60.0,
+                                                 "random_state": 0}, (20_000, 4, 6), True),
 }
 
 
@@ -1302,3 +1318,27 @@ def test_k_median_selection_costs_rows_at_a_centre_their_own_distance():
         ((X[:, None, :] - centers[None]) ** 2).sum(axis=-1), axis=1)), 5.0))
     (cost,) = _truncated_costs(data, (centers,), 5.0, 1)
     assert cost == pytest.approx(expected, rel=1e-12, abs=0)
+
+
+def test_the_warm_schedule_runs_the_second_half_and_averages_its_last_three_quarters():
+    """Issue #17: the warm start's public schedule (steps run, first averaged) from T alone."""
+    from skdpcluster.averaging.one_median import descent_schedule
+
+    assert descent_schedule(50) == (0, 25)
+    assert descent_schedule(50, warm_start=True) == (25, 31)
+    assert descent_schedule(20, warm_start=True) == (10, 12)
+    assert descent_schedule(1, warm_start=True) == (0, 0)  # one step, averaged
+    assert descent_schedule(2, warm_start=True) == (1, 1)
+
+
+def test_the_global_domain_always_runs_the_whole_schedule(mixture):
+    """Issue #17: from the origin the start is not near a median, so gd_warm_start is not applied
+    (the ledger's steps are all T of them); the local domain's warm start runs half."""
+    runs = {}
+    for domain in ("global", "local"):
+        est = PrivateStableKMedian(4, data_radius=RADIUS, gd_iterations=20, median_domain=domain,
+                                   accountant=BudgetAccountant(), random_state=0)
+        est.fit(mixture[0][:5000])
+        (event,) = [e for e in est.privacy_ledger_ if e.label == "stable/medians"]
+        runs[domain] = (event.details["n_iter"], event.details["first_step"])
+    assert runs == {"global": (20, 0), "local": (10, 10)}

@@ -196,8 +196,9 @@ def _as_zcdp_event(event, rho, **details):
 
 
 #: What the ``stable/medians`` event copies from the event of the 1-medians' call.
-_MEDIAN_CALL_DETAILS = ("n_iter", "step_scale", "rho_count", "rho_per_step", "count_sensitivity",
-                        "gradient_sensitivity", "count_scale", "gradient_scale", "releases")
+_MEDIAN_CALL_DETAILS = ("n_iter", "first_step", "step_scale", "rho_count", "rho_per_step",
+                        "count_sensitivity", "gradient_sensitivity", "count_scale",
+                        "gradient_scale", "releases")
 
 
 def _medians_event(call, rho, epsilon, delta, n_cells, neighbouring):
@@ -1435,7 +1436,9 @@ class PrivateStableKMedian(_PrivateStableBase):
        :math:`B(b_i, \hat D_i/2)` (``median_domain="local"``) or
        :math:`B(0, \Lambda)` (``"global"``, the thesis), suffix-averaged;
        :math:`R_i` is the domain's radius and the descent starts at its
-       centre.
+       centre. With ``gd_warm_start`` (and the local domain) it runs only
+       the second half of the schedule from :math:`b_i`, already near the
+       median (:func:`~skdpcluster.averaging.one_median.descent_schedule`).
        The cells are disjoint, so the k gradient sums of a step form one
        Gaussian mechanism (sensitivity 2 under replace-one).
     4. An exponential mechanism chooses between :math:`B` and the medians
@@ -1465,7 +1468,19 @@ class PrivateStableKMedian(_PrivateStableBase):
         ``"init"`` halved into ``"init"`` and ``"fallback"`` for fallible
         initializers.
     gd_iterations : int, default=50
-        Gradient steps T of every 1-median.
+        Length T of every 1-median's step schedule (the gradient steps with
+        ``gd_warm_start=False``).
+    gd_warm_start : bool, default=True
+        With ``median_domain="local"``, run only the steps
+        :math:`t \ge \lfloor T/2 \rfloor` of the schedule from :math:`b_i`,
+        on the whole budget, and average all but the first quarter of them
+        (:func:`~skdpcluster.averaging.one_median.descent_schedule`): the
+        initial centre is already near the median, and the first half's
+        large steps carry the iterate away from it. Half the passes over the
+        rows, at about the same k-median cost (measured:
+        ``benchmarks/bench_median_schedule.py``). ``False``: all T steps,
+        the second half averaged (spec §9.7). The ``"global"`` domain starts
+        at the origin, not near a median, and always runs all T steps.
     gd_step_scale : float, default=0.5
         Step factor s, in (0, 1e6].
     median_domain : {"local", "global"}, default="local"
@@ -1511,6 +1526,7 @@ class PrivateStableKMedian(_PrivateStableBase):
         **_PrivateStableBase._parameter_constraints,
         "gd_iterations": [Interval(Integral, 1, None, closed="left")],
         "gd_step_scale": [Interval(Real, 0, MAX_STEP_SCALE, closed="right")],
+        "gd_warm_start": ["boolean"],
         "median_domain": [StrOptions({"local", "global"})],
     }
     _REFINE_KEY = "median"
@@ -1532,6 +1548,7 @@ class PrivateStableKMedian(_PrivateStableBase):
         budget_split=None,
         gd_iterations=50,
         gd_step_scale=0.5,
+        gd_warm_start=True,
         median_domain="local",
         selection="truncated",
         neighbouring="replace_one",
@@ -1574,7 +1591,8 @@ class PrivateStableKMedian(_PrivateStableBase):
                 data, functools.partial(_median_cells, initial=initial, compact=compact),
                 centers=domain_centers[cells], radii=domain_radii[cells], epsilon=epsilon,
                 delta=delta, rng=rng, n_iter=self.gd_iterations, step_scale=self.gd_step_scale,
-                neighbouring=self.neighbouring)
+                neighbouring=self.neighbouring,
+                warm_start=self.gd_warm_start and self.median_domain == "local")
         medians = _project_onto_ball(medians, 0.0, data.radius)
         event = _medians_event(call, rho_refine, epsilon, delta, len(initial), self.neighbouring)
         return {"initial": initial, "median": medians}, [event], {}
