@@ -217,20 +217,25 @@ def zcdp_gaussian_sigma(sensitivity, rho):
     """
     if not (rho > 0 and np.isfinite(rho)):
         raise ValueError(f"rho must be finite and > 0, got rho={rho!r}.")
-    return _zcdp_sigma(_check_sensitivity(sensitivity), float(rho))
+    exact_rho = Fraction(int(rho)) if isinstance(rho, Integral) else Fraction(rho)
+    return _zcdp_sigma(_check_sensitivity(sensitivity), exact_rho)
 
 
 @functools.lru_cache(maxsize=256)
 def _zcdp_sigma(sensitivity, rho):
-    """:func:`zcdp_gaussian_sigma` of validated floats, memoised.
+    """:func:`zcdp_gaussian_sigma` of a validated float sensitivity and the exact ``rho``, memoised.
 
     The exact check costs about 15 microseconds, and a fit calibrates the
     same release many times (the 1-median's 50 gradient steps: issue #17).
-    A refusal raises and is not memoised.
+    The key is the exact rational ``rho`` (an integer above 2^53 is not
+    rounded to a float before the check; review R12 L1). A refusal raises
+    and is not memoised.
     """
-    squared, twice_rho = Fraction(sensitivity) ** 2, 2 * Fraction(rho)
-    return _checked_scale(sensitivity / math.sqrt(2.0 * rho), sensitivity, f"rho={rho!r}",
-                          "Gaussian", lambda sigma: twice_rho * sigma * sigma >= squared)
+    squared, twice_rho = Fraction(sensitivity) ** 2, 2 * rho
+    rho_float = float(rho)
+    return _checked_scale(sensitivity / math.sqrt(2.0 * rho_float), sensitivity,
+                          f"rho={rho_float!r}", "Gaussian",
+                          lambda sigma: twice_rho * sigma * sigma >= squared)
 
 
 # ---------------------------------------------------------------------------

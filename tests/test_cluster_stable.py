@@ -408,8 +408,8 @@ def test_kmedian_ledger_records_the_one_medians_releases(mixture, neighbouring, 
     assert (details["joint_epsilon"], details["joint_delta"]) == one_median_privacy(rho)
     assert not {"per_cell_epsilon", "per_cell_delta"} & set(details)
     assert (details["count_sensitivity"], details["gradient_sensitivity"]) == sensitivities
-    assert (details["n_iter"], details["first_step"], details["step_scale"]) == (
-        n_steps, first_step, 0.5)
+    assert (details["n_iter"], details["first_step"], details["schedule_length"],
+            details["step_scale"]) == (n_steps, first_step, 20, 0.5)
     for kind, share in (("count", details["rho_count"]), ("gradient", details["rho_per_step"])):
         # Rounded up (review R10 L2): at most 3 floats above the quotient rounded to nearest.
         assert details[f"{kind}_scale"] == zcdp_gaussian_sigma(details[f"{kind}_sensitivity"], share)

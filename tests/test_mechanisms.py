@@ -478,3 +478,16 @@ def test_laplace_and_zcdp_scales_are_never_below_the_exact_calibration():
         _, event = M.zcdp_gaussian_mechanism(0.0, sensitivity=sensitivity, rho=rho, rng=rng)
         assert event.scale == sigma
         assert Fraction(sensitivity) ** 2 / (2 * Fraction(sigma) ** 2) <= Fraction(rho)
+
+
+def test_the_zcdp_sigma_is_calibrated_at_the_exact_rho_of_an_integer():
+    """Review R12 L1: the memoised sigma was checked against float(rho), so an int rho above
+    2^53 (rounded up as a float) got a sigma below its calibration; before the memo, a NumPy
+    int64 rho overflowed in the exact check (7 gave 0.80178372655 at sensitivity 3)."""
+    from fractions import Fraction
+
+    for sensitivity, rho in ((1.0, 2**54 + 3), (3.0, np.int64(7)), (1.0, np.int64(2**60 + 1))):
+        sigma = M.zcdp_gaussian_sigma(sensitivity, rho)
+        assert 2 * Fraction(int(rho)) * Fraction(sigma) ** 2 >= Fraction(sensitivity) ** 2
+        assert 2 * Fraction(int(rho)) * Fraction(np.nextafter(sigma, 0.0)) ** 2 < Fraction(
+            sensitivity) ** 2

@@ -598,13 +598,14 @@ def _median_event(epsilon, delta, count_event, gradient_event, n_iter, step_scal
     ``sensitivity`` and ``scale`` are set where the two kinds of release
     share one value (the sensitivity 1 under add/remove), else ``None``;
     ``details`` holds both kinds' values (``count_*``, ``gradient_*``), the
-    steps run (``n_iter``) and the schedule's first step run (``first_step``:
-    :func:`descent_schedule`).
+    steps run (``n_iter``; the schedule's length :math:`T` before the warm
+    start, now ``schedule_length``) and the schedule's first step run
+    (``first_step``: :func:`descent_schedule`).
     """
     sensitivity = _shared(count_event.sensitivity, gradient_event.sensitivity)
     scale = _shared(count_event.scale, gradient_event.scale)
     details = {"composition": "gaussian_dp", "n_iter": n_iter, "first_step": first_step,
-               "step_scale": step_scale,
+               "schedule_length": first_step + n_iter, "step_scale": step_scale,
                "rho_count": count_event.rho, "rho_per_step": gradient_event.rho,
                "count_sensitivity": count_event.sensitivity,
                "gradient_sensitivity": gradient_event.sensitivity,

@@ -196,7 +196,7 @@ def _as_zcdp_event(event, rho, **details):
 
 
 #: What the ``stable/medians`` event copies from the event of the 1-medians' call.
-_MEDIAN_CALL_DETAILS = ("n_iter", "first_step", "step_scale", "rho_count", "rho_per_step",
+_MEDIAN_CALL_DETAILS = ("n_iter", "first_step", "schedule_length", "step_scale", "rho_count", "rho_per_step",
                         "count_sensitivity", "gradient_sensitivity", "count_scale",
                         "gradient_scale", "releases")
 
@@ -1480,7 +1480,9 @@ class PrivateStableKMedian(_PrivateStableBase):
         rows, at about the same k-median cost (measured:
         ``benchmarks/bench_median_schedule.py``). ``False``: all T steps,
         the second half averaged (spec §9.7). The ``"global"`` domain starts
-        at the origin, not near a median, and always runs all T steps.
+        at the origin, not near a median, and always runs all T steps, as
+        does the one-cell fit of ``n_clusters=1`` (from the centre of the
+        data ball).
     gd_step_scale : float, default=0.5
         Step factor s, in (0, 1e6].
     median_domain : {"local", "global"}, default="local"
