@@ -62,11 +62,9 @@ def k_median_cost(X, centers, block=20_000):
         for start in range(0, len(X), block))
 
 
-def excess_cost(setting, warm_start, seed):
-    """Excess k-median cost of the 1-medians over the true means, and the fit's seconds."""
-    n_samples, n_features, n_clusters, epsilon, separation = setting
-    X, _, means = make_separated_mixture(n_samples, n_clusters, n_features, separation=separation,
-                                         random_state=0, return_centers=True)
+def excess_cost(X, means, setting, warm_start, seed):
+    """Excess k-median cost of the 1-medians over the true ``means``, and the fit's seconds."""
+    _, n_features, n_clusters, epsilon, separation = setting
     estimator = PrivateStableKMedian(
         n_clusters, epsilon=epsilon, data_radius=separation + 8.0 * math.sqrt(n_features),
         gd_warm_start=warm_start, random_state=seed, accountant=BudgetAccountant())
@@ -85,10 +83,13 @@ def run(quick):
     settings, seeds = (SETTINGS[:3], 4) if quick else (SETTINGS, 8)
     rows = []
     for index, setting in enumerate(settings):
+        n_samples, n_features, n_clusters, epsilon, separation = setting
+        X, _, means = make_separated_mixture(n_samples, n_clusters, n_features,
+                                             separation=separation, random_state=0,
+                                             return_centers=True)
         for name, warm_start in SCHEDULES.items():
-            results = [excess_cost(setting, warm_start, seed) for seed in range(seeds)]
+            results = [excess_cost(X, means, setting, warm_start, seed) for seed in range(seeds)]
             excess = [value for value, _ in results]
-            n_samples, n_features, n_clusters, epsilon, separation = setting
             rows.append({
                 "setting": index, "n_samples": n_samples, "n_features": n_features,
                 "n_clusters": n_clusters, "epsilon": epsilon, "separation": separation,

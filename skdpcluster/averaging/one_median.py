@@ -509,16 +509,15 @@ def descent_schedule(n_iter, warm_start=False):
       :math:`w_0 = c`, the iterates of the second half averaged.
     * ``warm_start``: the start is already near the median (the stable
       k-median's initial centres, the private initializer's centres of the
-      cells), so
-      the schedule's first half, whose large steps would carry the iterate
-      away from it, is skipped: the :math:`\lceil T/2 \rceil` steps
-      :math:`t \ge \lfloor T/2 \rfloor` run, on the whole budget (each
-      with about twice the zCDP of a cold step), and the iterates of all
-      but their first quarter are averaged (a start near the median needs
-      little burn-in). Half the passes over the rows (issue #17). On
+      cells), so the schedule's first half, whose large steps would carry
+      the iterate away from it, is skipped: the :math:`\lceil T/2 \rceil`
+      steps :math:`t \ge \lfloor T/2 \rfloor` run, on the whole budget
+      (each with about twice the zCDP of a cold step), and the iterates of
+      all but their first quarter are averaged (a start near the median
+      needs little burn-in). Half the passes over the rows (issue #17). On
       separated mixtures (n from 5000 to 10^5, d from 2 to 10, k from 4 to
-      10, epsilon 0.3 or 1, 8 seeds each; ``benchmarks/bench_median_schedule.py``)
-      its excess k-median cost
+      10, epsilon 0.3 or 1, 8 seeds each; ``python -m
+      benchmarks.bench_median_schedule --full``) its excess k-median cost
       over the true centres was below the cold schedule's in five of six
       settings (up to 2.3 times below, at epsilon = 0.3) and 1.3 times
       above it in one (d = 2: 0.47 % against 0.35 %).

@@ -196,9 +196,9 @@ def _as_zcdp_event(event, rho, **details):
 
 
 #: What the ``stable/medians`` event copies from the event of the 1-medians' call.
-_MEDIAN_CALL_DETAILS = ("n_iter", "first_step", "schedule_length", "step_scale", "rho_count", "rho_per_step",
-                        "count_sensitivity", "gradient_sensitivity", "count_scale",
-                        "gradient_scale", "releases")
+_MEDIAN_CALL_DETAILS = ("n_iter", "first_step", "schedule_length", "step_scale", "rho_count",
+                        "rho_per_step", "count_sensitivity", "gradient_sensitivity",
+                        "count_scale", "gradient_scale", "releases")
 
 
 def _medians_event(call, rho, epsilon, delta, n_cells, neighbouring):
